@@ -1,0 +1,243 @@
+"""Per-token structural metadata, THE attention-mask predicate, dense masks and targets (SPEC §3–§4).
+
+The contract every attention path consumes (the XLA reference attention, the Pallas and Triton
+kernels, `explain`): a packed row is described by O(T) metadata
+
+  kind_T      `Kind` of each token
+  segment_T   document id within the row, 0 = padding (contiguous runs)
+  position_T  index within its run (RoPE positions)
+  depth_T     TG depth: root level 0, children of a node at depth d have d+1, a closing has its
+              opening's depth
+  pop_T       row index of the closing whose COMPOSE pops this token off the TG stack; for an ONT its
+              own closing, for a terminal/child closing the parent's closing, for CNT2 its own index
+              + 1 (never pushed), T ("infinity") if never popped
+
+and `attends(query, key, attention)` is the single predicate (the SPEC §3 table, with one
+TG-faithful refinement: a COMPOSE query never sees a CNT2 key, which the literal `pop[j] == i` would
+admit whenever a CNT2 directly precedes the CNT1, as in `VP) VP) S)`), written with elementwise operators
+only, so it runs on numpy arrays, traced jax arrays, and inside Pallas/Triton tiles. The attention
+code may be a Python int (static) or an integer array (per head, traced) — the same expression.
+
+`row_metadata` is vectorized over any leading batch axes and runs under `jax.jit` (pass
+`xp=jax.numpy`); it is O(T log T) (one stable sort) and never builds a T×T array.
+
+Metadata is a function of the visible kinds: an ONT opens a constituent, CNT/CNT1 closes the
+innermost open one (a closing with nothing open, as in lin1_noont/lin1_merge/lin1_shuf, closes
+nothing and sits at depth 0), CNT2 changes nothing. Only lin2 configurations consume depth/pop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from slm_jax.kinds import Kind
+
+
+class Attention(enum.IntEnum):
+  """Per-head attention type code (stable: kernels receive these ints)."""
+
+  CAUSAL = 0
+  TG = 1  # STACK/COMPOSE (Transformer Grammars)
+  TG_NOMASK = 2  # COMPOSE kept, no post-composition mask; CNT2 keys hidden
+  TG_NOMASK_AUG = 3  # COMPOSE kept, everything else causal (CNT2 visible)
+
+
+ATTENTION_NAMES = {a.name.lower(): a for a in Attention}
+# Plain ints for use inside traced code and kernels.
+_CAUSAL, _TG, _TG_NOMASK, _TG_NOMASK_AUG = (int(a) for a in Attention)
+_CNT2, _CNT1 = int(Kind.CNT2), int(Kind.CNT1)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+  """One attention code per head group; hybrids have two groups (SPEC §3 `mix_A_B`).
+
+  Group g covers heads [g·H/G, (g+1)·H/G). A single type is one group.
+  """
+
+  groups: tuple[Attention, ...]
+
+  @property
+  def name(self) -> str:
+    names = [g.name.lower() for g in self.groups]
+    return names[0] if len(names) == 1 else f"mix({','.join(names)})"
+
+  @property
+  def is_structural(self) -> bool:
+    """True when any group uses a TG-family mask (COMPOSE at CNT1, CNT2 not a target)."""
+    return any(g != Attention.CAUSAL for g in self.groups)
+
+  def head_codes(self, num_heads: int) -> np.ndarray:
+    """Attention code of every head, shape [H]."""
+    groups = len(self.groups)
+    if num_heads % groups:
+      raise ValueError(f"{self.name} needs a number of heads divisible by {groups}, got {num_heads}")
+    return np.repeat(np.asarray(self.groups, dtype=np.int32), num_heads // groups)
+
+
+def parse_attention(name: str) -> AttentionSpec:
+  """`causal`, `tg`, `tg_nomask`, `tg_nomask_aug`, or `mix(A,B)` of two of those."""
+  text = name.strip().lower()
+  match = re.fullmatch(r"mix\(\s*(\w+)\s*,\s*(\w+)\s*\)", text)
+  parts = match.groups() if match else (text,)
+  unknown = [p for p in parts if p not in ATTENTION_NAMES]
+  if unknown:
+    raise ValueError(f"unknown attention {name!r}: expected one of {', '.join(ATTENTION_NAMES)} "
+                     "or mix(A,B)")
+  return AttentionSpec(tuple(ATTENTION_NAMES[p] for p in parts))
+
+
+class TokenMeta(NamedTuple):
+  """Metadata of query or key tokens, arrays broadcastable against each other."""
+
+  index: Any  # row index (j <= i causality)
+  segment: Any
+  kind: Any
+  pop: Any
+
+
+def attends(query: TokenMeta, key: TokenMeta, attention) -> Any:
+  """THE mask predicate (SPEC §3): may `query` attend `key` under `attention`?
+
+  `attention` is an `Attention` code: a Python int or an integer array broadcastable to the
+  result (e.g. shape [H, 1, 1] for per-head codes). Uses only elementwise operators.
+  """
+  is_self = key.index == query.index
+  visible = ((query.segment == key.segment) & (key.index <= query.index)
+             & ((query.segment != 0) | is_self))  # padding attends only itself
+  compose_query = (query.kind == _CNT1) & (attention != _CAUSAL)
+  # COMPOSE: what this CNT1 pops, and itself. A CNT2 right before it has pop == i too (its own
+  # index + 1) but was never pushed, so TG's COMPOSE does not see it.
+  composed = ((key.pop == query.index) & (key.kind != _CNT2)) | is_self
+  on_stack = (((attention == _CAUSAL) | (attention == _TG_NOMASK_AUG))
+              | ((attention == _TG) & (key.pop > query.index))
+              | ((attention == _TG_NOMASK) & ((key.kind != _CNT2) | is_self)))
+  return visible & ((compose_query & composed) | (~compose_query & on_stack))
+
+
+class RowMetadata(NamedTuple):
+  """Structural metadata of packed rows, each field [..., T]."""
+
+  kind: Any
+  segment: Any
+  position: Any
+  depth: Any
+  pop: Any
+
+  def query(self, xp=np) -> TokenMeta:
+    """Fields shaped [..., T, 1] (query side of a [..., T, S] mask)."""
+    index = xp.arange(self.kind.shape[-1])
+    return TokenMeta(index[:, None], self.segment[..., :, None], self.kind[..., :, None],
+                     self.pop[..., :, None])
+
+  def key(self, xp=np) -> TokenMeta:
+    """Fields shaped [..., 1, S] (key side)."""
+    index = xp.arange(self.kind.shape[-1])
+    return TokenMeta(index[None, :], self.segment[..., None, :], self.kind[..., None, :],
+                     self.pop[..., None, :])
+
+
+def _ops(xp):
+  """(cummax, cummin, stable argsort) along the last axis for numpy or jax.numpy."""
+  if xp is np:
+    return (lambda x: np.maximum.accumulate(x, axis=-1),
+            lambda x: np.minimum.accumulate(x, axis=-1),
+            lambda x: np.argsort(x, axis=-1, kind="stable"))
+  import jax  # pylint: disable=g-import-not-at-top
+  return (lambda x: jax.lax.cummax(x, axis=x.ndim - 1),
+          lambda x: jax.lax.cummin(x, axis=x.ndim - 1),
+          lambda x: xp.argsort(x, axis=-1, stable=True))
+
+
+def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
+  """SPEC §3 metadata of packed rows from their kinds and segment ids ([..., T] each).
+
+  Runs of equal segment id are documents (or document pieces); 0 is padding. Use `xp=jax.numpy`
+  inside `jax.jit`. int32 arithmetic bounds T at 32,767 under jax's default 32-bit integers.
+  """
+  cummax, cummin, argsort = _ops(xp)
+  kind = xp.asarray(kind_T)
+  segment = xp.asarray(segment_T)
+  length = kind.shape[-1]
+  int_t = xp.int64 if xp is np else xp.int32
+  index = xp.arange(length, dtype=int_t)
+  index_b = xp.broadcast_to(index, kind.shape)
+  new_run = xp.concatenate([xp.ones_like(segment[..., :1], dtype=bool),
+                            segment[..., 1:] != segment[..., :-1]], axis=-1)
+  run = xp.cumsum(new_run.astype(int_t), axis=-1)  # 1-based run ordinal
+  run_start = cummax(xp.where(new_run, index_b, 0))
+  position = index_b - run_start
+
+  is_open = (kind == Kind.ONT).astype(int_t)
+  is_close = ((kind == Kind.CNT) | (kind == Kind.CNT1)).astype(int_t)
+  # Unclamped open count after each token, restarted at every run, then reflected at 0 so that
+  # a closing with nothing open closes nothing: X_i = U_i - min(0, min_{k<=i in run} U_k).
+  opens_excl = xp.cumsum(is_open, axis=-1) - is_open
+  closes_excl = xp.cumsum(is_close, axis=-1) - is_close
+  take = lambda x: xp.take_along_axis(x, run_start, axis=-1)
+  walk = (opens_excl + is_open - take(opens_excl)) - (closes_excl + is_close - take(closes_excl))
+  offset = (2 * length + 1) * run  # earlier runs never win the running minimum
+  run_min = cummin(walk - offset) + offset
+  open_after = walk - xp.minimum(run_min, 0)
+  is_boundary = (kind == Kind.BOS) | (kind == Kind.EOS)
+  depth = xp.where(is_boundary, 0, open_after - is_open)  # BOS/EOS are root level
+
+  # pop: first closing after i, in i's run, at depth `level` (ONT: its own depth; any other
+  # stack item: its parent's depth = depth - 1). Found by one stable sort of query slots (2i)
+  # and closing slots (2i+1) by (run, level), then the next closing slot in sorted order.
+  level = xp.where(is_open == 1, depth, depth - 1)
+  group = run * (length + 2)
+  big = (length + 3) * (length + 2) * 2
+  query_key = group + level + 1
+  closing_key = xp.where(is_close == 1, group + depth + 1, big)
+  keys = xp.stack([query_key, closing_key], axis=-1).reshape(*kind.shape[:-1], 2 * length)
+  order = argsort(keys)
+  sorted_keys = xp.take_along_axis(keys, order, axis=-1)
+  slots = xp.broadcast_to(xp.arange(2 * length, dtype=int_t), keys.shape)
+  is_closing_slot = ((order % 2) == 1) & (sorted_keys < big)
+  closing_rank = xp.where(is_closing_slot, slots, 2 * length)
+  next_rank = xp.flip(cummin(xp.flip(closing_rank, axis=-1)), axis=-1)  # first closing at >= s
+  next_rank = xp.concatenate([next_rank[..., 1:], xp.full_like(next_rank[..., :1], 2 * length)],
+                             axis=-1)  # strictly after s
+  safe_rank = xp.minimum(next_rank, 2 * length - 1)
+  found = (next_rank < 2 * length) & (xp.take_along_axis(sorted_keys, safe_rank, axis=-1)
+                                      == sorted_keys)
+  popper = xp.where(found, xp.take_along_axis(order, safe_rank, axis=-1) // 2, length)
+  inverse = argsort(order)  # sorted position of every slot
+  pop = xp.take_along_axis(popper, inverse[..., 0::2], axis=-1)
+  pop = xp.where(kind == Kind.CNT2, index_b + 1, pop)
+  pop = xp.where(segment == 0, length, pop)
+  return RowMetadata(kind, segment, position.astype(xp.int32), depth.astype(xp.int32),
+                     pop.astype(xp.int32))
+
+
+def dense_mask(meta: RowMetadata, attention: AttentionSpec, xp=np):
+  """Boolean masks [..., G, T, T], one per head group of `attention` (reference / tests)."""
+  codes = xp.asarray(np.asarray(attention.groups, dtype=np.int32))[:, None, None]
+  query, key = meta.query(xp), meta.key(xp)
+  expand = lambda m: TokenMeta(*(x if np.ndim(x) < 2 else x[..., None, :, :] for x in m))
+  return attends(expand(query), expand(key), codes)
+
+
+def target_mask(kind_T, segment_T, linearization: str, attention: AttentionSpec, xp=np):
+  """SPEC §4: which tokens are prediction targets (their loss is counted), [..., T] bool.
+
+  Not targets: padding; the first token of every run (BOS, or the first token of a document
+  continued from an earlier row: nothing in the row predicts it); CNT2 under any TG-family
+  attention (deterministic after its CNT1); every NT token in lin1_shuf.
+  """
+  kind = xp.asarray(kind_T)
+  segment = xp.asarray(segment_T)
+  first = xp.concatenate([xp.ones_like(segment[..., :1], dtype=bool),
+                          segment[..., 1:] != segment[..., :-1]], axis=-1)
+  target = (segment != 0) & ~first & (kind != Kind.PAD) & (kind != Kind.BOS)
+  if attention.is_structural:
+    target = target & (kind != Kind.CNT2)
+  if linearization == "lin1_shuf":
+    target = target & (kind != Kind.ONT) & (kind != Kind.CNT)
+  return target
