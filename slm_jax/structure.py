@@ -50,7 +50,7 @@ class Attention(enum.IntEnum):
 ATTENTION_NAMES = {a.name.lower(): a for a in Attention}
 # Plain ints for use inside traced code and kernels.
 _CAUSAL, _TG, _TG_NOMASK, _TG_NOMASK_AUG = (int(a) for a in Attention)
-_CNT2, _CNT1 = int(Kind.CNT2), int(Kind.CNT1)
+_PAD, _BOS, _EOS, _TERMINAL, _ONT, _CNT, _CNT1, _CNT2, _PAUSE = (int(k) for k in Kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,77 +143,90 @@ class RowMetadata(NamedTuple):
 
 
 def _ops(xp):
-  """(cummax, cummin, stable argsort) along the last axis for numpy or jax.numpy."""
+  """Row-wise scans (on [N, T]), a stable row-wise argsort of small int keys, a scatter."""
   if xp is np:
+    def argsort_rows(keys, bound):
+      # numpy sorts <= 16-bit integers stably by radix sort: O(n) and several times faster.
+      return np.argsort(keys.astype(np.int16) if bound < 2**15 else keys, axis=-1, kind="stable")
+
+    def invert(order):
+      inverse = np.empty_like(order)
+      inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
+      return inverse
+
     return (lambda x: np.maximum.accumulate(x, axis=-1),
-            lambda x: np.minimum.accumulate(x, axis=-1),
-            lambda x: np.argsort(x, axis=-1, kind="stable"))
+            lambda x: np.minimum.accumulate(x, axis=-1), argsort_rows, invert)
   import jax  # pylint: disable=g-import-not-at-top
   return (lambda x: jax.lax.cummax(x, axis=x.ndim - 1),
           lambda x: jax.lax.cummin(x, axis=x.ndim - 1),
-          lambda x: xp.argsort(x, axis=-1, stable=True))
+          lambda keys, bound: xp.argsort(keys, axis=-1, stable=True),
+          lambda order: xp.zeros_like(order).at[order].set(xp.arange(order.shape[0],
+                                                                     dtype=order.dtype)))
 
 
 def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   """SPEC §3 metadata of packed rows from their kinds and segment ids ([..., T] each).
 
   Runs of equal segment id are documents (or document pieces); 0 is padding. Use `xp=jax.numpy`
-  inside `jax.jit`. int32 arithmetic bounds T at 32,767 under jax's default 32-bit integers.
+  inside `jax.jit`. Rows of up to 32,767 tokens (int32 arithmetic).
   """
-  cummax, cummin, argsort = _ops(xp)
-  kind = xp.asarray(kind_T)
-  segment = xp.asarray(segment_T)
-  length = kind.shape[-1]
-  int_t = xp.int64 if xp is np else xp.int32
-  index = xp.arange(length, dtype=int_t)
-  index_b = xp.broadcast_to(index, kind.shape)
-  new_run = xp.concatenate([xp.ones_like(segment[..., :1], dtype=bool),
-                            segment[..., 1:] != segment[..., :-1]], axis=-1)
-  run = xp.cumsum(new_run.astype(int_t), axis=-1)  # 1-based run ordinal
-  run_start = cummax(xp.where(new_run, index_b, 0))
-  position = index_b - run_start
+  cummax, cummin, argsort_rows, invert = _ops(xp)
+  kind_in = xp.asarray(kind_T)
+  shape = kind_in.shape
+  length = shape[-1]
+  if length > 32767:
+    raise ValueError(f"row_metadata supports rows of at most 32,767 tokens, got {length}")
+  kind = kind_in.reshape(-1, length)  # [N, T]; scans run along rows, gathers on flat arrays
+  segment = xp.asarray(segment_T).reshape(-1, length)
+  rows = kind.shape[0]
+  i32 = xp.int32
+  index = xp.broadcast_to(xp.arange(length, dtype=i32), kind.shape)
+  new_run = xp.concatenate([xp.ones_like(segment[:, :1], dtype=bool),
+                            segment[:, 1:] != segment[:, :-1]], axis=-1)
+  run = xp.cumsum(new_run, axis=-1, dtype=i32)  # 1-based run ordinal within the row
+  run_start = cummax(xp.where(new_run, index, 0))
+  position = index - run_start
+  row_base = (xp.arange(rows, dtype=i32) * length)[:, None]
+  flat_start = (run_start + row_base).reshape(-1)
 
-  is_open = (kind == Kind.ONT).astype(int_t)
-  is_close = ((kind == Kind.CNT) | (kind == Kind.CNT1)).astype(int_t)
-  # Unclamped open count after each token, restarted at every run, then reflected at 0 so that
-  # a closing with nothing open closes nothing: X_i = U_i - min(0, min_{k<=i in run} U_k).
-  opens_excl = xp.cumsum(is_open, axis=-1) - is_open
-  closes_excl = xp.cumsum(is_close, axis=-1) - is_close
-  take = lambda x: xp.take_along_axis(x, run_start, axis=-1)
-  walk = (opens_excl + is_open - take(opens_excl)) - (closes_excl + is_close - take(closes_excl))
+  is_open = (kind == _ONT).astype(i32)
+  delta = is_open - ((kind == _CNT) | (kind == _CNT1)).astype(i32)
+  # Open count after each token, restarted at every run and reflected at 0 so that a closing
+  # with nothing open closes nothing: X_i = U_i - min(0, min_{k<=i in run} U_k), U unclamped.
+  step = xp.cumsum(delta, axis=-1, dtype=i32)
+  walk = step - (step - delta).reshape(-1)[flat_start].reshape(kind.shape)
   offset = (2 * length + 1) * run  # earlier runs never win the running minimum
-  run_min = cummin(walk - offset) + offset
-  open_after = walk - xp.minimum(run_min, 0)
-  is_boundary = (kind == Kind.BOS) | (kind == Kind.EOS)
+  open_after = walk - xp.minimum(cummin(walk - offset) + offset, 0)
+  is_boundary = (kind == _BOS) | (kind == _EOS)
   depth = xp.where(is_boundary, 0, open_after - is_open)  # BOS/EOS are root level
 
-  # pop: first closing after i, in i's run, at depth `level` (ONT: its own depth; any other
-  # stack item: its parent's depth = depth - 1). Found by one stable sort of query slots (2i)
-  # and closing slots (2i+1) by (run, level), then the next closing slot in sorted order.
-  level = xp.where(is_open == 1, depth, depth - 1)
-  group = run * (length + 2)
-  big = (length + 3) * (length + 2) * 2
-  query_key = group + level + 1
-  closing_key = xp.where(is_close == 1, group + depth + 1, big)
-  keys = xp.stack([query_key, closing_key], axis=-1).reshape(*kind.shape[:-1], 2 * length)
-  order = argsort(keys)
-  sorted_keys = xp.take_along_axis(keys, order, axis=-1)
-  slots = xp.broadcast_to(xp.arange(2 * length, dtype=int_t), keys.shape)
-  is_closing_slot = ((order % 2) == 1) & (sorted_keys < big)
-  closing_rank = xp.where(is_closing_slot, slots, 2 * length)
-  next_rank = xp.flip(cummin(xp.flip(closing_rank, axis=-1)), axis=-1)  # first closing at >= s
-  next_rank = xp.concatenate([next_rank[..., 1:], xp.full_like(next_rank[..., :1], 2 * length)],
-                             axis=-1)  # strictly after s
-  safe_rank = xp.minimum(next_rank, 2 * length - 1)
-  found = (next_rank < 2 * length) & (xp.take_along_axis(sorted_keys, safe_rank, axis=-1)
-                                      == sorted_keys)
-  popper = xp.where(found, xp.take_along_axis(order, safe_rank, axis=-1) // 2, length)
-  inverse = argsort(order)  # sorted position of every slot
-  pop = xp.take_along_axis(popper, inverse[..., 0::2], axis=-1)
-  pop = xp.where(kind == Kind.CNT2, index_b + 1, pop)
+  # pop[i] = the first token j > i of i's run with open_after[j] == open_after[i] - 1: the
+  # walk moves by one, so that is where the constituent holding i closes (for an ONT its own
+  # closing, for any other stack item its parent's closing). One stable sort per row of item
+  # slots (2j, key (run, open_after[j])) and query slots (2i+1, key (run, open_after[i] - 1));
+  # the answer is the next item slot after each query slot in sorted order, if its key is equal.
+  width = int(open_after.max(initial=0)) + 2 if xp is np else length + 2
+  item_key = run * width + open_after + 1
+  query_key = xp.where(is_boundary, run * width, item_key - 1)  # BOS/EOS: never popped
+  keys = xp.stack([item_key, query_key], axis=-1).reshape(rows, 2 * length)
+  bound = (int(run.max(initial=0)) + 1) * width if xp is np else 2**31
+  slots = 2 * length
+  order = (argsort_rows(keys, bound).astype(i32) + (xp.arange(rows, dtype=i32) * slots)[:, None])
+  order = order.reshape(-1)
+  sorted_keys = keys.reshape(-1)[order]
+  rank = xp.arange(rows * slots, dtype=i32)
+  item_rank = xp.where((order & 1) == 0, rank, rows * slots)
+  next_item = xp.flip(cummin(xp.flip(item_rank.reshape(rows, slots), axis=-1)), axis=-1)
+  next_item = xp.concatenate([next_item[:, 1:], xp.full_like(next_item[:, :1], rows * slots)],
+                             axis=-1).reshape(-1)  # first item slot strictly after, same row
+  safe = xp.minimum(next_item, rows * slots - 1)
+  found = (next_item < rows * slots) & (sorted_keys[safe] == sorted_keys)
+  popper = xp.where(found, (order[safe] >> 1) % length, length)
+  pop = popper[invert(order)[1::2]].reshape(kind.shape)
+  pop = xp.where(kind == _CNT2, index + 1, pop)
   pop = xp.where(segment == 0, length, pop)
-  return RowMetadata(kind, segment, position.astype(xp.int32), depth.astype(xp.int32),
-                     pop.astype(xp.int32))
+  return RowMetadata(kind_in, xp.asarray(segment_T), position.reshape(shape),
+                     depth.reshape(shape), pop.reshape(shape).astype(i32))
 
 
 def dense_mask(meta: RowMetadata, attention: AttentionSpec, xp=np):
