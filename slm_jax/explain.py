@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
   except (ptb.TreeError, FileNotFoundError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  except BrokenPipeError:  # `explain … | head`: the reader went away, not an error
+    sys.stderr.close()
+    return 0
   if report.trees_skipped or sum(report.skipped_by_reason.values()) or report.unknown_labels:
     print(f"explain: {report.summary()}", file=sys.stderr)
   return 0
