@@ -1,0 +1,7 @@
+"""pause2 (SPEC §5) at scale 500m; every setting comes from slm_jax.config_builder."""
+
+from slm_jax import config_builder
+
+
+def get_config():
+  return config_builder.build("pause2", "500m")

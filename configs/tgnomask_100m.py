@@ -1,0 +1,7 @@
+"""tgnomask (SPEC §5) at scale 100m; every setting comes from slm_jax.config_builder."""
+
+from slm_jax import config_builder
+
+
+def get_config():
+  return config_builder.build("tgnomask", "100m")

@@ -1,0 +1,7 @@
+"""tgnomask_aug (SPEC §5) at scale tiny; every setting comes from slm_jax.config_builder."""
+
+from slm_jax import config_builder
+
+
+def get_config():
+  return config_builder.build("tgnomask_aug", "tiny")

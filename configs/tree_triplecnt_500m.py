@@ -1,0 +1,7 @@
+"""tree_triplecnt (SPEC §5) at scale 500m; every setting comes from slm_jax.config_builder."""
+
+from slm_jax import config_builder
+
+
+def get_config():
+  return config_builder.build("tree_triplecnt", "500m")
