@@ -1,0 +1,99 @@
+"""The OLMo-style decoder (SPEC §6): embedding, pre-norm blocks, final RMSNorm, (tied) head.
+
+`Decoder(tokens_BT, meta)` → float32 logits [B, T, V]. The pieces are public so callers can
+start from precomputed embeddings (`embed`, `hidden`, `logits`): the causality tests
+differentiate with respect to the input embeddings, and GTCA reads hidden states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from slm_jax.model.attention import SelfAttention
+from slm_jax.model.config import ModelConfig
+from slm_jax.model.layers import RMSNorm, SwiGLU, dense
+from slm_jax.structure import RowMetadata
+
+
+def _norm(config: ModelConfig) -> RMSNorm:
+  return RMSNorm(config.d_model, eps=config.norm_eps, use_bias=config.include_bias,
+                 dtype=config.compute_dtype, param_dtype=config.param_dtype)
+
+
+class Block(nnx.Module):
+  """x + attn(norm(x)); x + mlp(norm(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.attn_norm = _norm(config)
+    self.attn = SelfAttention(config, rngs=rngs)
+    self.mlp_norm = _norm(config)
+    self.mlp = SwiGLU(config, rngs=rngs)
+
+  def __call__(self, x_BTD: jax.Array, meta: RowMetadata) -> jax.Array:
+    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), meta).astype(x_BTD.dtype)
+    return x_BTD + self.mlp(self.mlp_norm(x_BTD)).astype(x_BTD.dtype)
+
+
+class Decoder(nnx.Module):
+  """Token embedding, `n_layers` blocks, final RMSNorm, output head tied to the embedding."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embed_tokens = nnx.Embed(config.vocab_size, config.d_model, dtype=config.compute_dtype,
+                                  param_dtype=config.param_dtype,
+                                  embedding_init=nnx.initializers.normal(config.init_std),
+                                  rngs=rngs)
+    self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
+    self.final_norm = _norm(config)
+    self.lm_head = (None if config.tie_embeddings
+                    else dense(config, config.d_model, config.vocab_size, False, rngs=rngs))
+
+  def embed(self, tokens_BT: jax.Array) -> jax.Array:
+    """Input embeddings [B, T, D] in the compute dtype."""
+    return self.embed_tokens(tokens_BT)
+
+  def hidden(self, x_BTD: jax.Array, meta: RowMetadata) -> jax.Array:
+    """Final-normed hidden states [B, T, D] from input embeddings; meta fields are [B, T]."""
+    x_BTD = x_BTD.astype(self.config.compute_dtype)
+    for block in self.blocks:
+      x_BTD = block(x_BTD, meta)
+    return self.final_norm(x_BTD)
+
+  def logits(self, h_BTD: jax.Array) -> jax.Array:
+    """Output head, float32 [B, T, V] (accumulated in float32)."""
+    dtype = self.config.compute_dtype
+    if self.lm_head is None:
+      w_VD = self.embed_tokens.embedding[...].astype(dtype)
+      return jnp.einsum("btd,vd->btv", h_BTD.astype(dtype), w_VD,
+                        preferred_element_type=jnp.float32)
+    w_DV = self.lm_head.kernel[...].astype(dtype)
+    return jnp.einsum("btd,dv->btv", h_BTD.astype(dtype), w_DV,
+                      preferred_element_type=jnp.float32)
+
+  def __call__(self, tokens_BT: jax.Array, meta: RowMetadata) -> jax.Array:
+    return self.logits(self.hidden(self.embed(tokens_BT), meta))
+
+
+def _abstract_params(config: ModelConfig) -> dict[str, int]:
+  """Parameter sizes by top-level attribute, from shapes only (`nnx.eval_shape`, no allocation)."""
+  config = config.replace(attention_impl="xla")  # counting needs no kernel
+  model = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
+  sizes: dict[str, int] = {}
+  for path, leaf in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    sizes[str(path[0])] = sizes.get(str(path[0]), 0) + math.prod(leaf.shape)
+  return sizes
+
+
+def param_count(config: ModelConfig) -> int:
+  """All parameters (a tied embedding counted once)."""
+  return sum(_abstract_params(config).values())
+
+
+def non_embedding_param_count(config: ModelConfig) -> int:
+  """Parameters other than the token embedding and an untied output head (SPEC §6, §7 N)."""
+  sizes = _abstract_params(config)
+  return sum(n for name, n in sizes.items() if name not in ("embed_tokens", "lm_head"))
