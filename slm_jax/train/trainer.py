@@ -1,0 +1,193 @@
+"""The training run: data, model, optimizer, loop, metrics, checkpoints, resume, summary.
+
+`train(cfg, workdir)` is what `python -m slm_jax.main` calls. A run in an existing workdir resumes
+from its newest readable checkpoint (parameters, optimizer state, step, data position), so a run
+killed at any point and restarted produces the same loss curve as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from slm_jax.configurations import resolve
+from slm_jax.data.loader import BatchIterator, PackedDataset
+from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
+from slm_jax.model.config import ModelConfig
+from slm_jax.model.decoder import Decoder, non_embedding_param_count, param_count
+from slm_jax.train.checkpointing import Checkpointer
+from slm_jax.train.metrics_io import MetricsWriter
+from slm_jax.train.optimizer import make_optimizer, make_schedule
+from slm_jax.train.steps import make_eval_step, make_train_step
+
+_LOG = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss became NaN or Inf; the run stops instead of writing a broken checkpoint."""
+
+
+@dataclasses.dataclass
+class RunSummary:
+  steps: int
+  tokens_trained: int
+  final_train_loss: float
+  eval_terminal_ppl: float
+  eval_loss: float
+  seconds: float
+  resumed_from: int
+  workdir: str
+
+
+def model_config(cfg: Any, vocab_size: int) -> ModelConfig:
+  m = cfg.model
+  return ModelConfig(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers,
+                     n_heads=m.n_heads, n_kv_heads=m.n_kv_heads or None, mlp_ratio=m.mlp_ratio,
+                     rope_theta=m.rope_theta, norm_eps=m.norm_eps,
+                     tie_embeddings=m.tie_embeddings, qkv_bias=m.qkv_bias, mlp_bias=m.mlp_bias,
+                     include_bias=m.include_bias, init_std=m.init_std, param_dtype=m.param_dtype,
+                     compute_dtype=m.compute_dtype, attention=cfg.configuration.attention,
+                     attention_impl=m.attention_impl)
+
+
+def _device_batch(batch) -> dict[str, jax.Array]:
+  return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
+
+
+def _fmt_seconds(seconds: float) -> str:
+  seconds = int(max(0, seconds))
+  return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
+      f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
+             max_batches: int = 0) -> dict[str, float]:
+  """Held-out loss and terminal perplexity (normalized by terminal + EOS tokens, SPEC §4)."""
+  totals: dict[str, float] = {}
+  for i, batch in enumerate(dataset.batches(batch_size)):
+    if max_batches and i >= max_batches:
+      break
+    for key, value in eval_step(params, _device_batch(batch)).items():
+      totals[key] = totals.get(key, 0.0) + float(value)
+  terminal = totals.get("terminal_count", 0.0)
+  return {
+      "eval_loss": totals.get("loss_sum", 0.0) / max(totals.get("count", 0.0), 1.0),
+      "eval_terminal_ppl": math.exp(totals.get("terminal_loss_sum", 0.0) / max(terminal, 1.0)),
+      "eval_terminal_tokens": terminal,
+  }
+
+
+def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
+  started = time.time()
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  configuration = resolve(linearization=cfg.configuration.linearization,
+                          attention=cfg.configuration.attention)
+  corpus = load_corpus(cfg.data)
+  tokenizer = load_or_build_tokenizer(cfg.data, corpus, workdir)
+  train_data = PackedDataset(corpus.train, tokenizer, configuration, cfg.data.seq_len,
+                             seed=cfg.data.linearization_seed)
+  eval_data = PackedDataset(corpus.evaluation, tokenizer, configuration, cfg.data.seq_len,
+                            seed=cfg.data.linearization_seed)
+  print(f"data: {corpus.description}\n  train: {train_data.stats.summary()}\n"
+        f"  eval: {eval_data.stats.summary()}", flush=True)
+
+  mconfig = model_config(cfg, tokenizer.vocab_size)
+  model = Decoder(mconfig, rngs=nnx.Rngs(cfg.train.seed))
+  graphdef, params = nnx.split(model, nnx.Param)
+  params = nnx.to_pure_dict(params)
+  total_steps = cfg.train.steps
+  tx = make_optimizer(cfg.optimizer, total_steps, accumulate=False)
+  schedule = make_schedule(cfg.optimizer, total_steps)
+  opt_state = tx.init(params)
+  print(f"model: {configuration.name} ({configuration.linearization} + "
+        f"{configuration.attention.name}), {param_count(mconfig):,} parameters "
+        f"({non_embedding_param_count(mconfig):,} non-embedding), vocab {tokenizer.vocab_size}",
+        flush=True)
+
+  batches = BatchIterator(train_data, cfg.train.global_batch, seed=cfg.train.seed)
+  checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.checkpoint.max_to_keep)
+  start_step = 0
+  if cfg.checkpoint.resume:
+    restored = checkpointer.restore_latest({"params": params, "opt_state": opt_state})
+    if restored is not None:
+      params, opt_state = restored.state["params"], restored.state["opt_state"]
+      batches.restore(restored.extra["data"])
+      start_step = restored.step
+      for step, reason in restored.skipped:
+        print(f"warning: checkpoint step {step} unreadable ({reason}); resumed from "
+              f"{restored.step}", flush=True)
+      print(f"resumed from step {start_step} ({checkpointer.directory})", flush=True)
+
+  writer = MetricsWriter(workdir, resume_step=start_step)
+  train_step = make_train_step(graphdef, tx, cfg.optimizer.grad_accum_steps)
+  eval_step = make_eval_step(graphdef)
+  tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
+  window: dict[str, float] = {}
+  window_start, window_steps = time.time(), 0
+  last_loss = float("nan")
+
+  def save(step: int) -> None:
+    checkpointer.save(step, {"params": params, "opt_state": opt_state},
+                      {"data": batches.state(), "step": step})
+
+  try:
+    for step in range(start_step, total_steps):
+      batch = _device_batch(next(batches))
+      params, opt_state, sums = train_step(params, opt_state, batch)
+      loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
+      if not math.isfinite(loss):
+        raise NonFiniteLossError(
+            f"non-finite loss ({loss}) at step {step + 1}; stopping without saving. Last "
+            f"checkpoint: {checkpointer.steps()[-1:] or 'none'}. Lower optimizer.peak_lr or "
+            "check the data.")
+      last_loss = loss
+      for key, value in sums.items():
+        window[key] = window.get(key, 0.0) + float(value)
+      window_steps += 1
+      done = step + 1
+      if done % cfg.train.log_every == 0 or done == total_steps:
+        elapsed = time.time() - window_start
+        record = {"step": done, "loss": window["loss_sum"] / max(window["count"], 1.0),
+                  "lr": float(schedule(done)),
+                  "grad_norm": window["grad_norm"] / window_steps,
+                  "tokens_per_s": window_steps * tokens_per_step / max(elapsed, 1e-9)}
+        for group in ("terminal", "structural", "pause"):
+          if window.get(f"{group}_count"):
+            record[f"loss_{group}"] = window[f"{group}_loss_sum"] / window[f"{group}_count"]
+        writer.write(record)
+        eta = (total_steps - done) * elapsed / window_steps
+        print(f"step {done}/{total_steps} | loss {record['loss']:.4f} | "
+              f"{record['tokens_per_s']:,.0f} tok/s | lr {record['lr']:.2e} | "
+              f"ETA {_fmt_seconds(eta)}", flush=True)
+        window, window_start, window_steps = {}, time.time(), 0
+      if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done != total_steps:
+        result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+        writer.write({"step": done, **result})
+        print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
+              f"{result['eval_terminal_ppl']:.3f}", flush=True)
+      if (cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0) or \
+          done == total_steps:
+        save(done)
+  finally:
+    checkpointer.wait()
+
+  final = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+  writer.write({"step": total_steps, **final})
+  writer.close()
+  checkpointer.close()
+  summary = RunSummary(total_steps, (total_steps - start_step) * tokens_per_step, last_loss,
+                       final["eval_terminal_ppl"], final["eval_loss"], time.time() - started,
+                       start_step, str(workdir))
+  (workdir / "summary.json").write_text(json.dumps(dataclasses.asdict(summary), indent=2))
+  return summary
