@@ -25,12 +25,18 @@ from slm_jax.data.loader import BatchIterator, PackedDataset
 from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder, non_embedding_param_count, param_count
+from slm_jax.model.loss import LossMetrics
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
 from slm_jax.train.steps import make_eval_step, make_train_step
 
 _LOG = logging.getLogger(__name__)
+
+
+def window_counts(metrics: LossMetrics, group: str) -> float:
+  """How many target tokens of a kind group the merged metrics saw."""
+  return float(getattr(metrics, f"{group}_loss").denominator)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -73,18 +79,16 @@ def _fmt_seconds(seconds: float) -> str:
 def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
              max_batches: int = 0) -> dict[str, float]:
   """Held-out loss and terminal perplexity (normalized by terminal + EOS tokens, SPEC §4)."""
-  totals: dict[str, float] = {}
+  metrics = LossMetrics.empty()
   for i, batch in enumerate(dataset.batches(batch_size)):
     if max_batches and i >= max_batches:
       break
-    for key, value in eval_step(params, _device_batch(batch)).items():
-      totals[key] = totals.get(key, 0.0) + float(value)
-  terminal = totals.get("terminal_count", 0.0)
-  return {
-      "eval_loss": totals.get("loss_sum", 0.0) / max(totals.get("count", 0.0), 1.0),
-      "eval_terminal_ppl": math.exp(totals.get("terminal_loss_sum", 0.0) / max(terminal, 1.0)),
-      "eval_terminal_tokens": terminal,
-  }
+    metrics = metrics.merge(LossMetrics.single_from_model_output(
+        **eval_step(params, _device_batch(batch))))
+  result = {k: float(v) for k, v in metrics.compute().items()}
+  return {"eval_loss": result["loss"], "eval_terminal_ppl": result["terminal_ppl"],
+          "eval_joint_ppl": result["joint_ppl"], "eval_terminal_loss": result["terminal_loss"],
+          "eval_target_tokens": result["target_tokens"]}
 
 
 def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
@@ -133,8 +137,8 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   train_step = make_train_step(graphdef, tx, cfg.optimizer.grad_accum_steps)
   eval_step = make_eval_step(graphdef)
   tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
-  window: dict[str, float] = {}
-  window_start, window_steps = time.time(), 0
+  window = LossMetrics.empty()  # clu metrics over the steps since the last log line
+  window_start, window_steps, grad_norm_sum = time.time(), 0, 0.0
   last_loss = float("nan")
 
   def save(step: int) -> None:
@@ -152,25 +156,27 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
             f"checkpoint: {checkpointer.steps()[-1:] or 'none'}. Lower optimizer.peak_lr or "
             "check the data.")
       last_loss = loss
-      for key, value in sums.items():
-        window[key] = window.get(key, 0.0) + float(value)
+      grad_norm = sums.pop("grad_norm")
+      window = window.merge(LossMetrics.single_from_model_output(**sums))
+      grad_norm_sum += float(grad_norm)
       window_steps += 1
       done = step + 1
       if done % cfg.train.log_every == 0 or done == total_steps:
         elapsed = time.time() - window_start
-        record = {"step": done, "loss": window["loss_sum"] / max(window["count"], 1.0),
-                  "lr": float(schedule(done)),
-                  "grad_norm": window["grad_norm"] / window_steps,
+        computed = {k: float(v) for k, v in window.compute().items()}
+        record = {"step": done, "loss": computed["loss"], "lr": float(schedule(done)),
+                  "grad_norm": grad_norm_sum / window_steps,
                   "tokens_per_s": window_steps * tokens_per_step / max(elapsed, 1e-9)}
         for group in ("terminal", "structural", "pause"):
-          if window.get(f"{group}_count"):
-            record[f"loss_{group}"] = window[f"{group}_loss_sum"] / window[f"{group}_count"]
+          if window_counts(window, group):
+            record[f"loss_{group}"] = computed[f"{group}_loss"]
         writer.write(record)
         eta = (total_steps - done) * elapsed / window_steps
         print(f"step {done}/{total_steps} | loss {record['loss']:.4f} | "
               f"{record['tokens_per_s']:,.0f} tok/s | lr {record['lr']:.2e} | "
               f"ETA {_fmt_seconds(eta)}", flush=True)
-        window, window_start, window_steps = {}, time.time(), 0
+        window, window_start, window_steps = LossMetrics.empty(), time.time(), 0
+        grad_norm_sum = 0.0
       if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done != total_steps:
         result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
         writer.write({"step": done, **result})
