@@ -16,6 +16,8 @@ import pytest
 from slm_jax import config_builder
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.train import trainer
+from flax import nnx
+
 from slm_jax.train.checkpointing import CheckpointError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -119,3 +121,24 @@ def test_bad_config_fails_at_start_up(tmp_path):
                              "--config=configs/tree_tiny.py", "--config.configuration.attention=tg",
                              f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
   assert bad_pair.returncode == 2 and "needs linearization lin2" in bad_pair.stderr
+
+
+def test_load_run_rebuilds_the_trained_model(tmp_path):
+  import jax.numpy as jnp
+  import numpy as np
+  from slm_jax.data.loader import PackedDataset
+  from slm_jax.data.sources import load_corpus
+  from slm_jax.train.loading import load_run
+  from slm_jax.train.steps import metadata
+  cfg = small_config("tg", steps=4)
+  summary = trainer.train(cfg, tmp_path)
+  run = load_run(tmp_path)
+  assert run.step == 4 and run.configuration.name == "tg"
+  corpus = load_corpus(cfg.data)
+  data = PackedDataset(corpus.evaluation, run.tokenizer, run.configuration, cfg.data.seq_len)
+  batch = {k: jnp.asarray(v) for k, v in next(iter(data.batches(4))).as_dict().items()}
+  logits = run.model(batch["tokens"], metadata(batch))
+  assert np.isfinite(np.asarray(logits)).all()
+  result = trainer.evaluate(trainer.make_eval_step(nnx.graphdef(run.model)),
+                            nnx.to_pure_dict(nnx.state(run.model, nnx.Param)), data, 16)
+  assert result["eval_terminal_ppl"] == pytest.approx(summary.eval_terminal_ppl, rel=1e-5)

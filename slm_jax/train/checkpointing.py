@@ -52,9 +52,13 @@ class Checkpointer:
                                                     extra=ocp.args.JsonSave(extra)),
                       force=True)
 
-  def restore_latest(self, abstract_state: Any) -> Restored | None:
-    """The newest readable step, or None when the directory holds no checkpoint."""
+  def restore_latest(self, abstract_state: Any, step: int | None = None) -> Restored | None:
+    """The newest readable step (or exactly `step`), None when the directory holds none."""
     steps = self.steps()
+    if step is not None:
+      if step not in steps:
+        raise CheckpointError(f"no checkpoint for step {step} in {self.directory} (has {steps})")
+      steps = [step]
     skipped: list[tuple[int, str]] = []
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
     for step in reversed(steps):

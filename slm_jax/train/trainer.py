@@ -29,7 +29,7 @@ from slm_jax.model.loss import LossMetrics
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
-from slm_jax.train.steps import make_eval_step, make_train_step
+from slm_jax.train.steps import make_eval_step, make_train_step  # noqa: F401  (re-exported)
 
 _LOG = logging.getLogger(__name__)
 
@@ -66,6 +66,14 @@ def model_config(cfg: Any, vocab_size: int) -> ModelConfig:
                      attention_impl=m.attention_impl)
 
 
+CONFIG_FILE = "config.json"
+
+
+def save_config(cfg: Any, workdir: pathlib.Path) -> None:
+  """The run's full config, so evaluation can rebuild the model from the workdir alone."""
+  (workdir / CONFIG_FILE).write_text(cfg.to_json_best_effort(indent=2))
+
+
 def _device_batch(batch) -> dict[str, jax.Array]:
   return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
 
@@ -95,6 +103,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   started = time.time()
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  save_config(cfg, workdir)
   configuration = resolve(linearization=cfg.configuration.linearization,
                           attention=cfg.configuration.attention)
   corpus = load_corpus(cfg.data)
