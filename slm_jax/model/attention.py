@@ -12,6 +12,7 @@ kernel packages fill. Every implementation has the signature of `xla_attention`.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Callable
 
@@ -33,12 +34,24 @@ AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, RowMetadata, AttentionS
 # Filled by the kernel packages (`register_attention_kernel`), keyed by attention_impl name.
 ATTENTION_KERNELS: dict[str, AttentionFn] = {}
 _PROVIDERS = {
-    "pallas_tpu": "the Pallas TPU attention kernel (package `pallas_kernels`, the fused "
-                  "structural-attention kernel issue); import it before building the model",
-    "triton_gpu": "the Triton GPU attention kernel (package `pallas_kernels` with the `gpu` extra, "
-                  "jax-triton; the fused structural-attention kernel issue); import it before "
-                  "building the model",
+    "pallas_tpu": "the Pallas TPU attention kernel (module `pallas_kernels.tpu_attention`)",
+    "triton_gpu": "the Triton GPU attention kernel (module `pallas_kernels.triton_attention`, "
+                  "needs the `gpu` extra: jax-triton and a GPU jaxlib)",
 }
+# Imported on first use; importing a module registers its kernel.
+_KERNEL_MODULES = {"pallas_tpu": "pallas_kernels.tpu_attention",
+                   "triton_gpu": "pallas_kernels.triton_attention"}
+_IMPORT_ERRORS: dict[str, str] = {}
+
+
+def _load_kernel(name: str) -> None:
+  """Imports the module providing kernel `name` (once); remembers why it failed, if it did."""
+  if name in ATTENTION_KERNELS or name in _IMPORT_ERRORS:
+    return
+  try:
+    importlib.import_module(_KERNEL_MODULES[name])
+  except ImportError as error:
+    _IMPORT_ERRORS[name] = f"{type(error).__name__}: {error}"
 _AUTO_KERNEL = {"tpu": "pallas_tpu", "gpu": "triton_gpu", "cuda": "triton_gpu",
                 "rocm": "triton_gpu"}
 _LOGGED: set[tuple[str, str, str]] = set()
@@ -67,10 +80,13 @@ def resolve_attention_impl(impl: str, backend: str | None = None) -> str:
   resolved = impl
   if impl == "auto":
     kernel = _AUTO_KERNEL.get(backend)
+    if kernel is not None:
+      _load_kernel(kernel)
     resolved = kernel if kernel in ATTENTION_KERNELS else "xla"
-  elif impl != "xla" and impl not in ATTENTION_KERNELS:
+  elif impl != "xla" and (_load_kernel(impl) or impl not in ATTENTION_KERNELS):
+    why = f" (import failed: {_IMPORT_ERRORS[impl]})" if impl in _IMPORT_ERRORS else ""
     raise KernelNotRegisteredError(
-        f"attention_impl={impl!r} is not registered; it is provided by {_PROVIDERS[impl]}. "
+        f"attention_impl={impl!r} is not registered{why}; it is provided by {_PROVIDERS[impl]}. "
         f"Registered kernels: {sorted(ATTENTION_KERNELS) or 'none'}; use 'xla' or 'auto' "
         "for the reference path.")
   if (impl, backend, resolved) not in _LOGGED:
