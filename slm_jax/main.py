@@ -51,7 +51,9 @@ def main(argv: list[str]) -> int:
       f"steps     {summary.steps}   tokens trained this run {summary.tokens_trained:,}",
       f"train     final loss {summary.final_train_loss:.4f}",
       f"held-out  loss {summary.eval_loss:.4f}   terminal perplexity "
-      f"{summary.eval_terminal_ppl:.3f} (per terminal + EOS token)",
+      f"{summary.eval_terminal_ppl:.3f} (terminal + EOS tokens, given the gold tree)",
+      f"          joint perplexity {summary.eval_joint_ppl:.3f} (all targets per terminal + EOS "
+      "token; an upper bound on the marginal for tree models)",
       f"time      {summary.seconds:.0f} s",
       "=" * 72]))
   return 0

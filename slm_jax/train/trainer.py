@@ -48,8 +48,9 @@ class RunSummary:
   steps: int
   tokens_trained: int
   final_train_loss: float
-  eval_terminal_ppl: float
+  eval_terminal_ppl: float  # exp(NLL of terminal + EOS targets / their count), gold structure given
   eval_loss: float
+  eval_joint_ppl: float  # exp(NLL of all targets / terminal + EOS count): bounds p(words) for trees
   seconds: float
   resumed_from: int
   workdir: str
@@ -202,7 +203,8 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   writer.close()
   checkpointer.close()
   summary = RunSummary(total_steps, (total_steps - start_step) * tokens_per_step, last_loss,
-                       final["eval_terminal_ppl"], final["eval_loss"], time.time() - started,
+                       final["eval_terminal_ppl"], final["eval_loss"], final["eval_joint_ppl"],
+                       time.time() - started,
                        start_step, str(workdir))
   (workdir / "summary.json").write_text(json.dumps(dataclasses.asdict(summary), indent=2))
   return summary
