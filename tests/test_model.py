@@ -281,10 +281,14 @@ def test_config_defaults():
 
 def test_resolve_attention_impl(monkeypatch):
   monkeypatch.setattr("slm_jax.model.attention.ATTENTION_KERNELS", {})
+  monkeypatch.setattr("slm_jax.model.attention._IMPORT_ERRORS", {})
+  monkeypatch.setattr("slm_jax.model.attention._KERNEL_MODULES",  # kernels that fail to import
+                      {"pallas_tpu": "pallas_kernels.no_such_module",
+                       "triton_gpu": "pallas_kernels.no_such_module"})
   assert resolve_attention_impl("auto", "cpu") == "xla"
   assert resolve_attention_impl("auto", "tpu") == "xla"  # nothing registered: reference path
   assert resolve_attention_impl("xla", "gpu") == "xla"
-  with pytest.raises(KernelNotRegisteredError, match="pallas_tpu.*pallas_kernels"):
+  with pytest.raises(KernelNotRegisteredError, match="pallas_tpu.*import failed.*no_such_module"):
     resolve_attention_impl("pallas_tpu", "tpu")
   with pytest.raises(KernelNotRegisteredError, match="triton_gpu"):
     resolve_attention_impl("triton_gpu", "gpu")
