@@ -1,0 +1,160 @@
+"""Fused structural attention on GPUs: the Triton kernels of `triton_kernels`, launched from JAX
+with jax-triton; registers attention_impl "triton_gpu" at import.
+
+Needs the `gpu` extra (jax-triton and a CUDA/ROCm jaxlib): without jax_triton (or with a CPU
+jaxlib, where jax_triton refuses to import) this import raises ImportError, which the model's
+kernel seam (`resolve_attention_impl`) catches and reports. Works with jax-triton 0.3.x
+(`out_shape=`, Python 3.11) and 0.4.x (`out_type=`, Python >= 3.12).
+
+`triton_attention` has `xla_attention`'s signature and semantics (SPEC §3 masks from O(T)
+metadata, per-head codes of hybrids, segments, padding attends only itself, GQA head h reads KV
+head h // (H/G), scale 1/sqrt(head_dim), float32 softmax and accumulation) and a `jax.custom_vjp`:
+the forward saves o and the row log-sum-exp; the backward runs the dq kernel (grid B·H × query
+blocks) and the dk/dv kernel (grid B·G × key blocks, summing the H/G heads of a KV head in
+registers). Both iterate only over the non-empty blocks of `block_plan.plan_blocks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+try:
+  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+except ImportError:
+  raise  # no `gpu` extra, or a CPU jaxlib: the kernel seam reports it
+except Exception as error:  # pylint: disable=broad-except
+  raise ImportError(f"jax_triton failed to import: {type(error).__name__}: {error}") from error
+import triton  # pylint: disable=g-import-not-at-top
+
+from pallas_kernels import triton_kernels as tk
+from pallas_kernels.block_plan import pad_metadata, padded_length, plan_blocks
+from slm_jax.model.attention import register_attention_kernel
+from slm_jax.structure import AttentionSpec, RowMetadata
+
+# jax-triton renamed `out_shape` to `out_type` (the old name is deprecated, then gone).
+_OUT_KEYWORD = ("out_type" if "out_type" in inspect.signature(jt.triton_call).parameters
+                else "out_shape")
+
+
+class _Launch(NamedTuple):
+  """Static launch configuration (hashable: a custom_vjp non-differentiable argument).
+
+  nq, nk: query / key blocks of the plan (of rows padded to a multiple of both blocks).
+  """
+
+  block_q: int
+  block_k: int
+  nq: int
+  nk: int
+  num_warps: int
+  num_stages: int
+
+
+def _call(kernel, args, out, grid, launch: _Launch, **constexprs):
+  return jt.triton_call(*args, kernel=kernel, grid=grid, num_warps=launch.num_warps,
+                        num_stages=launch.num_stages, **{_OUT_KEYWORD: out}, **constexprs)
+
+
+def _constexprs(q_BTHK, k_BSGK, launch: _Launch) -> dict:
+  _, T, H, D = q_BTHK.shape
+  return dict(T=T, H=H, G=k_BSGK.shape[2], BLOCK_Q=launch.block_q, BLOCK_K=launch.block_k,
+              NQ=launch.nq, NK=launch.nk, **tk.launch_config(jnp.dtype(q_BTHK.dtype).name, D))
+
+
+def _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
+  segment, kind, pop, codes, count, kblocks, _, _ = aux
+  B, T, H, _ = q_BTHK.shape
+  out = (jax.ShapeDtypeStruct(q_BTHK.shape, q_BTHK.dtype),
+         jax.ShapeDtypeStruct((B, H, T), jnp.float32))
+  grid = (B * H, launch.nq)
+  o_BTHK, lse_BHT = _call(tk.attention_fwd_kernel,
+                          (q_BTHK, k_BSGK, v_BSGK, segment, kind, pop, codes, count, kblocks),
+                          out, grid, launch, **_constexprs(q_BTHK, k_BSGK, launch))
+  return o_BTHK, lse_BHT
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _fused(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
+  return _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch)[0]
+
+
+def _fused_fwd(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
+  o_BTHK, lse_BHT = _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch)
+  return o_BTHK, (q_BTHK, k_BSGK, v_BSGK, aux, o_BTHK, lse_BHT)
+
+
+def _fused_bwd(launch: _Launch, residuals, do_BTHK):
+  q_BTHK, k_BSGK, v_BSGK, aux, o_BTHK, lse_BHT = residuals
+  segment, kind, pop, codes, count, kblocks, qcount, qblocks = aux
+  B, T, H, _ = q_BTHK.shape
+  G = k_BSGK.shape[2]
+  do_BTHK = do_BTHK.astype(q_BTHK.dtype)
+  delta_BHT = jnp.einsum("bthd,bthd->bht", do_BTHK.astype(jnp.float32),
+                         o_BTHK.astype(jnp.float32))
+  constexprs = _constexprs(q_BTHK, k_BSGK, launch)
+  dq_BTHK = _call(tk.attention_bwd_dq_kernel,
+                  (q_BTHK, k_BSGK, v_BSGK, do_BTHK, lse_BHT, delta_BHT, segment, kind, pop, codes,
+                   count, kblocks),
+                  jax.ShapeDtypeStruct(q_BTHK.shape, q_BTHK.dtype),
+                  (B * H, launch.nq), launch, **constexprs)
+  dk_BSGK, dv_BSGK = _call(tk.attention_bwd_dkdv_kernel,
+                           (q_BTHK, k_BSGK, v_BSGK, do_BTHK, lse_BHT, delta_BHT, segment, kind,
+                            pop, codes, qcount, qblocks),
+                           (jax.ShapeDtypeStruct(k_BSGK.shape, k_BSGK.dtype),
+                            jax.ShapeDtypeStruct(v_BSGK.shape, v_BSGK.dtype)),
+                           (B * G, launch.nk), launch, **constexprs)
+  return dq_BTHK, dk_BSGK, dv_BSGK, None  # integer metadata and plan: no cotangent
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def _block(requested: int, length: int, name: str) -> int:
+  """The block size used: `requested` (a power of two ≥ 16), shrunk for short rows."""
+  if requested < 16 or requested & (requested - 1):
+    raise ValueError(f"triton_attention: {name} must be a power of two >= 16, got {requested}")
+  return min(requested, max(16, triton.next_power_of_2(length)))
+
+
+def triton_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, meta: RowMetadata,
+                     attention: AttentionSpec, *, block_q: int = 64, block_k: int = 64,
+                     num_warps: int = 4, num_stages: int = 2) -> jax.Array:
+  """Fused `xla_attention`: o_BTHK from q [B,T,H,K], k/v [B,T,G,K] and the row metadata."""
+  B, T, H, D = q_BTHK.shape
+  G = k_BSGK.shape[2]
+  if k_BSGK.shape != (B, T, G, D) or v_BSGK.shape != k_BSGK.shape:
+    raise ValueError(f"triton_attention: self-attention needs k and v of shape {(B, T, G, D)} "
+                     f"(q {q_BTHK.shape}), got k {k_BSGK.shape}, v {v_BSGK.shape}")
+  if H % G:
+    raise ValueError(f"triton_attention: {H} query heads are not a multiple of {G} KV heads")
+  if D > 256:
+    raise ValueError(f"triton_attention: head_dim {D} > 256 is not supported")
+  if not q_BTHK.dtype == k_BSGK.dtype == v_BSGK.dtype:
+    raise ValueError(f"triton_attention: q, k, v dtypes differ: {q_BTHK.dtype}, "
+                     f"{k_BSGK.dtype}, {v_BSGK.dtype}")
+  bq, bk = _block(block_q, T, "block_q"), _block(block_k, T, "block_k")
+  length = padded_length(T, bq, bk)
+  nq, nk = length // bq, length // bk
+  launch = _Launch(bq, bk, nq, nk, num_warps, num_stages)
+  codes_H = attention.head_codes(H)  # concrete: plan_blocks specializes on the distinct codes
+  # The plan of rows padded to a multiple of both blocks; the kernels read the unpadded metadata
+  # and mask rows >= T (the padded rows' plan only adds tiles, never hides a real pair).
+  plan = plan_blocks(pad_metadata(meta, length), codes_H, bq, bk)
+  expected = {"count_BHQ": (B, H, nq), "kblocks_BHQK": (B, H, nq, nk),
+              "qcount_BHK": (B, H, nk), "qblocks_BHKQ": (B, H, nk, nq)}
+  for field, shape in expected.items():
+    if tuple(getattr(plan, field).shape) != shape:
+      raise ValueError(f"triton_attention: plan_blocks returned {field} of shape "
+                       f"{tuple(getattr(plan, field).shape)}, expected {shape}")
+  i32 = lambda x: jnp.asarray(x).astype(jnp.int32)
+  aux = (i32(meta.segment), i32(meta.kind), i32(meta.pop), i32(codes_H), i32(plan.count_BHQ),
+         i32(plan.kblocks_BHQK), i32(plan.qcount_BHK), i32(plan.qblocks_BHKQ))
+  return _fused(q_BTHK, k_BSGK, v_BSGK, aux, launch)
+
+
+register_attention_kernel("triton_gpu", triton_attention)

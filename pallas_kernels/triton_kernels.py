@@ -1,0 +1,250 @@
+"""Triton kernel bodies of the fused structural attention (SPEC §3): forward, backward dq, dk/dv.
+
+Importable with only `triton` installed (no jax_triton, no GPU): `pallas_kernels.triton_attention`
+launches them from JAX through jax-triton, and the tests launch them with torch CPU tensors under
+Triton's interpreter (`TRITON_INTERPRET=1`, set before this module is imported).
+
+Layouts (contiguous, row-major): q [B, T, H, D], k and v [B, T, G, D] (head h reads KV head
+h // (H/G)), o / dq like q, dk / dv like k; metadata segment, kind, pop [B, T] int32 (the row index
+is the token's index); codes [H] int32 (`structure.Attention` code of every head); lse and delta
+[B, H, T] float32. Block plan (see `pallas_kernels.block_plan`): count [B, H, NQ] and
+kblocks [B, H, NQ, NK] (the first count entries are the non-empty key blocks of a query block),
+qcount [B, H, NK] and qblocks [B, H, NK, NQ] (the transposed lists); NQ·BLOCK_Q and NK·BLOCK_K
+may exceed T (a plan of padded rows). Rows need not be a multiple of the blocks: out-of-range
+rows are masked on load and store. The mask is evaluated in-tile by `tile_mask`, a literal copy
+of `structure.attends`; matmuls accumulate in float32. `compile_for_gpu` builds CUDA binaries
+without a GPU (a compile check for CI).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from slm_jax.kinds import Kind
+from slm_jax.structure import Attention
+
+# The constants `structure.attends` compares against, as compile-time values (same names).
+_CAUSAL = tl.constexpr(int(Attention.CAUSAL))
+_TG = tl.constexpr(int(Attention.TG))
+_TG_NOMASK = tl.constexpr(int(Attention.TG_NOMASK))
+_TG_NOMASK_AUG = tl.constexpr(int(Attention.TG_NOMASK_AUG))
+_CNT1 = tl.constexpr(int(Kind.CNT1))
+_CNT2 = tl.constexpr(int(Kind.CNT2))
+
+
+@triton.jit
+def tile_mask(q_index, q_segment, q_kind, q_pop, k_index, k_segment, k_kind, k_pop, code):
+  """`structure.attends` expression for expression (query fields [BQ, 1], key fields [1, BK])."""
+  is_self = k_index == q_index
+  visible = ((q_segment == k_segment) & (k_index <= q_index)
+             & ((q_segment != 0) | is_self))  # padding attends only itself
+  compose_query = (q_kind == _CNT1) & (code != _CAUSAL)
+  composed = ((k_pop == q_index) & (k_kind != _CNT2)) | is_self
+  on_stack = (((code == _CAUSAL) | (code == _TG_NOMASK_AUG))
+              | ((code == _TG) & (k_pop > q_index))
+              | ((code == _TG_NOMASK) & ((k_kind != _CNT2) | is_self)))
+  return visible & ((compose_query & composed) | (~compose_query & on_stack))
+
+
+@triton.jit
+def _block(block, b, T: tl.constexpr, BLOCK: tl.constexpr, heads: tl.constexpr, head,
+           D: tl.constexpr, BLOCK_D: tl.constexpr, segment_ptr, kind_ptr, pop_ptr, missing):
+  """Rows `block`·BLOCK + [0, BLOCK) of row b: their index, in-range flag, metadata (`missing`
+  segment outside the row), and the offsets / mask of their [BLOCK, BLOCK_D] tile of head `head`
+  in a contiguous [B, T, heads, D] array."""
+  index = block * BLOCK + tl.arange(0, BLOCK)
+  valid = index < T
+  row = b * T + index
+  d = tl.arange(0, BLOCK_D)
+  offsets = (row.to(tl.int64)[:, None] * heads + head) * D + d[None, :]
+  tile = valid[:, None] & (d < D)[None, :]
+  segment = tl.load(segment_ptr + row, mask=valid, other=missing)
+  kind = tl.load(kind_ptr + row, mask=valid, other=0)
+  pop = tl.load(pop_ptr + row, mask=valid, other=0)
+  return index, valid, segment, kind, pop, offsets, tile
+
+
+@triton.jit
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, segment_ptr, kind_ptr, pop_ptr, codes_ptr,
+                         count_ptr, kblocks_ptr, o_ptr, lse_ptr,
+                         T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                         SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                         BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
+                         NK: tl.constexpr):
+  """Grid (B·H, NQ): one query block of one head; online softmax over its non-empty key blocks."""
+  bh = tl.program_id(0)
+  qb = tl.program_id(1)
+  b = bh // H
+  h = bh % H
+  g = h // (H // G)
+  code = tl.load(codes_ptr + h)
+  q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
+      qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
+  q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
+  qi, qs, qk, qp = q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None]
+
+  m_i = tl.full([BLOCK_Q], float("-inf"), tl.float32)
+  l_i = tl.zeros([BLOCK_Q], tl.float32)
+  acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+  plan = bh * NQ + qb
+  for n in range(tl.load(count_ptr + plan)):
+    k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
+        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr,
+        kind_ptr, pop_ptr, -2)
+    k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
+    v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
+    mask = tile_mask(qi, qs, qk, qp, k_index[None, :], k_segment[None, :], k_kind[None, :],
+                     k_pop[None, :], code)
+    s = tl.where(mask, tl.dot(q, tl.trans(k), input_precision=PRECISION) * SCALE, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+    alpha = tl.exp(m_i - m_use)
+    p = tl.where(mask, tl.exp(s - m_use[:, None]), 0.0)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    m_i = m_new
+  # Every in-range row sees at least itself; out-of-range rows (l = 0) are not stored.
+  empty = l_i == 0.0
+  l_use = tl.where(empty, 1.0, l_i)
+  tl.store(o_ptr + q_offsets, (acc / l_use[:, None]).to(o_ptr.dtype.element_ty), mask=q_tile)
+  tl.store(lse_ptr + bh * T + q_index, tl.where(empty, 0.0, m_i + tl.log(l_use)), mask=q_valid)
+
+
+@triton.jit
+def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, segment_ptr,
+                            kind_ptr, pop_ptr, codes_ptr, count_ptr, kblocks_ptr, dq_ptr,
+                            T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                            SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                            BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
+                            NK: tl.constexpr):
+  """Grid (B·H, NQ): dq of one query block, dq = scale · Σ_k p (dp − delta) k."""
+  bh = tl.program_id(0)
+  qb = tl.program_id(1)
+  b = bh // H
+  h = bh % H
+  g = h // (H // G)
+  code = tl.load(codes_ptr + h)
+  q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
+      qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
+  q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
+  do = tl.load(do_ptr + q_offsets, mask=q_tile, other=0.0)
+  lse = tl.load(lse_ptr + bh * T + q_index, mask=q_valid, other=0.0)[:, None]
+  delta = tl.load(delta_ptr + bh * T + q_index, mask=q_valid, other=0.0)[:, None]
+  qi, qs, qk, qp = q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None]
+
+  dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+  plan = bh * NQ + qb
+  for n in range(tl.load(count_ptr + plan)):
+    k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
+        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr,
+        kind_ptr, pop_ptr, -2)
+    k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
+    v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
+    mask = tile_mask(qi, qs, qk, qp, k_index[None, :], k_segment[None, :], k_kind[None, :],
+                     k_pop[None, :], code)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * SCALE
+    p = tl.where(mask, tl.exp(s - lse), 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    dq += tl.dot((p * (dp - delta)).to(k.dtype), k, input_precision=PRECISION)
+  tl.store(dq_ptr + q_offsets, (dq * SCALE).to(dq_ptr.dtype.element_ty), mask=q_tile)
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, segment_ptr,
+                              kind_ptr, pop_ptr, codes_ptr, qcount_ptr, qblocks_ptr, dk_ptr,
+                              dv_ptr,
+                              T: tl.constexpr, H: tl.constexpr, G: tl.constexpr,
+                              D: tl.constexpr, SCALE: tl.constexpr, BLOCK_Q: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                              PRECISION: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr):
+  """Grid (B·G, NK): dk, dv of one key block of one KV head, summed over the H/G query heads
+  that read it (each with its own code and query-block list), in float32 registers."""
+  R: tl.constexpr = H // G
+  bg = tl.program_id(0)
+  kb = tl.program_id(1)
+  b = bg // G
+  g = bg % G
+  k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
+      kb, b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -2)
+  k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
+  v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
+  ki, ks, kk, kp = k_index[None, :], k_segment[None, :], k_kind[None, :], k_pop[None, :]
+
+  dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
+  dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
+  for r in range(R):
+    h = g * R + r
+    bh = b * H + h
+    code = tl.load(codes_ptr + h)
+    plan = bh * NK + kb
+    for n in range(tl.load(qcount_ptr + plan)):
+      q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
+          tl.load(qblocks_ptr + plan * NQ + n), b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr,
+          kind_ptr, pop_ptr, -1)
+      q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
+      do = tl.load(do_ptr + q_offsets, mask=q_tile, other=0.0)
+      lse = tl.load(lse_ptr + bh * T + q_index, mask=q_valid, other=0.0)
+      delta = tl.load(delta_ptr + bh * T + q_index, mask=q_valid, other=0.0)
+      mask = tile_mask(q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None],
+                       ki, ks, kk, kp, code)
+      s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * SCALE
+      p = tl.where(mask, tl.exp(s - lse[:, None]), 0.0)  # [BLOCK_Q, BLOCK_K]
+      dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+      dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+      ds = p * (dp - delta[:, None])
+      dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+  tl.store(dk_ptr + kv_offsets, (dk * SCALE).to(dk_ptr.dtype.element_ty), mask=kv_tile)
+  tl.store(dv_ptr + kv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_tile)
+
+
+@triton.jit
+def tile_mask_kernel(q_index_ptr, q_segment_ptr, q_kind_ptr, q_pop_ptr, k_index_ptr,
+                     k_segment_ptr, k_kind_ptr, k_pop_ptr, codes_ptr, out_ptr,
+                     BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+  """Test probe: out[c] = tile_mask of one [BLOCK_Q, BLOCK_K] tile under code codes[c] (grid C)."""
+  c = tl.program_id(0)
+  i = tl.arange(0, BLOCK_Q)
+  j = tl.arange(0, BLOCK_K)
+  mask = tile_mask(tl.load(q_index_ptr + i)[:, None], tl.load(q_segment_ptr + i)[:, None],
+                   tl.load(q_kind_ptr + i)[:, None], tl.load(q_pop_ptr + i)[:, None],
+                   tl.load(k_index_ptr + j)[None, :], tl.load(k_segment_ptr + j)[None, :],
+                   tl.load(k_kind_ptr + j)[None, :], tl.load(k_pop_ptr + j)[None, :],
+                   tl.load(codes_ptr + c))
+  tl.store(out_ptr + (c * BLOCK_Q + i[:, None]) * BLOCK_K + j[None, :], mask.to(tl.int8))
+
+
+def launch_config(dtype_name: str, head_dim: int) -> dict:
+  """Constexprs shared by the three kernels: D, SCALE, BLOCK_D, and PRECISION: 'ieee' for float32
+  inputs (exact float32 products, like the XLA reference; not TF32), the target's default for
+  16-bit inputs (whose products are exact in the float32 accumulator anyway)."""
+  return dict(D=head_dim, SCALE=float(head_dim) ** -0.5,
+              BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+              PRECISION="ieee" if dtype_name == "float32" else None)
+
+
+def compile_for_gpu(arch: int = 90, dtype_name: str = "bfloat16", head_dim: int = 64,
+                    block: int = 64, num_warps: int = 4, num_stages: int = 2) -> dict:
+  """Compiles the three kernels to CUDA binaries for sm_`arch` without a GPU (Triton's compiler
+  and its bundled ptxas; needs TRITON_INTERPRET unset/0 when this module was imported).
+
+  Returns {kernel name: (cubin bytes, shared memory bytes)}; raises on any compile error.
+  """
+  from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
+  from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
+
+  element = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype_name]
+  constexprs = dict(T=16 * block, H=8, G=2, BLOCK_Q=block, BLOCK_K=block, NQ=16, NK=16,
+                    **launch_config(dtype_name, head_dim))
+  pointer = {name: element for name in ("q_ptr", "k_ptr", "v_ptr", "do_ptr", "o_ptr", "dq_ptr",
+                                        "dk_ptr", "dv_ptr")}
+  pointer.update(lse_ptr="*fp32", delta_ptr="*fp32")
+  results = {}
+  for kernel in (attention_fwd_kernel, attention_bwd_dq_kernel, attention_bwd_dkdv_kernel):
+    signature = {name: "constexpr" if name in constexprs else pointer.get(name, "*i32")
+                 for name in kernel.arg_names}
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs),
+                              target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+    results[kernel.fn.__name__] = (len(compiled.asm["cubin"]), compiled.metadata.shared)
+  return results
