@@ -39,7 +39,7 @@ from slm_jax.train.step_law import step_law
 SCALES = ("tiny", "100m", "500m", "1b")
 DATA_PARALLEL = 2  # the paper's replica count, used by the Step Law batch rounding
 DTYPES = ("float32", "bfloat16", "float16")
-SOURCES = ("embedded", "ptb")
+SOURCES = ("embedded", "ptb", "arrayrecord", "parquet")  # the last two stream through Grain
 TOKENIZERS = ("word", "gpt2", "qwen", "hf")
 
 _BBC_NODES = 2_544_658_027 - 1_963_388_153
@@ -167,7 +167,10 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
       source="embedded", embedded_train_documents=5_000 if tiny else 10_000,
       embedded_eval_documents=200 if tiny else 500, embedded_seed=0, ptb_paths=(),
       seq_len=seq_len, tokenizer="word" if tiny else "gpt2", tokenizer_path="",
-      linearization_seed=0)
+      linearization_seed=0,
+      # Streamed sources (Grain pipeline): prepared ArrayRecord folders or parsed Parquet.
+      paths=(), eval_paths=(), shuffle_seed=0, worker_count=0, prefetch=2,
+      window_shuffle=1000, parquet_column="text")
   cfg.optimizer = dict(
       peak_lr=float(peak_lr), min_lr=min_lr, warmup_steps=warmup, warmup_start_lr=0.0,
       weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0,
@@ -280,6 +283,14 @@ def _semantic_problems(cfg: Any) -> list[str]:
   need(bool(m.attention_impl), "model.attention_impl is empty (use 'auto')")
 
   need(d.source in SOURCES, f"data.source={d.source!r} is not one of {', '.join(SOURCES)}")
+  need(d.source not in ("arrayrecord", "parquet") or len(d.paths) > 0,
+       f"data.source={d.source} needs data.paths (prepared folders or Parquet files), e.g. "
+       "--config.data.paths=\"('/data/prepared',)\"")
+  need(d.source != "parquet" or d.tokenizer != "word",
+       "data.source=parquet streams text without a vocabulary pass: use a BPE tokenizer "
+       "(data.tokenizer=gpt2|qwen|hf) or prepare the corpus (data.source=arrayrecord)")
+  need(d.worker_count >= 0 and d.prefetch >= 0 and d.window_shuffle >= 1,
+       "data.worker_count and data.prefetch must be ≥ 0, data.window_shuffle ≥ 1")
   need(d.source != "ptb" or len(d.ptb_paths) > 0,
        "data.source=ptb needs data.ptb_paths (files or folders), e.g. "
        "--config.data.ptb_paths=\"('treebank/',)\"")

@@ -142,3 +142,30 @@ def test_load_run_rebuilds_the_trained_model(tmp_path):
   result = trainer.evaluate(trainer.make_eval_step(nnx.graphdef(run.model)),
                             nnx.to_pure_dict(nnx.state(run.model, nnx.Param)), data, 16)
   assert result["eval_terminal_ppl"] == pytest.approx(summary.eval_terminal_ppl, rel=1e-5)
+
+
+def test_training_streams_a_prepared_corpus_through_grain_and_resumes_exactly(tmp_path):
+  from slm_jax import ptb
+  from slm_jax.corpus.treebank import embedded_corpus
+  from slm_jax.prepare import prepare
+  trees = tmp_path / "trees"
+  trees.mkdir()
+  for i, document in enumerate(embedded_corpus("train", 80, seed=2)):
+    ptb.write_trees(trees / f"doc{i:03d}.ptb", document)
+  held_out = tmp_path / "held_out.ptb"
+  ptb.write_trees(held_out, embedded_corpus("validation", 1, seed=2)[0])
+  prepare([trees], tmp_path / "prepared")
+  streamed = {"data.source": "arrayrecord", "data.paths": (str(tmp_path / "prepared"),),
+              "data.eval_paths": (str(held_out),), "train.checkpoint_every": 3}
+  straight = tmp_path / "straight"
+  summary = trainer.train(small_config("tg", steps=8, **streamed), straight)
+  assert summary.eval_terminal_ppl > 1
+  resumed = tmp_path / "resumed"
+  trainer.train(small_config("tg", steps=8, **streamed), resumed)  # checkpoints 3, 6, 8
+  for step in ("6", "8"):  # as if the run had died right after step 3's checkpoint
+    for path in sorted((resumed / "checkpoints" / step).rglob("*"), reverse=True):
+      path.unlink() if path.is_file() else path.rmdir()
+    (resumed / "checkpoints" / step).rmdir()
+  again = trainer.train(small_config("tg", steps=8, **streamed), resumed)
+  assert again.resumed_from == 3  # the Grain iterator state came back from the checkpoint
+  assert losses(resumed) == losses(straight)

@@ -3,6 +3,8 @@
 `source="embedded"`: the embedded treebank's train and validation splits (seeded, generated).
 `source="ptb"`: PTB files/folders from `data.ptb_paths`, one document per file; the last
 1/20 of the documents (at least one) in sorted path order are held out for evaluation.
+`source="arrayrecord"|"parquet"`: streamed by the Grain pipeline from `data.paths`; held-out
+documents come from `data.eval_paths` (prepared folders or PTB files; none = no evaluation).
 The tokenizer is built once and saved in the workdir, and a resumed run loads that copy.
 """
 
@@ -21,11 +23,26 @@ from slm_jax.trees import Tree
 _LOG = logging.getLogger(__name__)
 
 
+STREAMED = ("arrayrecord", "parquet")  # read by slm_jax.data.grain_pipeline, not held in memory
+
+
 @dataclasses.dataclass
 class Corpus:
-  train: list[list[Tree]]
+  train: list[list[Tree]] | None  # None for streamed sources
   evaluation: list[list[Tree]]
   description: str
+
+
+def _eval_documents(paths) -> list[list[Tree]]:
+  """Held-out documents for streamed sources: prepared folders/ArrayRecord files or PTB files."""
+  from slm_jax.prepare import DocumentSource  # pylint: disable=g-import-not-at-top
+  documents: list[list[Tree]] = []
+  for path in map(pathlib.Path, paths):
+    if path.is_dir() and any(path.glob("*.array_record")) or path.suffix == ".array_record":
+      documents.extend(DocumentSource(path).documents())
+    else:
+      documents.extend(ptb.read_documents([path]))
+  return documents
 
 
 def load_corpus(data_cfg: Any) -> Corpus:
@@ -48,7 +65,12 @@ def load_corpus(data_cfg: Any) -> Corpus:
     return Corpus(documents[:-held_out], documents[-held_out:],
                   f"PTB {list(data_cfg.ptb_paths)}: {len(documents) - held_out} train / "
                   f"{held_out} held-out documents; {report.summary()}")
-  raise ValueError(f"unknown data.source {data_cfg.source!r}; expected 'embedded' or 'ptb'")
+  if data_cfg.source in STREAMED:
+    evaluation = _eval_documents(data_cfg.eval_paths) if data_cfg.eval_paths else []
+    return Corpus(None, evaluation, f"{data_cfg.source} {list(data_cfg.paths)} (streamed); "
+                  f"{len(evaluation)} held-out documents from data.eval_paths")
+  raise ValueError(f"unknown data.source {data_cfg.source!r}; expected embedded, ptb, "
+                   "arrayrecord or parquet")
 
 
 def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path) -> Tokenizer:
@@ -57,7 +79,11 @@ def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path
   if saved.exists():
     return Tokenizer.load(saved)
   if data_cfg.tokenizer == "word":
-    words = (w for document in corpus.train for tree in document for w in tree.leaves())
+    if corpus.train is None:  # a prepared corpus: one pass over its words
+      from slm_jax.prepare import DocumentSource  # pylint: disable=g-import-not-at-top
+      words = DocumentSource(list(data_cfg.paths)).words()
+    else:
+      words = (w for document in corpus.train for tree in document for w in tree.leaves())
     tokenizer = make_tokenizer("word", words=words)
   elif data_cfg.tokenizer == "hf":
     tokenizer = make_tokenizer("hf", path=data_cfg.tokenizer_path)

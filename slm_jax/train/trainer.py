@@ -100,6 +100,27 @@ def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
           "eval_target_tokens": result["target_tokens"]}
 
 
+class _TrainStream:
+  """The training batches with one state interface for both loaders (saved in checkpoints)."""
+
+  def __init__(self, iterator, state, restore, describe: str):
+    self.iterator, self.state, self.restore, self.describe = iterator, state, restore, describe
+
+  def __next__(self):
+    return next(self.iterator)
+
+
+def _train_stream(cfg: Any, corpus, tokenizer, configuration) -> _TrainStream:
+  if corpus.train is None:  # streamed: the Grain pipeline
+    from slm_jax.data.grain_pipeline import make_train_iterator  # pylint: disable=g-import-not-at-top
+    iterator, describe = make_train_iterator(cfg, tokenizer, configuration)
+    return _TrainStream(iterator, iterator.get_state, iterator.set_state, describe)
+  data = PackedDataset(corpus.train, tokenizer, configuration, cfg.data.seq_len,
+                       seed=cfg.data.linearization_seed)
+  iterator = BatchIterator(data, cfg.train.global_batch, seed=cfg.train.seed)
+  return _TrainStream(iterator, iterator.state, iterator.restore, data.stats.summary())
+
+
 def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   started = time.time()
   workdir = pathlib.Path(workdir)
@@ -109,12 +130,12 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
                           attention=cfg.configuration.attention)
   corpus = load_corpus(cfg.data)
   tokenizer = load_or_build_tokenizer(cfg.data, corpus, workdir)
-  train_data = PackedDataset(corpus.train, tokenizer, configuration, cfg.data.seq_len,
-                             seed=cfg.data.linearization_seed)
-  eval_data = PackedDataset(corpus.evaluation, tokenizer, configuration, cfg.data.seq_len,
-                            seed=cfg.data.linearization_seed)
-  print(f"data: {corpus.description}\n  train: {train_data.stats.summary()}\n"
-        f"  eval: {eval_data.stats.summary()}", flush=True)
+  batches = _train_stream(cfg, corpus, tokenizer, configuration)
+  eval_data = (PackedDataset(corpus.evaluation, tokenizer, configuration, cfg.data.seq_len,
+                             seed=cfg.data.linearization_seed) if corpus.evaluation else None)
+  print(f"data: {corpus.description}\n  train: {batches.describe}\n  eval: "
+        f"{eval_data.stats.summary() if eval_data else 'none (no held-out documents)'}",
+        flush=True)
 
   mconfig = model_config(cfg, tokenizer.vocab_size)
   model = Decoder(mconfig, rngs=nnx.Rngs(cfg.train.seed))
@@ -129,7 +150,6 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         f"({non_embedding_param_count(mconfig):,} non-embedding), vocab {tokenizer.vocab_size}",
         flush=True)
 
-  batches = BatchIterator(train_data, cfg.train.global_batch, seed=cfg.train.seed)
   checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.checkpoint.max_to_keep)
   start_step = 0
   if cfg.checkpoint.resume:
@@ -187,7 +207,8 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
               f"ETA {_fmt_seconds(eta)}", flush=True)
         window, window_start, window_steps = LossMetrics.empty(), time.time(), 0
         grad_norm_sum = 0.0
-      if cfg.train.eval_every and done % cfg.train.eval_every == 0 and done != total_steps:
+      if (eval_data and cfg.train.eval_every and done % cfg.train.eval_every == 0
+          and done != total_steps):
         result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
         writer.write({"step": done, **result})
         print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
@@ -198,7 +219,9 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   finally:
     checkpointer.wait()
 
-  final = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+  nan = float("nan")
+  final = (evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+           if eval_data else {"eval_terminal_ppl": nan, "eval_loss": nan, "eval_joint_ppl": nan})
   writer.write({"step": total_steps, **final})
   writer.close()
   checkpointer.close()
