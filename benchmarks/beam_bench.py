@@ -1,0 +1,131 @@
+"""Word-synchronous beam search throughput: KV cache vs recomputing every prefix.
+
+  python benchmarks/beam_bench.py [--config tgtree] [--sentences 4] [--beam 300] [--fast-track 30]
+                                  [--recompute-sentences 1] [--d-model 128] [--layers 2]
+
+One process, the same model, the same sentences (embedded-treebank validation sentences of
+`--min-words`..`--max-words` words), the same search (b = 300, fast track 30, cap max(6L, 10)):
+  kv-cache      `IncrementalDecoder`: each step feeds one token per fed hypothesis against the
+                cache (only those rows are computed)
+  recompute     `RecomputeDecoder`: each step re-runs the full forward pass over the whole
+                prefix of every fed hypothesis (rows and length bucketed like the cache's)
+  recompute-all `RecomputeDecoder(all_rows=True)`: the naive batch — every step re-runs every
+                row of the beam's buffer at the longest prefix
+Both decoders compile every shape variant first (`precompile`) and search one untimed sentence.
+Prints a table of words/s and the speed-up (overall, and on the sentences both decoded), and
+checks that all give the same prefix log-probabilities (the baselines run on the first
+`--recompute-sentences` sentences only: they are slow). The model has random weights (speed does
+not depend on training; the beam work per word is bounded by the fast track filling the word
+beam and by the length cap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slm_jax.configurations import get_configuration  # noqa: E402
+from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
+from slm_jax.eval.beam import BeamSearcher  # noqa: E402
+from slm_jax.eval.incremental import IncrementalDecoder, RecomputeDecoder  # noqa: E402
+from slm_jax.eval.scorer import length_bucket  # noqa: E402
+from slm_jax.kinds import Kind  # noqa: E402
+from slm_jax.model import Decoder, ModelConfig  # noqa: E402
+from slm_jax.tokenizer import make_tokenizer  # noqa: E402
+
+
+def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[np.ndarray]]:
+  seconds, steps, prefixes = [], 0, []
+  for words in sentences:
+    start = time.perf_counter()
+    result = searcher.search(words, complete=False)
+    seconds.append(time.perf_counter() - start)
+    steps += result.steps
+    prefixes.append(result.prefix_logprobs)
+  return seconds, sum(map(len, sentences)), steps, prefixes
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", default="tgtree")
+  parser.add_argument("--sentences", type=int, default=4)
+  parser.add_argument("--recompute-sentences", type=int, default=1)
+  parser.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
+                      help="also time the naive all-rows recompute")
+  parser.add_argument("--min-words", type=int, default=6)
+  parser.add_argument("--max-words", type=int, default=10)
+  parser.add_argument("--beam", type=int, default=300)
+  parser.add_argument("--fast-track", type=int, default=30)
+  parser.add_argument("--d-model", type=int, default=128)
+  parser.add_argument("--layers", type=int, default=2)
+  parser.add_argument("--heads", type=int, default=4)
+  args = parser.parse_args()
+
+  configuration = get_configuration(args.config)
+  documents = embedded_corpus("train", 200, seed=0)
+  tokenizer = make_tokenizer("word", words=(w for d in documents for t in d for w in t.leaves()))
+  pool = [t.leaves() for d in embedded_corpus("validation", 100, seed=0) for t in d]
+  sentences = [s for s in pool if args.min_words <= len(s) <= args.max_words]
+  warmup, timed = sentences[0], sentences[1:1 + args.sentences]
+  model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=args.d_model,
+                              n_layers=args.layers, n_heads=args.heads,
+                              compute_dtype=jnp.float32, attention=configuration.attention),
+                  rngs=nnx.Rngs(0))
+  options = dict(beam=args.beam, fast_track=args.fast_track)
+  rows = []
+  results = {}
+  slots = length_bucket(1 + max(6 * sum(len(tokenizer.encode_word(w)) for w in s)
+                                for s in [warmup] + timed))
+  compiled = {}
+  baseline = timed[:args.recompute_sentences]
+  runs = [("kv-cache", IncrementalDecoder, timed), ("recompute", RecomputeDecoder, baseline)]
+  if args.naive:
+    runs.append(("recompute-all", functools.partial(RecomputeDecoder, all_rows=True), baseline))
+  for name, cls, subset in runs:
+    searcher = BeamSearcher(model, tokenizer, configuration, decoder_cls=cls, decoder_len=slots,
+                            **options)
+    decoder = searcher.decoder(slots)
+    decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
+    start = time.perf_counter()
+    variants = decoder.precompile()
+    searcher.search(warmup, complete=False)  # host-side warm-up
+    compiled[name] = (variants, time.perf_counter() - start)
+    seconds, words, steps, prefixes = run(searcher, subset)
+    results[name] = (prefixes, seconds)
+    total = sum(seconds)
+    rows.append((name, len(subset), words, steps, total, words / total, steps / total))
+  shared = len(baseline)
+  kv_prefixes, kv_seconds = results["kv-cache"]
+  diff = max(float(np.max(np.abs(a - b))) for name, (prefixes, _) in results.items()
+             for a, b in zip(kv_prefixes[:shared], prefixes))
+  print(f"config {args.config} ({configuration.linearization}, {configuration.attention.name}); "
+        f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size}; "
+        f"beam {args.beam} + fast track {args.fast_track}; backend {jax.default_backend()}")
+  print(f"{'decoder':<13} {'sents':>5} {'words':>5} {'steps':>6} {'seconds':>8} {'words/s':>8} "
+        f"{'steps/s':>8}")
+  for name, n, words, steps, seconds, wps, sps in rows:
+    print(f"{name:<13} {n:>5} {words:>5} {steps:>6} {seconds:>8.2f} {wps:>8.2f} {sps:>8.1f}")
+  for name, (_, seconds) in list(results.items())[1:]:
+    print(f"kv-cache speed-up over {name}: {sum(seconds) / sum(kv_seconds[:shared]):.1f}x on the "
+          f"{shared} sentence(s) both decoded ({rows[0][5] / dict((r[0], r[5]) for r in rows)[name]:.1f}x "
+          "in words/s overall)")
+  print(f"max |Δ prefix log-prob| between decoders: {diff:.2e}")
+  print("compiled before timing: " + "; ".join(f"{n} {v} variants in {s:.0f} s"
+                                                for n, (v, s) in compiled.items()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,25 @@
+"""Syntactic evaluation: teacher-forced scoring, KV-cache decoding, word-synchronous beam search,
+SyntaxGym (paper §5.2, App. B; SPEC §9).
+
+- `scorer.Scorer`: per-token log-probabilities and target sums of linearized sequences; terminal
+  scoring of word sentences (terminal, pause and Tree-Shuffle models).
+- `incremental.IncrementalDecoder`: KV cache + incremental TG metadata for N hypotheses.
+- `grammaticality.Grammar`: which structural tokens may come next, per linearization.
+- `beam.word_synchronous_beam`: prefix probabilities p̃(x≤w) and sentence probabilities of tree
+  models.
+- `syntaxgym.evaluate_syntaxgym`: suites, regions, formulas, per-suite / circuit / 31-suite
+  accuracy.
+"""
+
+from slm_jax.eval.beam import BeamResult, BeamSearcher, word_synchronous_beam
+from slm_jax.eval.grammaticality import Grammar, GrammarState
+from slm_jax.eval.incremental import IncrementalDecoder, RecomputeDecoder
+from slm_jax.eval.scorer import Scorer, length_bucket, logsumexp
+from slm_jax.eval.syntaxgym import (evaluate_syntaxgym, load_suite, parse_formula,
+                                    prefix_logprob_fn, tokenize_region)
+
+__all__ = [
+    "BeamResult", "BeamSearcher", "word_synchronous_beam", "Grammar", "GrammarState",
+    "IncrementalDecoder", "RecomputeDecoder", "Scorer", "length_bucket", "logsumexp",
+    "evaluate_syntaxgym", "load_suite", "parse_formula", "prefix_logprob_fn", "tokenize_region",
+]

@@ -1,0 +1,258 @@
+"""Word-synchronous beam search (Stern et al. 2017, as used by TG; paper App. B.2, SPEC §9).
+
+p̃(x≤w) = logsumexp over the beam B_w of log p(x≤w, y≤w): the joint probability of the words so
+far and a structural prefix, for a tree-linearization model. One word step w:
+
+  frontier ← B_{w-1};  pool ← ∅                              (pool: hypotheses that emitted w)
+  while frontier ≠ ∅ and |pool| < word_beam:
+    candidates = every valid successor of every frontier hypothesis (grammaticality.py): a
+      structural token, or the word w (all its pieces); ranked by score + log p(first token)
+    keep the top `beam` candidates (the sub-beam), plus the `fast_track` best word candidates
+      that did not make it (the fast track: hypotheses that emit the word immediately)
+    feed the kept candidates through the KV-cache decoder (a closing is fed with its
+      deterministic copies; a word with all its pieces; every fed token is scored unless it is a
+      non-target CNT2, SPEC §4)
+    pool ← best `word_beam` of pool ∪ {kept word candidates};  frontier ← kept structural ones
+  B_w ← pool
+
+The linearized sentence (between BOS and EOS) is capped at max(max_len_factor·L, min_len)
+tokens, L = terminal tokens of the sentence. With `complete=True` one more step closes the open
+constituents and emits EOS: `sentence_logprob` = logsumexp over the completed hypotheses.
+Defaults: beam = word_beam = 300, fast_track = 30, cap max(6L, 10) (paper App. B.2).
+All hypotheses of a step are batched on the device through `IncrementalDecoder`.
+
+Scores are natural logarithms. A word candidate is ranked by its first piece (its full score,
+all pieces, is what enters the pool); for word-level vocabularies the two are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence as SequenceT
+
+import numpy as np
+
+from slm_jax.configurations import Configuration
+from slm_jax.eval.grammaticality import Grammar, GrammarState
+from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.scorer import Scorer, length_bucket, logsumexp
+from slm_jax.kinds import Kind
+from slm_jax.model.decoder import Decoder
+from slm_jax.tokenizer import Tokenizer
+
+
+@dataclasses.dataclass
+class BeamResult:
+  words: list[str]
+  prefix_logprobs: np.ndarray  # [L] log p̃(x≤w), w = 1..L (−inf once the beam is empty)
+  sentence_logprob: float  # logsumexp over hypotheses closed and ended by EOS (nan: not asked)
+  best: list[list[str]]  # per word: the best hypothesis' symbols after BOS
+  best_complete: list[str] | None  # the best completed hypothesis (with EOS), if any
+  beam_sizes: np.ndarray  # [L] hypotheses kept after each word
+  cap: int  # the length cap used
+  steps: int  # batched decoder steps
+  expansions: int  # hypotheses created (candidates kept and fed)
+  pruned: int = 0  # valid hypotheses dropped (sub-beam, word beam, or left in the frontier)
+
+
+class BeamSearcher:
+  """Reusable word-synchronous beam search for one model (see module docstring).
+
+  `model` is a `Decoder`, a `Scorer`, or an `IncrementalDecoder`-like object (start /
+  step_rows / copy_rows / gather / batch / max_len); `decoder_cls` builds decoders for a
+  `Decoder` (e.g. `RecomputeDecoder` for the benchmark baseline), with `decoder_len` cache slots
+  (default: the length bucket of each sentence's prefix + cap; one decoder is kept at a time).
+  `labels` restricts the ONT / closing labels (default: the 26 PTB labels).
+  """
+
+  def __init__(self, model: Decoder | Scorer | Any, tokenizer: Tokenizer,
+               configuration: Configuration, *, beam: int = 300, fast_track: int = 30,
+               word_beam: int | None = None, max_len_factor: float = 6, min_len: int = 10,
+               max_open: int | None = None, labels: SequenceT[str] | None = None,
+               decoder_cls=IncrementalDecoder, decoder_len: int | None = None):
+    if isinstance(model, Scorer):
+      model = model.model
+    if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1):
+      raise ValueError(f"need beam >= 1, fast_track >= 0, word_beam >= 1; got {beam}, "
+                       f"{fast_track}, {word_beam}")
+    self.tokenizer = tokenizer
+    self.configuration = configuration
+    self.beam = int(beam)
+    self.fast_track = int(fast_track)
+    self.word_beam = int(word_beam or beam)
+    self.max_len_factor = max_len_factor
+    self.min_len = int(min_len)
+    self.grammar = Grammar(configuration.linearization, tokenizer,
+                           cnt2_scored=not configuration.attention.is_structural,
+                           labels=labels, max_open=max_open)
+    self.capacity = self.word_beam + self.beam + self.fast_track
+    if isinstance(model, Decoder):
+      self.model, self._fixed = model, None
+    else:
+      self.model, self._fixed = None, model
+      if model.batch < self.capacity:
+        raise ValueError(f"decoder has {model.batch} rows; this search needs word_beam + beam + "
+                         f"fast_track = {self.capacity}")
+    self.decoder_cls = decoder_cls
+    self.decoder_len = decoder_len
+    self._decoders: dict[int, Any] = {}
+
+  def decoder(self, max_len: int):
+    """The decoder used for sentences needing `max_len` cache slots (built on first use)."""
+    if self.decoder_len is not None:
+      if self.decoder_len < max_len:
+        raise ValueError(f"decoder_len={self.decoder_len} < {max_len} slots needed")
+      max_len = self.decoder_len
+    if self._fixed is not None:
+      if self._fixed.max_len < max_len:
+        raise ValueError(f"decoder max_len={self._fixed.max_len} < {max_len} needed")
+      return self._fixed
+    if max_len not in self._decoders:
+      self._decoders.clear()  # one cache alive at a time
+      self._decoders[max_len] = self.decoder_cls(self.model, self.configuration,
+                                                 max_len=max_len, batch=self.capacity)
+    return self._decoders[max_len]
+
+  def cap(self, terminal_tokens: int) -> int:
+    return int(max(math.ceil(self.max_len_factor * terminal_tokens), self.min_len))
+
+  def search(self, words: SequenceT[str], *, complete: bool = True, prefix_ids=None,
+             prefix_kinds=None) -> BeamResult:
+    """Beam search over one sentence after `prefix` (default: BOS)."""
+    words = list(words)
+    if not words:
+      raise ValueError("beam search needs at least one word")
+    tok, grammar = self.tokenizer, self.grammar
+    pieces = [tok.encode_word(w) for w in words]
+    cap = self.cap(sum(map(len, pieces)))
+    if prefix_ids is None:
+      prefix_ids, prefix_kinds = [tok.bos_id], [int(Kind.BOS)]
+    prefix_len = len(prefix_ids)
+    decoder = self.decoder(length_bucket(prefix_len + cap))
+    decoder.start(prefix_ids, prefix_kinds)
+    n = decoder.batch  # >= capacity
+    state = GrammarState.initial(n, cap + 2)
+    score = np.zeros(n)
+    hist = np.zeros((n, cap + 1), np.int64)  # sentence tokens of each row
+    hist_kind = np.zeros((n, cap + 1), np.int64)
+    steps = expansions = pruned = 0
+    beam_rows = np.zeros(1, np.int64)
+    out = BeamResult(words=words, prefix_logprobs=np.full(len(words), -np.inf),
+                     sentence_logprob=-math.inf if complete else math.nan, best=[],
+                     best_complete=None, beam_sizes=np.zeros(len(words), np.int64), cap=cap,
+                     steps=0, expansions=0)
+    remaining = int(sum(map(len, pieces)))
+    for w in range(len(words) + int(complete)):
+      at_end = w == len(words)
+      word_ids = (tok.eos_id,) if at_end else pieces[w]
+      word_kind = int(Kind.EOS if at_end else Kind.TERMINAL)
+      pool = np.zeros(0, np.int64)
+      frontier = beam_rows
+      while len(frontier) and len(pool) < self.word_beam:
+        parent = state.take(frontier)
+        ids = grammar.slot_token_ids(parent, word_ids[0])
+        valid = grammar.valid(parent, at_end=at_end, remaining=remaining,
+                              word_len=len(word_ids), cap=cap)
+        query = np.zeros((n, grammar.n_slots), np.int64)
+        query[frontier] = ids
+        lp = decoder.gather(query)[frontier]
+        cand = np.where(valid & np.isfinite(lp), score[frontier, None] + lp, -np.inf)
+        f, c = self._select(cand)
+        pruned += int(np.isfinite(cand).sum()) - len(f)
+        if len(f) == 0:  # dead ends only (the cap admits no continuation)
+          frontier = frontier[:0]
+          break
+        new = self._place(frontier[f], pool, n, decoder, hist, hist_kind)
+        state.put(new, grammar.advance(parent.take(f), c, at_end=at_end, word_len=len(word_ids)))
+        score[new] = cand[f, c]
+        tokens, kinds, scored, count = grammar.expand(c, ids[f, c], word_ids, word_kind)
+        if at_end:
+          count[c == grammar.word_slot] = 0  # EOS is scored, never fed
+        used = parent.length[f]  # sentence tokens before the new ones
+        for k in range(int(count.max())):
+          live = count > k
+          rows = new[live]
+          if k > 0:
+            query = np.zeros((n, 1), np.int64)
+            query[rows, 0] = tokens[live, k]
+            gained = decoder.gather(query)[rows, 0]
+            score[rows] += np.where(scored[live, k], gained, 0.0)
+          decoder.step_rows(rows, tokens[live, k], kinds[live, k])
+          hist[rows, used[live] + k] = tokens[live, k]
+          hist_kind[rows, used[live] + k] = kinds[live, k]
+          steps += 1
+        expansions += len(f)
+        is_word = c == grammar.word_slot
+        if at_end:
+          hist[new[is_word], used[is_word]] = tok.eos_id
+          hist_kind[new[is_word], used[is_word]] = Kind.EOS
+        pool = np.concatenate([pool, new[is_word]])
+        pruned += max(len(pool) - self.word_beam, 0)
+        pool = pool[np.argsort(-score[pool], kind="stable")[:self.word_beam]]
+        frontier = new[~is_word]
+      pruned += len(frontier)  # not expanded: the word beam filled up
+      beam_rows = pool
+      if at_end:
+        out.sentence_logprob = logsumexp(score[pool])
+        if len(pool):
+          out.best_complete = self._symbols(hist, hist_kind, pool)
+      else:
+        remaining -= len(word_ids)
+        out.beam_sizes[w] = len(pool)
+        if len(pool) == 0:
+          break
+        out.prefix_logprobs[w] = logsumexp(score[pool])
+        out.best.append(self._symbols(hist, hist_kind, pool))
+    out.steps, out.expansions, out.pruned = steps, expansions, pruned
+    return out
+
+  @staticmethod
+  def _place(source, pool, n, decoder, hist, hist_kind) -> np.ndarray:
+    """Rows for the successors of `source` rows: the first successor of each parent takes the
+    parent's own row (expanded frontier rows are not needed again: no copy), the others copy
+    their parent into rows outside the pool and the parents."""
+    m = len(source)
+    _, first = np.unique(source, return_index=True)
+    reuse = np.zeros(m, bool)
+    reuse[first] = True
+    new = source.copy()
+    taken = np.zeros(n, bool)
+    taken[pool] = True
+    taken[source] = True
+    free = np.flatnonzero(~taken)[:m - len(first)]
+    new[~reuse] = free
+    decoder.copy_rows(free, source[~reuse])  # reads every source before writing
+    hist[free], hist_kind[free] = hist[source[~reuse]], hist_kind[source[~reuse]]
+    return new
+
+  def _select(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-beam (top `beam` candidates) plus the fast track (top `fast_track` other words)."""
+    flat = cand.ravel()
+    finite = np.flatnonzero(np.isfinite(flat))
+    order = finite[np.argsort(-flat[finite], kind="stable")]
+    chosen = order[:self.beam]
+    slots = cand.shape[1]
+    word_slot = self.grammar.word_slot
+    rest = order[self.beam:]
+    fast = rest[rest % slots == word_slot][:self.fast_track]
+    chosen = np.concatenate([chosen, fast])
+    return chosen // slots, chosen % slots
+
+  def _symbols(self, hist, hist_kind, pool) -> list[str]:
+    best = pool[0]  # the pool is sorted best first
+    used = int(np.count_nonzero(hist_kind[best]))
+    return self.tokenizer.decode(hist[best, :used])
+
+
+def word_synchronous_beam(model: Decoder | Scorer | Any, tokenizer: Tokenizer,
+                          configuration: Configuration, words: SequenceT[str], *,
+                          beam: int = 300, fast_track: int = 30, word_beam: int | None = None,
+                          max_len_factor: float = 6, min_len: int = 10,
+                          max_open: int | None = None, labels: SequenceT[str] | None = None,
+                          complete: bool = True) -> BeamResult:
+  """One sentence through a fresh `BeamSearcher` (use the class to search many sentences)."""
+  searcher = BeamSearcher(model, tokenizer, configuration, beam=beam, fast_track=fast_track,
+                          word_beam=word_beam, max_len_factor=max_len_factor, min_len=min_len,
+                          max_open=max_open, labels=labels)
+  return searcher.search(words, complete=complete)

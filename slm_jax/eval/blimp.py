@@ -1,0 +1,200 @@
+"""BLiMP (SPEC §9, paper App. B.3): 67 paradigms × 1,000 minimal pairs, good vs bad sentence.
+
+Data: `../shared/data/blimp/<UID>.jsonl`, one pair per line with `sentence_good`, `sentence_bad`,
+`field`, `linguistics_term`, `UID`, `pairID`. Sentences are raw text; `word_tokenize` splits them
+PTB-style (punctuation, `n't`, `'s`, …) before proposals and the tokenizer see them.
+
+Each sentence is scored as a one-sentence document `<s> z </s>` (the `</s>` is scored, as in
+doc-PPL). Terminal-format models (terminal, pause, Tree-Shuffle) score the words directly: the sum
+of terminal + EOS log-probabilities (K = 1). Tree models score log p̃(x) = logsumexp over the
+distinct linearizations (under the model's scheme) of the proposal trees of the words, each the
+sum over the configuration's target tokens. A pair is right when p̃(good) > p̃(bad) (ties are
+wrong). Accuracy (%) per paradigm, per field and per linguistics term (means over their paradigms)
+and overall (mean over paradigms; equal to the pair mean when every paradigm has 1,000 pairs).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import pathlib
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from slm_jax.configurations import Configuration
+from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, is_tree_model,
+                                 make_sequence, scoring_linearization, sentence_ids,
+                                 sequence_scores)
+from slm_jax.eval.proposals import ProposalSource
+from slm_jax.tokenizer import Tokenizer
+from slm_jax.trees import Tree
+
+NUM_PARADIGMS = 67
+PAIRS_PER_PARADIGM = 1000
+
+# PTB-style word tokenization (a compact Treebank tokenizer): quotes, punctuation, clitics.
+_RULES = [
+    (re.compile(r'^"'), "``"), (re.compile(r"(``)"), r" \1 "),
+    (re.compile(r'([ (\[{<])"'), r"\1 `` "),
+    (re.compile(r"([:,])([^\d])"), r" \1 \2"), (re.compile(r"([:,])$"), r" \1 "),
+    (re.compile(r"\.\.\."), " ... "), (re.compile(r"[;@#$%&]"), r" \g<0> "),
+    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "), (re.compile(r"[?!]"), r" \g<0> "),
+    (re.compile(r"([^'])' "), r"\1 ' "), (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> "),
+    (re.compile(r"--"), " -- "), (re.compile(r'"'), " '' "),
+    (re.compile(r"(\S)(\'\')"), r"\1 \2 "),
+    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
+    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
+    (re.compile(r"(?i)\b(can)(not)\b"), r" \1 \2 "), (re.compile(r"(?i)\b(gon)(na)\b"), r" \1 \2 "),
+    (re.compile(r"(?i)\b(wan)(na)\b"), r" \1 \2 "),
+]
+
+
+def word_tokenize(text: str) -> list[str]:
+  """PTB-style words: `"Don't go," she said.` -> `` Do n't go , '' she said .`."""
+  text = " " + text.strip() + " "
+  for pattern, replacement in _RULES:
+    text = pattern.sub(replacement, text)
+  return text.split()
+
+
+@dataclasses.dataclass
+class Paradigm:
+  uid: str
+  field: str
+  term: str
+  good: list[str]  # raw sentences
+  bad: list[str]
+
+  def __len__(self) -> int:
+    return len(self.good)
+
+
+def load_blimp(directory: str | pathlib.Path, max_items: int | None = None) -> list[Paradigm]:
+  """All `*.jsonl` paradigms of `directory`, sorted by UID (the first `max_items` pairs of each).
+
+  Raises ValueError naming file:line for a malformed record.
+  """
+  directory = pathlib.Path(directory)
+  files = sorted(directory.glob("*.jsonl"))
+  if not files:
+    raise FileNotFoundError(f"no BLiMP *.jsonl files in {directory}")
+  paradigms = []
+  for path in files:
+    good, bad, meta = [], [], None
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+      if not line.strip():
+        continue
+      if max_items is not None and len(good) >= max_items:
+        break
+      try:
+        record = json.loads(line)
+        item = (record["sentence_good"], record["sentence_bad"], record["UID"], record["field"],
+                record["linguistics_term"])
+      except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}:{number}: not a BLiMP record ({e!r})") from e
+      if meta is None:
+        meta = item[2:]
+      elif item[2:] != meta:
+        raise ValueError(f"{path}:{number}: UID/field/term {item[2:]} differ from the file's "
+                         f"first record {meta}")
+      good.append(item[0])
+      bad.append(item[1])
+    if meta is None:
+      raise ValueError(f"{path}: no pairs")
+    paradigms.append(Paradigm(meta[0], meta[1], meta[2], good, bad))
+  return sorted(paradigms, key=lambda p: p.uid)
+
+
+def sentence_log_probs(scorer: Any, sentences: Sequence[Sequence[str]], tokenizer: Tokenizer,
+                       configuration: Configuration, proposals: ProposalSource | None = None,
+                       chunk: int = 2048, progress: Callable[[str], None] | None = None
+                       ) -> tuple[np.ndarray, dict]:
+  """log p̃ of each one-sentence document (words); (scores [N], stats: proposals, candidates)."""
+  tree_model = is_tree_model(configuration)
+  if tree_model and proposals is None:
+    raise ValueError(f"{configuration.name} is a tree model: BLiMP needs a proposal source")
+  lin = scoring_linearization(configuration)
+  out = np.empty(len(sentences))
+  stats = collections.Counter()
+  for begin in range(0, len(sentences), chunk):
+    sequences, masks, owner = [], [], []
+    for n in range(begin, min(begin + chunk, len(sentences))):
+      words = tuple(sentences[n])
+      if tree_model:
+        trees = proposals.proposals(words)
+        candidates = distinct_candidates(trees, tokenizer, lin)
+        stats["proposals"] += len(trees)
+      else:
+        candidates = [sentence_ids(Tree("S", words), tokenizer, lin)]
+      if not candidates:
+        raise ValueError(f"no candidate sequence for the sentence {' '.join(words)!r}")
+      stats["candidates"] += len(candidates)
+      for cand in candidates:
+        seq = make_sequence([cand], tokenizer, eos=True)
+        sequences.append(seq)
+        masks.append(counted_tokens(seq.kinds, configuration))
+        owner.append(n - begin)
+    scores = sequence_scores(scorer, sequences, masks)
+    owner_arr = np.asarray(owner)
+    starts = np.flatnonzero(np.r_[True, owner_arr[1:] != owner_arr[:-1]])
+    out[begin:begin + len(starts)] = np.logaddexp.reduceat(scores, starts)
+    if progress:
+      progress(f"blimp: {min(begin + chunk, len(sentences))}/{len(sentences)} sentences")
+  return out, dict(stats)
+
+
+@dataclasses.dataclass
+class BlimpResult:
+  overall: float
+  paradigms: dict[str, dict]  # uid -> {accuracy, field, term, pairs}
+  fields: dict[str, float]
+  terms: dict[str, float]
+  correct: np.ndarray  # [pairs] bool, paradigms in UID order, pairs in file order
+  paradigm_of_pair: np.ndarray  # [pairs] index into sorted UIDs
+  stats: dict
+
+  def summary(self) -> dict:
+    return {"overall": self.overall, "fields": self.fields, "terms": self.terms,
+            "paradigms": self.paradigms, "pairs": int(len(self.correct)), "stats": self.stats}
+
+
+def evaluate_blimp(scorer: Any, tokenizer: Tokenizer, configuration: Configuration,
+                   blimp_dir: str | pathlib.Path, proposals: ProposalSource | None = None, *,
+                   max_items: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> BlimpResult:
+  """Pair accuracy of a model on BLiMP (see module docstring)."""
+  paradigms = load_blimp(blimp_dir, max_items)
+  index: dict[tuple[str, ...], int] = {}
+  good_ids, bad_ids, which = [], [], []
+  for p_index, paradigm in enumerate(paradigms):
+    for good, bad in zip(paradigm.good, paradigm.bad):
+      good_ids.append(index.setdefault(tuple(word_tokenize(good)), len(index)))
+      bad_ids.append(index.setdefault(tuple(word_tokenize(bad)), len(index)))
+      which.append(p_index)
+  scores, stats = sentence_log_probs(scorer, list(index), tokenizer, configuration, proposals,
+                                     progress=progress)
+  correct = scores[np.asarray(good_ids)] > scores[np.asarray(bad_ids)]
+  stats.update(unique_sentences=len(index), pairs=len(correct))
+  return summarize(paradigms, correct, np.asarray(which), stats)
+
+
+def summarize(paradigms: Sequence[Paradigm], correct: np.ndarray, which: np.ndarray,
+              stats: dict | None = None) -> BlimpResult:
+  """Accuracies (%) per paradigm, field, term and overall from per-pair correctness."""
+  per = {}
+  for p_index, p in enumerate(paradigms):
+    hits = correct[which == p_index]
+    per[p.uid] = {"accuracy": 100.0 * float(hits.mean()) if len(hits) else float("nan"),
+                  "field": p.field, "term": p.term, "pairs": int(len(hits))}
+  fields: dict[str, list[float]] = collections.defaultdict(list)
+  terms: dict[str, list[float]] = collections.defaultdict(list)
+  for p in paradigms:
+    fields[p.field].append(per[p.uid]["accuracy"])
+    terms[p.term].append(per[p.uid]["accuracy"])
+  overall = float(np.mean([v["accuracy"] for v in per.values()]))
+  return BlimpResult(overall, per, {k: float(np.mean(v)) for k, v in sorted(fields.items())},
+                     {k: float(np.mean(v)) for k, v in sorted(terms.items())}, correct, which,
+                     dict(stats or {}))

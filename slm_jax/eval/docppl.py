@@ -1,0 +1,266 @@
+"""Document perplexity with proposal marginalization (SPEC §9, paper Eq. 6-8 and App. B.4).
+
+For a tree model, sentence i of a document gets up to K proposal trees; they are linearized in the
+model's scheme and deduplicated as token sequences (so trees that NoONT or Compress project to the
+same sequence count once). Its probability is
+
+  p̃(x_i | h_i) = Σ_{z distinct} p(z | h_i)      (logsumexp; no parser weights, no division by K)
+
+where p(z | h) sums the model's log-probabilities of the sentence's target tokens (SPEC §4: CNT2
+under TG-family masks is not a target) and h_i = `<s>` ẑ_1 … ẑ_{i-1}, ẑ_j the highest-probability
+distinct sequence of sentence j (ties: the first in proposal order). `</s>` belongs to the last
+sentence. PPL = exp(−Σ log p̃ / M), M = terminal + EOS tokens.
+
+Terminal-format models (lin0, pause1/2, and lin1_shuf, which the paper scores in terminal format)
+score each document's terminal sequence once, counting only terminal and EOS tokens (pauses are
+context only); M is the same.
+
+Scoring is batched across documents: all candidates of sentence position i of every document go
+to the scorer in one call (the scorer splits them into batches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from slm_jax.configurations import Configuration
+from slm_jax.data.encode import encode_document
+from slm_jax.eval.proposals import NoProposals, ProposalSource
+from slm_jax.kinds import Kind
+from slm_jax.linearize import Sequence as LinSequence
+from slm_jax.structure import target_mask
+from slm_jax.tokenizer import Tokenizer
+from slm_jax.trees import Tree
+
+TERMINAL_FORMAT = ("lin0", "pause1", "pause2", "lin1_shuf")
+
+
+def scoring_linearization(configuration: Configuration) -> str:
+  """The scheme a model is scored in: its own, except Tree-Shuffle, scored as terminals (lin0)."""
+  lin = configuration.linearization
+  return "lin0" if lin == "lin1_shuf" else lin
+
+
+def is_tree_model(configuration: Configuration) -> bool:
+  """True when evaluation marginalizes over proposal trees."""
+  return configuration.linearization not in TERMINAL_FORMAT
+
+
+def counted_tokens(kinds_T: np.ndarray, configuration: Configuration) -> np.ndarray:
+  """[T] bool: the tokens whose log-probabilities form a sequence's score (BOS never counts).
+
+  Tree models: the configuration's targets (SPEC §4). Terminal-format models: terminals and EOS.
+  """
+  kinds = np.asarray(kinds_T)
+  if not is_tree_model(configuration):
+    return (kinds == Kind.TERMINAL) | (kinds == Kind.EOS)
+  segment = np.ones(len(kinds), dtype=np.int32)
+  return np.asarray(target_mask(kinds, segment, configuration.linearization,
+                                configuration.attention))
+
+
+def sentence_ids(tree: Tree, tokenizer: Tokenizer, linearization: str) -> tuple[np.ndarray,
+                                                                                np.ndarray]:
+  """(ids, kinds) of one sentence in `linearization`, without `<s>`/`</s>`."""
+  seq = encode_document([tree], tokenizer, linearization)
+  return np.asarray(seq.tokens[1:-1], dtype=np.int32), np.asarray(seq.kinds[1:-1], dtype=np.int8)
+
+
+def make_sequence(parts: Sequence[tuple[np.ndarray, np.ndarray]], tokenizer: Tokenizer,
+                  eos: bool) -> LinSequence:
+  """`<s>` + the concatenated (ids, kinds) parts (+ `</s>`) as a scorer input; sentence index of
+  every token = its part's index (BOS with part 0, EOS with the last)."""
+  ids = [np.array([tokenizer.bos_id], dtype=np.int32)] + [p[0] for p in parts]
+  kinds = [np.array([Kind.BOS], dtype=np.int8)] + [p[1] for p in parts]
+  sentence = [np.zeros(1, dtype=np.int32)] + [np.full(len(p[0]), n, dtype=np.int32)
+                                               for n, p in enumerate(parts)]
+  if eos:
+    ids.append(np.array([tokenizer.eos_id], dtype=np.int32))
+    kinds.append(np.array([Kind.EOS], dtype=np.int8))
+    sentence.append(np.full(1, max(len(parts) - 1, 0), dtype=np.int32))
+  tokens = np.concatenate(ids)
+  return LinSequence(tokens, np.concatenate(kinds), np.concatenate(sentence),
+                     np.arange(len(tokens), dtype=np.int32))
+
+
+def distinct_candidates(trees: Sequence[Tree], tokenizer: Tokenizer,
+                        linearization: str) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Linearized proposals with repeats removed (first occurrence kept), compared as sequences."""
+  seen: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+  for tree in trees:
+    ids, kinds = sentence_ids(tree, tokenizer, linearization)
+    seen.setdefault(ids.tobytes() + b"|" + kinds.tobytes(), (ids, kinds))
+  return list(seen.values())
+
+
+def sequence_scores(scorer: Any, sequences: Sequence[LinSequence], masks: Sequence[np.ndarray]
+                    ) -> np.ndarray:
+  """Σ log p over each sequence's `masks[n]` ([T] bool; position 0 is never scored)."""
+  if not sequences:
+    return np.zeros(0)
+  logprobs = scorer.logprobs(list(sequences))
+  out = np.empty(len(sequences))
+  for n, (lp, mask) in enumerate(zip(logprobs, masks)):
+    lp = np.asarray(lp, dtype=np.float64)
+    if lp.shape != (len(mask) - 1,):
+      raise ValueError(f"scorer returned {lp.shape} log-probs for a sequence of {len(mask)} "
+                       "tokens (expected one per token after the first)")
+    out[n] = lp[mask[1:]].sum()
+  return out
+
+
+@dataclasses.dataclass
+class DocPPLResult:
+  ppl: float
+  log_prob: float  # Σ log p̃ over all sentences (natural log)
+  tokens: int  # M: terminal + EOS tokens
+  documents: int
+  sentences: int
+  doc_log_prob: np.ndarray  # [D] per-document Σ log p̃ (for the bootstrap)
+  doc_tokens: np.ndarray  # [D] per-document M
+  proposals: int = 0  # proposal trees received (tree models)
+  candidates: int = 0  # distinct linearized sequences scored
+  truncated_histories: int = 0  # sentences whose history was cut to fit max_context
+
+  def summary(self) -> dict:
+    return {"ppl": self.ppl, "log_prob": self.log_prob, "tokens": self.tokens,
+            "documents": self.documents, "sentences": self.sentences,
+            "proposals": self.proposals, "distinct_candidates": self.candidates,
+            "duplicates_after_linearization": self.proposals - self.candidates,
+            "truncated_histories": self.truncated_histories}
+
+
+def _words(sentence: Tree | Sequence[str]) -> tuple[str, ...]:
+  return tuple(sentence.leaves()) if isinstance(sentence, Tree) else tuple(sentence)
+
+
+def doc_ppl(scorer: Any, documents: Sequence[Sequence[Tree | Sequence[str]]],
+            tokenizer: Tokenizer, configuration: Configuration,
+            proposals: ProposalSource | None = None, *, max_context: int | None = None,
+            progress: Callable[[str], None] | None = None) -> DocPPLResult:
+  """SPEC §9 doc-PPL of `documents` (sentences as trees or word lists; only words are used).
+
+  `proposals` is required for tree models. `max_context` (tokens) caps a scored sequence: the
+  oldest history sentences are dropped (BOS kept) until it fits; such sentences are counted.
+  """
+  documents = [[_words(s) for s in doc] for doc in documents]
+  if any(not doc for doc in documents):
+    raise ValueError("doc_ppl: a document has no sentences")
+  if not is_tree_model(configuration):
+    return _terminal_doc_ppl(scorer, documents, tokenizer, configuration, max_context)
+  if proposals is None:
+    raise ValueError(f"doc_ppl: {configuration.name} is a tree model and needs proposals")
+  lin = scoring_linearization(configuration)
+  num = len(documents)
+  history: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in documents]
+  doc_lp = np.zeros(num)
+  doc_tokens = np.zeros(num, dtype=np.int64)
+  stats = dict(proposals=0, candidates=0, truncated=0, sentences=0)
+  for position in range(max(len(d) for d in documents)):
+    sequences, masks, owner = [], [], []
+    for d, doc in enumerate(documents):
+      if position >= len(doc):
+        continue
+      words = doc[position]
+      try:
+        trees = proposals.proposals(words)
+      except NoProposals as e:
+        raise NoProposals(f"document {d}, sentence {position}: {e}") from e
+      if not trees:
+        raise NoProposals(f"document {d}, sentence {position}: no proposals")
+      candidates = distinct_candidates(trees, tokenizer, lin)
+      stats["proposals"] += len(trees)
+      stats["candidates"] += len(candidates)
+      stats["sentences"] += 1
+      last = position == len(doc) - 1
+      longest = max(len(c[0]) for c in candidates)
+      hist = _fit(history[d], longest + 2, max_context)
+      stats["truncated"] += len(hist) < len(history[d])
+      start = 1 + sum(len(h[0]) for h in hist)
+      for cand in candidates:
+        seq = make_sequence(hist + [cand], tokenizer, eos=last)
+        mask = counted_tokens(seq.kinds, configuration)
+        mask[:start] = False
+        sequences.append(seq)
+        masks.append(mask)
+        owner.append(d)
+      doc_tokens[d] += int((candidates[0][1] == Kind.TERMINAL).sum()) + int(last)
+    if progress:
+      progress(f"doc-ppl: sentence position {position}: {len(sequences)} candidates")
+    scores = sequence_scores(scorer, sequences, masks)
+    owner_arr = np.asarray(owner)
+    cursor = 0
+    for d in dict.fromkeys(owner):
+      count = int((owner_arr == d).sum())
+      lps = scores[cursor:cursor + count]
+      doc_lp[d] += float(np.logaddexp.reduce(lps))
+      best = int(np.argmax(lps))  # first maximum: ties go to proposal order
+      seq = sequences[cursor + best]
+      history[d].append(_last_part(seq, tokenizer))
+      cursor += count
+  return _result(doc_lp, doc_tokens, stats)
+
+
+def _fit(hist: list, needed: int, max_context: int | None) -> list:
+  """The longest suffix of `hist` (whole sentences) that leaves room for `needed` tokens."""
+  if max_context is None:
+    return hist
+  budget = max_context - needed
+  kept = len(hist)
+  total = sum(len(h[0]) for h in hist)
+  while kept and total > budget:
+    total -= len(hist[len(hist) - kept][0])
+    kept -= 1
+  return hist[len(hist) - kept:]
+
+
+def _last_part(seq: LinSequence, tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+  """The last sentence's (ids, kinds) of a scored sequence (without BOS/EOS)."""
+  sentence = seq.sentence
+  keep = (sentence == sentence[-1]) & (seq.kinds != Kind.BOS) & (seq.kinds != Kind.EOS)
+  return np.asarray(seq.tokens[keep], dtype=np.int32), np.asarray(seq.kinds[keep], dtype=np.int8)
+
+
+def _terminal_doc_ppl(scorer, documents, tokenizer, configuration, max_context) -> DocPPLResult:
+  lin = scoring_linearization(configuration)
+  sequences, masks = [], []
+  doc_tokens = np.zeros(len(documents), dtype=np.int64)
+  truncated = 0
+  owner = []
+  for d, doc in enumerate(documents):
+    parts = [sentence_ids(Tree("S", words), tokenizer, lin) for words in doc]
+    doc_tokens[d] = sum(int((p[1] == Kind.TERMINAL).sum()) for p in parts) + 1
+    # Without a context cap: one sequence per document. With one: windows of whole sentences,
+    # each scoring only its last sentence beyond the first window.
+    if max_context is None or sum(len(p[0]) for p in parts) + 2 <= max_context:
+      seq = make_sequence(parts, tokenizer, eos=True)
+      sequences.append(seq)
+      masks.append(counted_tokens(seq.kinds, configuration))
+      owner.append(d)
+      continue
+    for i in range(len(parts)):
+      hist = _fit(parts[:i], len(parts[i][0]) + 2, max_context)
+      truncated += len(hist) < i
+      seq = make_sequence(hist + [parts[i]], tokenizer, eos=i == len(parts) - 1)
+      mask = counted_tokens(seq.kinds, configuration)
+      mask[:1 + sum(len(h[0]) for h in hist)] = False
+      sequences.append(seq)
+      masks.append(mask)
+      owner.append(d)
+  scores = sequence_scores(scorer, sequences, masks)
+  doc_lp = np.bincount(np.asarray(owner), weights=scores, minlength=len(documents))
+  stats = dict(proposals=0, candidates=0, truncated=truncated,
+               sentences=sum(len(d) for d in documents))
+  return _result(doc_lp, doc_tokens, stats)
+
+
+def _result(doc_lp: np.ndarray, doc_tokens: np.ndarray, stats: dict) -> DocPPLResult:
+  total, tokens = float(doc_lp.sum()), int(doc_tokens.sum())
+  return DocPPLResult(ppl=math.exp(-total / tokens), log_prob=total, tokens=tokens,
+                      documents=len(doc_lp), sentences=stats["sentences"], doc_log_prob=doc_lp,
+                      doc_tokens=doc_tokens, proposals=stats["proposals"],
+                      candidates=stats["candidates"], truncated_histories=stats["truncated"])

@@ -1,0 +1,215 @@
+"""Which structural tokens may come next during word-synchronous search, per linearization.
+
+The search builds one sentence (a single tree over all its words) after BOS. Before gold word w
+it may emit structural tokens, then must emit w (all its pieces); after the last word it may only
+close, then emit EOS. A hypothesis is a *valid prefix*: a prefix of the linearization of some
+tree over the sentence whose full linearization fits the length cap (SPEC §9: max(6L, 10) tokens
+between BOS and EOS, L = terminal tokens). Rules per linearization (derived from SPEC §2):
+
+lin1 / lin2 / lin3 (labelled brackets; a closing is 1 / 2 / 3 tokens: CNT, CNT1+CNT2,
+CNT+CNT2+CNT2, the copies deterministic):
+  ONT(any label)   before a word, while the root is open (or as the very first token: the root)
+  closing          its label is the innermost open label; not right after an ONT (no empty
+                   constituent); the root closes only after the last word
+  word             inside the root (never before the first ONT)
+  EOS              after the last word, once every constituent is closed
+
+lin1_noont (ONTs dropped): constituent starts are invisible, so any closing sequence is some
+tree's: give every closing the constituent from the sentence start to that point (left-branching;
+equal ends are unary chains; the last closing is the root). Hence: no closing before the first
+word; after a word any number of closings with any labels; at least one closing after the last
+word; EOS right after a closing once all words are out.
+
+lin1_merge (every maximal run of closings is one unlabelled `)`): a `)` closes k >= 1
+constituents, k unseen. Counting k = 1 for every `)` before the last word keeps the most
+constituents open, so it admits every valid prefix: `)` only right after a word (runs are
+maximal; no empty constituent) and, before the last word, only while >= 2 constituents are open
+(the root stays open). After the last word exactly one `)` (it closes all), then EOS.
+
+Length cap: a token is allowed only if the shortest completion still fits (remaining pieces plus
+the closings of every open constituent; one final closing for noont/merge), so every kept prefix
+extends to a tree within the cap and brute-force enumeration of trees gives the same prefix set.
+`max_open` optionally bounds consecutive ONTs (paper App. B.1's XSum constraint; None for SG).
+
+Candidate slots per hypothesis (columns of `valid`): [ONT per label…] [closing: one slot with the
+row's innermost label (lin1/2/3) | one `)` (merge) | one per label (noont)] [the word / EOS].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from slm_jax.kinds import PTB_LABELS, Kind
+from slm_jax.tokenizer import Tokenizer
+
+START, AFTER_ONT, AFTER_WORD, AFTER_CLOSE, DONE = range(5)  # `last` codes
+BEAM_LINEARIZATIONS = ("lin1", "lin2", "lin3", "lin1_noont", "lin1_merge")
+_COPIES = {"lin1": 1, "lin2": 2, "lin3": 3, "lin1_noont": 1, "lin1_merge": 1}
+
+
+@dataclasses.dataclass
+class GrammarState:
+  """Per-hypothesis search state, numpy arrays over N rows."""
+
+  length: np.ndarray  # [N] sentence tokens emitted (after BOS)
+  open: np.ndarray  # [N] open constituents (merge: counting k = 1 per `)`)
+  last: np.ndarray  # [N] START / AFTER_ONT / AFTER_WORD / AFTER_CLOSE / DONE
+  run_onts: np.ndarray  # [N] consecutive ONTs just emitted
+  stack: np.ndarray  # [N, D] label index of open constituents (bottom first)
+
+  @classmethod
+  def initial(cls, n: int, depth: int) -> "GrammarState":
+    z = lambda: np.zeros(n, np.int64)
+    return cls(z(), z(), np.full(n, START, np.int64), z(), np.zeros((n, depth), np.int16))
+
+  def take(self, index) -> "GrammarState":
+    return GrammarState(*(getattr(self, f.name)[index] for f in dataclasses.fields(self)))
+
+  def put(self, rows, other: "GrammarState") -> None:
+    for f in dataclasses.fields(self):
+      getattr(self, f.name)[rows] = getattr(other, f.name)
+
+
+class Grammar:
+  """Candidate slots, their validity and their token expansions for one linearization."""
+
+  def __init__(self, linearization: str, tokenizer: Tokenizer, *, cnt2_scored: bool,
+               labels=None, max_open: int | None = None):
+    if linearization not in BEAM_LINEARIZATIONS:
+      raise ValueError(f"word-synchronous search needs a tree linearization "
+                       f"({', '.join(BEAM_LINEARIZATIONS)}), got {linearization}")
+    self.linearization = linearization
+    self.tokenizer = tokenizer
+    self.labels = tuple(PTB_LABELS if labels is None else labels)
+    unknown = [l for l in self.labels if l not in PTB_LABELS]
+    if unknown or not self.labels:
+      raise ValueError(f"labels must be a non-empty subset of the 26 PTB labels, got {unknown}")
+    self.copies = _COPIES[linearization]
+    self.cnt2_scored = cnt2_scored
+    self.max_open = max_open
+    self.tree = linearization in ("lin1", "lin2", "lin3")
+    self.label_index = np.asarray([PTB_LABELS.index(l) for l in self.labels], np.int64)
+    self.cnt_ids = np.asarray([tokenizer.cnt_id(l) for l in PTB_LABELS], np.int64)
+    self.n_ont = 0 if linearization == "lin1_noont" else len(self.labels)
+    self.n_close = len(self.labels) if linearization == "lin1_noont" else 1
+    self.word_slot = self.n_ont + self.n_close
+    self.n_slots = self.word_slot + 1
+
+  # ---- costs
+
+  def min_completion(self, open_, last, remaining):
+    """Fewest tokens that still complete the sentence (before EOS)."""
+    if self.tree:
+      return remaining + open_ * self.copies
+    finished = (remaining == 0) & (last == AFTER_CLOSE)
+    return remaining + np.where(finished, 0, 1)
+
+  # ---- candidates
+
+  def slot_token_ids(self, state: GrammarState, word_first: int) -> np.ndarray:
+    """[N, C] the token each slot emits first (to read its log-probability)."""
+    n = len(state.length)
+    ids = np.empty((n, self.n_slots), np.int64)
+    ids[:, :self.n_ont] = [self.tokenizer.ont_id(l) for l in self.labels[:self.n_ont]]
+    if self.linearization == "lin1_noont":
+      ids[:, self.n_ont:self.word_slot] = self.cnt_ids[self.label_index]
+    elif self.linearization == "lin1_merge":
+      ids[:, self.n_ont] = self.tokenizer.merged_close_id
+    else:
+      top = state.stack[np.arange(n), np.maximum(state.open - 1, 0)]
+      ids[:, self.n_ont] = self.cnt_ids[top]
+    ids[:, self.word_slot] = word_first
+    return ids
+
+  def valid(self, state: GrammarState, *, at_end: bool, remaining: int, word_len: int,
+            cap: int) -> np.ndarray:
+    """[N, C] bool: may each slot come next? `remaining` = pieces of the words not yet emitted
+    (including the current word of `word_len` pieces); at_end: all words are out (EOS step)."""
+    n = len(state.length)
+    length, open_, last = state.length, state.open, state.last
+    out = np.zeros((n, self.n_slots), bool)
+    alive = last != DONE
+    if self.n_ont and not at_end:
+      ont = alive & ((open_ >= 1) | (length == 0))
+      if self.max_open is not None:
+        ont &= state.run_onts < self.max_open
+      ont &= length + 1 + self.min_completion(open_ + 1, AFTER_ONT, remaining) <= cap
+      out[:, :self.n_ont] = ont[:, None]
+    if self.tree:
+      close = alive & (open_ >= (1 if at_end else 2)) & (last != AFTER_ONT) & (last != START)
+      close &= length + self.copies + self.min_completion(open_ - 1, AFTER_CLOSE,
+                                                         remaining) <= cap
+    elif self.linearization == "lin1_merge":
+      close = (last == AFTER_WORD) & (open_ >= (1 if at_end else 2))
+      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
+    else:  # noont
+      close = alive & (last != START)
+      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
+    out[:, self.n_ont:self.word_slot] = close[:, None]
+    if at_end:
+      word = (open_ == 0) & (last == AFTER_CLOSE) if self.tree else last == AFTER_CLOSE
+    else:
+      word = alive & ((open_ >= 1) if self.linearization != "lin1_noont" else True)
+      word &= length + word_len + self.min_completion(open_, AFTER_WORD,
+                                                      remaining - word_len) <= cap
+    out[:, self.word_slot] = word
+    return out
+
+  def advance(self, state: GrammarState, slot: np.ndarray, *, at_end: bool,
+              word_len: int) -> GrammarState:
+    """The state after each row takes `slot` (a new GrammarState; rows = len(slot))."""
+    slot = np.asarray(slot)
+    s = GrammarState(state.length.copy(), state.open.copy(), state.last.copy(),
+                     state.run_onts.copy(), state.stack.copy())
+    rows = np.arange(len(slot))
+    is_ont = slot < self.n_ont
+    is_close = (slot >= self.n_ont) & (slot < self.word_slot)
+    is_word = slot == self.word_slot
+    if is_ont.any():
+      r = rows[is_ont]
+      s.stack[r, s.open[r]] = self.label_index[slot[r]]
+    s.open += is_ont
+    if self.tree or self.linearization == "lin1_merge":
+      s.open -= is_close
+      if self.linearization == "lin1_merge" and at_end:
+        s.open[is_close] = 0  # the final `)` closes everything
+    s.length += np.where(is_ont, 1, 0) + np.where(is_close, self.copies, 0) + np.where(
+        is_word & (not at_end), word_len, 0)
+    s.run_onts = np.where(is_ont, s.run_onts + 1, 0)
+    s.last = np.select([is_ont, is_close, is_word & at_end, is_word],
+                       [AFTER_ONT, AFTER_CLOSE, DONE, AFTER_WORD], s.last)
+    return s
+
+  def expand(self, slot: np.ndarray, first_ids: np.ndarray, word_ids, word_kind: int):
+    """Tokens each chosen (slot, first id) feeds: ids, kinds [M, K], scored [M, K], count [M].
+
+    Position 0 is always scored (it ranked the candidate); closing copies are scored when CNT2
+    is a target of the configuration; every piece of a word is scored.
+    """
+    slot = np.asarray(slot)
+    m = len(slot)
+    k = max(self.copies, len(word_ids))
+    ids = np.zeros((m, k), np.int64)
+    kinds = np.zeros((m, k), np.int64)
+    scored = np.zeros((m, k), bool)
+    count = np.ones(m, np.int64)
+    is_ont = slot < self.n_ont
+    is_close = (slot >= self.n_ont) & (slot < self.word_slot)
+    is_word = slot == self.word_slot
+    ids[:, 0] = first_ids
+    first_close = {1: Kind.CNT, 2: Kind.CNT1, 3: Kind.CNT}[self.copies]
+    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, first_close], word_kind)
+    scored[:, 0] = True
+    if self.copies > 1:
+      ids[is_close, 1:self.copies] = first_ids[is_close, None]
+      kinds[is_close, 1:self.copies] = Kind.CNT2
+      scored[is_close, 1:self.copies] = self.cnt2_scored
+      count[is_close] = self.copies
+    if len(word_ids) > 1:
+      ids[is_word, 1:len(word_ids)] = np.asarray(word_ids[1:])
+      kinds[is_word, 1:len(word_ids)] = word_kind
+      scored[is_word, 1:len(word_ids)] = True
+      count[is_word] = len(word_ids)
+    return ids, kinds, scored, count

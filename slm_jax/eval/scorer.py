@@ -1,0 +1,185 @@
+"""Teacher-forced scoring of linearized sequences (per-token log-probabilities, sums over targets).
+
+`Scorer(model, tokenizer, configuration)`:
+  logprobs(sequences)  -> per sequence, float64 [T-1]: log p(token_t | tokens_<t), t = 1..T-1
+  score(sequences)     -> float64 [n]: the sum over the configuration's targets (SPEC §4: CNT2
+                          excluded under TG-family attention, NT tokens under lin1_shuf); a
+                          `mask_fn(kinds_T) -> bool [T]` overrides the selection
+  terminal_logprobs(sentences) / terminal_logprob(words) -> the log-probability of sentences of
+                          words scored directly, in the terminal format the model reads
+                          (lin0, or pause1/pause2 with the pause tokens inserted as in training;
+                          tree configurations are scored in lin0, the Tree-Shuffle protocol)
+  terminal_word_logprobs(sentences) -> per sentence, float64 [L]: the log-probability of each
+                          word (its pieces and the pause tokens that follow it; no EOS)
+
+Each sequence is one segment of its own row (`row_metadata`, segment 1, positions from 0); rows
+are padded (segment 0) to a length bucket and batched, so results do not depend on batching.
+All natural logarithms.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Sequence as SequenceT
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from slm_jax.configurations import Configuration
+from slm_jax.data.encode import encode_document
+from slm_jax.kinds import Kind
+from slm_jax.linearize import Sequence
+from slm_jax.model.decoder import Decoder
+from slm_jax.structure import RowMetadata, row_metadata, target_mask
+from slm_jax.tokenizer import Tokenizer
+from slm_jax.trees import Tree
+
+TERMINAL_SCHEMES = ("lin0", "pause1", "pause2")
+
+
+def length_bucket(n: int) -> int:
+  """Padded row length for n tokens: multiples of 16 up to 64, then powers of two."""
+  if n <= 64:
+    return max(16, -(-n // 16) * 16)
+  return 1 << (n - 1).bit_length()
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _token_logprobs(graphdef, params, tokens_BT, meta: RowMetadata):
+  """log p(tokens[:, t] | tokens[:, <t]) for t >= 1, float32 [B, T-1]."""
+  model = nnx.merge(graphdef, params)
+  logits_BTV = model(tokens_BT, meta)[:, :-1]
+  logz_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+  picked_BT = jnp.take_along_axis(logits_BTV, tokens_BT[:, 1:, None], axis=-1)[..., 0]
+  return picked_BT - logz_BT
+
+
+class Scorer:
+  """Batched teacher-forced scoring with one model (see module docstring)."""
+
+  def __init__(self, model: Decoder, tokenizer: Tokenizer, configuration: Configuration, *,
+               batch_size: int = 32, max_len: int | None = None):
+    if model.config.vocab_size < tokenizer.vocab_size:
+      raise ValueError(f"model vocabulary ({model.config.vocab_size}) is smaller than the "
+                       f"tokenizer's ({tokenizer.vocab_size})")
+    if configuration.attention != model.config.attention:
+      raise ValueError(f"configuration {configuration.name} uses attention "
+                       f"{configuration.attention.name} but the model was built with "
+                       f"{model.config.attention.name}")
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    self.model = model
+    self.tokenizer = tokenizer
+    self.configuration = configuration
+    self.batch_size = int(batch_size)
+    self.max_len = max_len
+    self.graphdef, self.params = nnx.split(model)
+
+  # ---- linearized sequences
+
+  def logprobs(self, sequences: SequenceT[Sequence]) -> list[np.ndarray]:
+    """Per-token log-probabilities of each sequence, float64 [T-1] aligned to tokens[1:]."""
+    arrays = [self._ids(s, i) for i, s in enumerate(sequences)]
+    out: list[np.ndarray] = [np.zeros(0)] * len(arrays)
+    order = sorted(range(len(arrays)), key=lambda i: len(arrays[i][0]))
+    for start in range(0, len(order), self.batch_size):
+      chunk = order[start:start + self.batch_size]
+      width = length_bucket(len(arrays[chunk[-1]][0]))
+      rows = min(self.batch_size, 1 << (len(chunk) - 1).bit_length())
+      tokens = np.full((rows, width), self.tokenizer.pad_id, np.int32)
+      kinds = np.zeros((rows, width), np.int32)
+      segment = np.zeros((rows, width), np.int32)
+      for r, i in enumerate(chunk):
+        ids, kind = arrays[i]
+        tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
+      meta = jax.tree.map(jnp.asarray, row_metadata(kinds, segment))
+      lp = np.asarray(_token_logprobs(self.graphdef, self.params, jnp.asarray(tokens), meta),
+                      np.float64)
+      for r, i in enumerate(chunk):
+        out[i] = lp[r, :len(arrays[i][0]) - 1]
+    return out
+
+  def _ids(self, sequence: Sequence, index: int) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.asarray(sequence.tokens)
+    if not np.issubdtype(tokens.dtype, np.integer):
+      raise ValueError(f"sequence {index}: tokens must be vocabulary ids (use "
+                       "data.encode.encode_document), got dtype " + str(tokens.dtype))
+    if len(tokens) < 2:
+      raise ValueError(f"sequence {index}: needs at least 2 tokens (BOS and one more)")
+    if self.max_len is not None and len(tokens) > self.max_len:
+      raise ValueError(f"sequence {index}: {len(tokens)} tokens exceed max_len={self.max_len}")
+    if tokens.min() < 0 or tokens.max() >= self.model.config.vocab_size:
+      raise ValueError(f"sequence {index}: token id outside [0, {self.model.config.vocab_size})")
+    return tokens.astype(np.int32), np.asarray(sequence.kinds, np.int32)
+
+  def target_mask(self, kinds_T: np.ndarray) -> np.ndarray:
+    """SPEC §4 targets of one sequence (one segment), bool [T]."""
+    kinds = np.asarray(kinds_T)
+    return target_mask(kinds, np.ones_like(kinds), self.configuration.linearization,
+                       self.configuration.attention)
+
+  def score(self, sequences: SequenceT[Sequence],
+            mask_fn: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Σ log p over the selected tokens of each sequence (targets by default), float64 [n]."""
+    select = mask_fn or self.target_mask
+    totals = []
+    for sequence, lp in zip(sequences, self.logprobs(sequences)):
+      mask = np.asarray(select(np.asarray(sequence.kinds)), bool)
+      if mask.shape != (len(sequence),):
+        raise ValueError(f"mask_fn returned shape {mask.shape} for a sequence of "
+                         f"{len(sequence)} tokens")
+      totals.append(float(lp[mask[1:]].sum()))
+    return np.asarray(totals, np.float64)
+
+  # ---- sentences of words scored in the terminal format
+
+  @property
+  def terminal_scheme(self) -> str:
+    lin = self.configuration.linearization
+    return lin if lin in TERMINAL_SCHEMES else "lin0"
+
+  def terminal_sequence(self, sentences: SequenceT[SequenceT[str]]) -> Sequence:
+    """A document of word sentences as ids in the terminal format (BOS … EOS)."""
+    if not sentences or any(len(words) == 0 for words in sentences):
+      raise ValueError("terminal scoring needs at least one sentence and no empty sentence")
+    document = [Tree("X", tuple(words)) for words in sentences]  # X never reaches lin0/pause
+    return encode_document(document, self.tokenizer, self.terminal_scheme)
+
+  def terminal_logprobs(self, sentences: SequenceT[SequenceT[str]]) -> np.ndarray:
+    """log p of each sentence (its own document: terminals, pauses, EOS), float64 [n]."""
+    return self.score([self.terminal_sequence([words]) for words in sentences])
+
+  def terminal_logprob(self, document_words) -> float:
+    """log p of one sentence (a list of words) or one document (a list of word lists)."""
+    words = list(document_words)
+    document = words if words and not isinstance(words[0], str) else [words]
+    return float(self.score([self.terminal_sequence(document)])[0])
+
+  def terminal_word_logprobs(self, sentences: SequenceT[SequenceT[str]]) -> list[np.ndarray]:
+    """Per word: Σ log p of its pieces and its trailing pause tokens; float64 [L] per sentence."""
+    sequences = [self.terminal_sequence([words]) for words in sentences]
+    out = []
+    for words, sequence, lp in zip(sentences, sequences, self.logprobs(sequences)):
+      kinds = sequence.kinds[1:]
+      in_word = (kinds == Kind.TERMINAL) | (kinds == Kind.PAUSE)
+      unit = sequence.unit[1:][in_word]
+      first = np.flatnonzero(np.diff(unit, prepend=-1) != 0)
+      sums = np.add.reduceat(lp[in_word], first) if len(first) else np.zeros(0)
+      if len(sums) != len(words):
+        raise AssertionError(f"{len(sums)} word groups for {len(words)} words")
+      out.append(sums.astype(np.float64))
+    return out
+
+
+def logsumexp(values) -> float:
+  """log Σ exp(values) in float64 (−inf for an empty input)."""
+  values = np.asarray(values, np.float64)
+  if values.size == 0:
+    return -math.inf
+  top = values.max()
+  if not np.isfinite(top):
+    return float(top)
+  return float(top + np.log(np.exp(values - top).sum()))

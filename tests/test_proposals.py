@@ -1,0 +1,139 @@
+"""Proposal sources: the inside sampler draws exactly from the grammar's posterior (checked against
+brute-force enumeration), its probabilities are the generator's, files parse in both formats."""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+
+import numpy as np
+import pytest
+
+from slm_jax.corpus.grammar import default_grammar
+from slm_jax.corpus.treebank import embedded_corpus, generate_sentence
+from slm_jax.eval.proposals import (FallbackProposals, FileProposals, FlatProposals,
+                                    GrammarPosterior, NoProposals, ProposalError,
+                                    exact_enumeration)
+from slm_jax.ptb import parse_trees
+from slm_jax.trees import Tree
+
+AMBIGUOUS = [  # 4, 3 and 10 distinct output trees (PP attachment, complement clauses)
+    "writers admire Susan near foxes on keys .",
+    "Susan forgot that writers admire Susan near foxes .",
+    "writers admire Susan near foxes on keys with the farmers .",
+]
+
+
+@pytest.fixture(scope="module")
+def posterior():
+  return GrammarPosterior(k=300, seed=0)
+
+
+def derivation_prob(derivation: Tree) -> float:
+  """Product of the rule probabilities of a derivation (as the generator drew it)."""
+  g = default_grammar()
+  rules = {(r.lhs, r.rhs): r.prob for r in g.rules}
+  lexical = {(r.lhs, r.word): r.prob for r in g.lexical_rules}
+  p, stack = 1.0, [derivation]
+  while stack:
+    node = stack.pop()
+    kids = node.children
+    if isinstance(kids[0], str):
+      p *= lexical[(node.label, kids[0])]
+    else:
+      p *= rules[(node.label, tuple(k.label for k in kids))]
+      stack.extend(kids)
+  return p
+
+
+@pytest.mark.parametrize("sentence", AMBIGUOUS)
+def test_samples_match_the_exact_posterior(posterior, sentence):
+  words = sentence.split()
+  exact, total = exact_enumeration(words)
+  assert len(exact) >= 3 and math.isclose(sum(exact.values()), 1.0)
+  samples = posterior.sample(words, 2000, rng=np.random.default_rng(7))
+  counts = collections.Counter(samples)
+  assert set(counts) <= set(exact)
+  tv = 0.5 * sum(abs(counts.get(t, 0) / 2000 - p) for t, p in exact.items())
+  assert tv < 0.05, tv
+  # Sensitivity: a sampler ignoring the probabilities (uniform over parses) would fail.
+  assert 0.5 * sum(abs(p - 1 / len(exact)) for p in exact.values()) > 0.08
+  assert math.isclose(posterior.log_marginal(words), math.log(total), rel_tol=1e-9)
+
+
+def test_inside_total_is_the_generators_probability(posterior):
+  """Generated sentences: the generator's derivation is among the enumerated ones with the same
+  probability, and the inside total equals the sum over all enumerated derivations."""
+  rng = np.random.default_rng(3)
+  checked = 0
+  while checked < 12:
+    derivation = generate_sentence(rng, derivation=True)
+    words = derivation.leaves()
+    if len(words) > 7:
+      continue
+    exact, total = exact_enumeration(words)
+    tree = default_grammar().to_output_tree(derivation)
+    assert tree in exact
+    assert derivation_prob(derivation) <= total * (1 + 1e-12)
+    assert math.isclose(posterior.log_marginal(words), math.log(total), rel_tol=1e-9)
+    checked += 1
+
+
+def test_proposals_are_distinct_output_trees_over_the_words(posterior):
+  docs = embedded_corpus("test", 6)
+  found = 0
+  for doc in docs:
+    for gold in doc:
+      words = gold.leaves()
+      trees = posterior.proposals(words)
+      found += gold in trees  # generator trees are output trees of the same form
+      assert 1 <= len(trees) <= posterior.k
+      assert len(set(trees)) == len(trees)
+      assert all(t.leaves() == words for t in trees)
+      # Output trees are normalized trees: PTB labels only, no POS/hidden/intermediate nodes.
+      labels = {n.label for t in trees for n in t.subtrees()}
+      assert all("[" not in x and "|" not in x and x.isupper() for x in labels), labels
+  assert found >= 0.9 * sum(len(d) for d in docs)
+  long_words = max((t.leaves() for d in docs for t in d), key=len)
+  assert posterior.proposals(long_words) == posterior.proposals(long_words)  # seeded per sentence
+
+
+def test_ambiguous_proposals_cover_the_posterior(posterior):
+  words = AMBIGUOUS[2].split()
+  exact, _ = exact_enumeration(words)
+  assert set(posterior.proposals(words)) == set(exact)  # 300 draws find all 10 parses
+
+
+def test_unknown_words_raise_no_proposals(posterior):
+  with pytest.raises(NoProposals, match="zyzzyva"):
+    posterior.proposals(["the", "zyzzyva", "sleeps", "."])
+  with pytest.raises(NoProposals):
+    posterior.proposals(["sleeps", "the", "."])  # known words, no parse
+  fallback = FallbackProposals(posterior, FlatProposals())
+  assert fallback.proposals(["a", "zyzzyva"]) == [Tree("S", ("a", "zyzzyva"))]
+  assert fallback.stats == {"fallback": 1}
+
+
+def test_file_proposals_jsonl_and_blocks(tmp_path):
+  trees = ["(S (NP Cats) (VP chase (NP mice)))", "(S Cats (VP chase mice))",
+           "(S (NP Cats) (VP chase (NP mice)))"]
+  jsonl = tmp_path / "p.jsonl"
+  jsonl.write_text(json.dumps({"words": ["Cats", "chase", "mice"], "trees": trees}) + "\n"
+                   + json.dumps({"trees": ["(S (NP (NNS Dogs)) (VP (VBP bark)))"]}) + "\n")
+  source = FileProposals(jsonl)
+  assert source.proposals(["Cats", "chase", "mice"]) == parse_trees("\n".join(trees[:2]))
+  assert source.duplicates_dropped == 1
+  assert source.proposals(["Dogs", "bark"]) == [Tree("S", (Tree("NP", ("Dogs",)),
+                                                            Tree("VP", ("bark",))))]
+  blocks = tmp_path / "p.txt"
+  blocks.write_text("(S (NP Cats)\n   (VP chase (NP mice)))\n(S Cats (VP chase mice))\n\n"
+                    "(S (NP Dogs) (VP bark))\n")
+  source = FileProposals(blocks, k=1)
+  assert source.proposals(["Cats", "chase", "mice"]) == parse_trees(trees[0])
+  with pytest.raises(NoProposals):
+    source.proposals(["Birds", "sing"])
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text(json.dumps({"words": ["a", "b"], "trees": ["(S a c)"]}) + "\n")
+  with pytest.raises(ProposalError, match=r"bad.jsonl:1: tree 0 has leaves 'a c'"):
+    FileProposals(bad)

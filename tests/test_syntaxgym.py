@@ -1,0 +1,207 @@
+"""SyntaxGym: every formula of the 34 suites parses and evaluates; a hand-made suite with known
+surprisals gives the known verdicts; aggregates per circuit / 31 suites / the paper's SG; the
+evaluation runs end to end on real suites for terminal and tree models."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.eval.scorer import Scorer
+from slm_jax.eval.syntaxgym import (SuiteError, evaluate_formula, evaluate_syntaxgym, load_suite,
+                                    load_suites, parse_formula, tokenize_region)
+from slm_jax.model import Decoder, ModelConfig
+from slm_jax.tokenizer import make_tokenizer
+from tests.shared_data import require_shared
+
+
+def values(table: dict):
+  return lambda region, condition: table[(region, condition)]
+
+
+# ---- formulas
+
+
+def test_every_formula_of_every_suite_parses_and_evaluates():
+  root = require_shared("syntaxgym")
+  suites = load_suites(root / "json")
+  assert len(suites) == 34
+  reference = {}
+  with open(root / "reference_results" / "syntaxgym_results_gpt-2-pretrained_.csv") as f:
+    for row in csv.DictReader(f):
+      reference.setdefault(row["suite"], []).append(row)
+  rng = np.random.default_rng(0)
+  regions = empty = formulas = 0
+  for suite in suites:
+    assert len(suite.items) == len(reference[suite.name]), suite.name  # nothing lost
+    for prediction in suite.predictions:
+      formulas += 1
+      for item in suite.items:
+        draws = {(r, c): float(rng.exponential(5)) for c in item.conditions
+                 for r in list(suite.regions) + ["*"]}
+        assert isinstance(evaluate_formula(prediction.tree, values(draws)), bool)
+    for item in suite.items:
+      for contents in item.conditions.values():
+        regions += len(contents)
+        empty += sum(not tokenize_region(c) for c in contents)
+  assert formulas == 36 and regions == 24_040 and empty == 678  # SOURCES.md counts
+
+
+def test_formula_semantics():
+  table = {(1, "a"): 2.0, (2, "a"): 3.0, (1, "b"): 2.0005, (2, "b"): 7.0, ("*", "a"): 5.0}
+  check = lambda formula: evaluate_formula(parse_formula(formula), values(table))
+  assert check("(1;%a%) + (2;%a%) * 2 = 8")  # * before +
+  assert check("[(1;%a%) + (2;%a%)] * 2 = 10")  # [ ] group
+  assert check("(1;%a%) = (1;%b%)")  # |Δ| = 5e-4 <= 1e-3 + 1e-5·|b|
+  assert not check("(1;%a%) < (1;%b%) - 0.001")
+  assert check("-(1;%a%) < 0 & -[(2;%b%) - (2;%a%)] = -4")
+  assert check("(2;%b%) < 0 | (2;%b%) > (2;%a%)")
+  assert not check("(2;%b%) < 0 | (2;%b%) < (2;%a%) & (1;%a%) = 2")  # & binds tighter
+  assert check("(*;%a%) = (1;%a%) + (2;%a%)")
+  assert check("( 2 ; %b% ) / (1;%a%) > 3.4")
+  for bad, why in (("(1;%a%) >", "unexpected"), ("(1;%a%) + 1", "not a comparison"),
+                   ("[(1;%a%) > 1", "missing"), ("(1;%a%) > 1 ]", "unexpected"),
+                   ("(1;%a%) > $", "cannot read")):
+    with pytest.raises(SuiteError, match=why):
+      parse_formula(bad)
+
+
+def test_ptb_style_region_tokens():
+  assert tokenize_region("") == []
+  assert tokenize_region("the company's plan") == ["the", "company", "'s", "plan"]
+  assert tokenize_region(", the teacher considered it poorly written .") == [
+      ",", "the", "teacher", "considered", "it", "poorly", "written", "."]
+  assert tokenize_region("it isn't over.") == ["it", "is", "n't", "over", "."]
+  assert tokenize_region('he said "no"') == ["he", "said", "``", "no", "''"]
+
+
+# ---- a hand-made suite with known surprisals
+
+
+def write_suite(folder: pathlib.Path, name: str, items, predictions) -> None:
+  folder.mkdir(parents=True, exist_ok=True)
+  suite = {
+      "meta": {"name": name, "metric": "sum"},
+      "region_meta": {"1": "subject", "2": "verb", "3": "rest"},
+      "predictions": [{"type": "formula", "formula": p} for p in predictions],
+      "items": [{"item_number": i + 1, "conditions": [
+          {"condition_name": c, "regions": [{"region_number": r + 1, "content": text}
+                                            for r, text in enumerate(regions)]}
+          for c, regions in conditions.items()]} for i, conditions in enumerate(items)],
+  }
+  (folder / f"{name}.json").write_text(json.dumps(suite))
+
+
+# word log-probabilities (nats) given the previous word: context matters on purpose
+LOGP = {"plays": -2.0, "play": -5.0, "sings": -6.0, "sing": -1.0, "the": -1.0, "woman": -3.0,
+        "women": -3.0, "guitar": -4.0, ".": -0.5}
+
+
+def toy_prefix(sentences):
+  """log p̃(x≤w): context-free word scores, except that words after 'the' cost 1 nat less."""
+  out = []
+  for words in sentences:
+    lp = [LOGP[w] + (1.0 if i and words[i - 1] == "the" else 0.0) for i, w in enumerate(words)]
+    out.append(np.cumsum(lp))
+  return out
+
+
+ITEMS = [
+    {"match": ["the woman", "plays", "the guitar ."],
+     "mismatch": ["the woman", "play", "the guitar ."]},  # right: play is more surprising
+    {"match": ["the women", "sings", "the guitar ."],
+     "mismatch": ["the women", "sing", "the guitar ."]},  # wrong way round
+    {"match": ["the woman", "", "the guitar ."],
+     "mismatch": ["the woman", "", "the guitar ."]},  # empty verb region: 0 > 0 fails
+]
+PREDICTIONS = ["(2;%mismatch%) > (2;%match%)",
+               "[(3;%match%) = (3;%mismatch%)] & (*;%mismatch%) >= (*;%match%)"]
+
+
+def test_hand_made_suite_gives_the_known_verdicts(tmp_path):
+  write_suite(tmp_path / "json", "number_toy", ITEMS, PREDICTIONS)
+  result = evaluate_syntaxgym(toy_prefix, tmp_path / "json")
+  suite = result["suites"]["number_toy"]
+  bits = lambda nats: -nats / math.log(2)
+  first = suite["surprisals"][0]
+  assert first["match"] == pytest.approx([bits(-1 - 2), bits(-2), bits(-1 - 3 - 0.5)], abs=1e-4)
+  assert first["mismatch"][1] == pytest.approx(bits(-5), abs=1e-4)
+  assert suite["surprisals"][2]["match"][1] == 0.0  # empty region
+  assert suite["item_correct"] == [True, False, False]
+  assert [p["accuracy"] for p in suite["predictions"]] == pytest.approx([1 / 3, 2 / 3])
+  assert suite["accuracy"] == pytest.approx(1 / 3) and suite["correct"] == 1
+  assert suite["empty_regions"] == 2 and suite["failed_items"] == 0
+  assert suite["circuit"] == "Agreement"
+
+
+def test_aggregates_per_circuit_31_suites_and_paper_sg(tmp_path):
+  folder = tmp_path / "json"
+  write_suite(folder, "number_toy", ITEMS, PREDICTIONS[:1])  # 1/3
+  write_suite(folder, "npi_toy", ITEMS[:2], PREDICTIONS[:1])  # 1/2
+  write_suite(folder, "fgd-embed3", ITEMS[:1], PREDICTIONS[:1])  # 1/1, not in the 31
+  write_suite(folder, "fgd_toy", ITEMS[1:], PREDICTIONS[:1])  # 0/2
+  circuits = {"circuit_tags": {"Agreement": ["number"], "Licensing": ["npi"],
+                               "Long-Distance Dependencies": ["fgd"]},
+              "circuit_suites": {"Agreement": ["number_toy"], "Licensing": ["npi_toy"],
+                                 "Long-Distance Dependencies": ["fgd_toy"]}}
+  (tmp_path / "circuits.json").write_text(json.dumps(circuits))
+  result = evaluate_syntaxgym(toy_prefix, folder)
+  assert result["circuits"]["Long-Distance Dependencies"] == 0.0  # circuit_suites only
+  assert result["circuits_by_items"]["Long-Distance Dependencies"] == pytest.approx(1 / 3)
+  assert result["sg_31"] == pytest.approx(np.mean([1 / 3, 1 / 2, 0.0]))
+  assert result["sg_31_suites"] == 3
+  assert result["sg_paper"] == pytest.approx(np.mean([1 / 3, 1 / 2, 1 / 3]))
+  assert result["counts"]["items"] == 3 + 2 + 1 + 2
+  json.dumps(result)  # JSON-ready
+  only = evaluate_syntaxgym(toy_prefix, folder, suites=["npi_toy"], max_items=1)
+  assert list(only["suites"]) == ["npi_toy"] and only["suites"]["npi_toy"]["items"] == 1
+  with pytest.raises(FileNotFoundError, match="nope"):
+    evaluate_syntaxgym(toy_prefix, folder, suites=["nope"])
+
+
+def test_bad_suites_are_named(tmp_path):
+  write_suite(tmp_path, "broken", ITEMS[:1], ["(4;%match%) > 0"])
+  with pytest.raises(SuiteError, match="broken.json.*region 4"):
+    load_suite(tmp_path / "broken.json")
+  write_suite(tmp_path, "broken", ITEMS[:1], ["(1;%other%) > 0"])
+  with pytest.raises(SuiteError, match="condition 'other'"):
+    load_suite(tmp_path / "broken.json")
+
+
+# ---- real suites, real (random) models
+
+
+def model_scorer(name: str, words) -> Scorer:
+  configuration = CONFIGURATIONS[name]
+  tokenizer = make_tokenizer("word", words=words)
+  config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                       compute_dtype=jnp.float32, init_std=0.3, attention=configuration.attention)
+  return Scorer(Decoder(config, rngs=nnx.Rngs(0)), tokenizer, configuration)
+
+
+def test_end_to_end_on_real_suites():
+  root = require_shared("syntaxgym")
+  suite = load_suite(root / "json" / "number_src.json")
+  words = [w for c in suite.items[0].conditions.values() for r in c for w in tokenize_region(r)]
+  terminal = model_scorer("pause1", [w for w in words if w != words[-2]])
+  result = evaluate_syntaxgym(terminal, root / "json", suites=["number_src"], max_items=1)
+  record = result["suites"]["number_src"]
+  assert record["items"] == 1 and record["failed_items"] == 0
+  assert record["unknown_words"] >= 1  # one word is not in the toy vocabulary
+  manual = lambda sentences: [np.cumsum(w) for w in terminal.terminal_word_logprobs(sentences)]
+  same = evaluate_syntaxgym(manual, root / "json", suites=["number_src"], max_items=1)
+  assert same["suites"]["number_src"]["surprisals"] == record["surprisals"]
+  tree = model_scorer("tgtree", words)
+  result = evaluate_syntaxgym(tree, root / "json", suites=["number_src"], max_items=1, beam=4,
+                              fast_track=1)
+  record = result["suites"]["number_src"]
+  surprisals = np.concatenate([np.asarray(v) for v in record["surprisals"][0].values()])
+  assert record["failed_items"] == 0 and (surprisals > 0).all()
