@@ -38,35 +38,16 @@ import numpy as np
 from slm_jax import ptb
 from slm_jax.configurations import Configuration
 from slm_jax.data.accounting import Accounting, StageCounts
-from slm_jax.data.encode import encode_document
+from slm_jax.data.encode import encode_base, encode_document
 from slm_jax.data.loader import Batch
 from slm_jax.data.packing import PackStats, Row, SentencePacker, sentence_chunks
-from slm_jax.kinds import Kind
-from slm_jax.linearize import Sequence, derive, document_key
+from slm_jax.linearize import Sequence
 from slm_jax.prepare import DocumentSource, RecordError, decode_record
 from slm_jax.tokenizer import Tokenizer
 
 STATE_VERSION = 1
 SOURCES = ("arrayrecord", "parquet")
 _NO_SHARED_MEMORY = 1 << 62
-_NO_BRACKETS = ("lin0", "pause1", "pause2")  # schemes without ONT/CNT tokens
-
-
-def encode_base(base: Sequence, tokenizer: Tokenizer, linearization: str,
-                seed: int = 0) -> Sequence:
-  """`encode_document` of the document whose word-level lin1 base is `base` (same ids, kinds,
-  sentences and units; tests check equality on every scheme). Schemes that drop brackets never
-  tokenize them."""
-  doc_key = document_key(base) if linearization == "lin1_shuf" else 0
-  kinds = base.kinds
-  if linearization in _NO_BRACKETS:
-    base = base.take(np.flatnonzero((kinds != Kind.ONT) & (kinds != Kind.CNT)))
-  elif linearization == "lin1_noont":
-    base = base.take(np.flatnonzero(kinds != Kind.ONT))
-  ids, _, word_index = tokenizer.encode_symbols(base.symbols(), base.kinds)
-  pieces = dataclasses.replace(base.take(word_index), tokens=ids)
-  return derive(pieces, linearization, seed=seed, doc_key=doc_key,
-                pause_token=tokenizer.pause_id, merged_close_token=tokenizer.merged_close_id)
 
 
 @dataclasses.dataclass
