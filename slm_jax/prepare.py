@@ -188,6 +188,21 @@ def _read_ptb(path: str, counts: StageCounts, lenient: bool,
   yield path, trees
 
 
+def _documents_from_text(text: str, where: str, doc_id: str, counts: StageCounts, lenient: bool,
+                         sentences_as_documents: bool) -> Iterator[tuple[str, list[Tree]]]:
+  """The document(s) of one record's PTB text, reader problems and empty documents counted."""
+  report = ptb.ReadReport()
+  trees = ptb.parse_trees(text, source=where, lenient=lenient, report=report)
+  counts.add_read_report(report)
+  if not trees:
+    counts.drop("documents", "empty document")
+  elif sentences_as_documents:
+    counts.documents_in += len(trees) - 1
+    yield from ((f"{doc_id}#{k}", [tree]) for k, tree in enumerate(trees))
+  else:
+    yield doc_id, trees
+
+
 def _read_jsonl(path: str, counts: StageCounts, lenient: bool,
                 sentences_as_documents: bool) -> Iterator[tuple[str, list[Tree]]]:
   with open(path, encoding="utf-8") as f:
@@ -210,17 +225,8 @@ def _read_jsonl(path: str, counts: StageCounts, lenient: bool,
         counts.drop("documents", "record without trees")
         continue
       text = "\n".join(trees_field) if isinstance(trees_field, list) else str(trees_field)
-      report = ptb.ReadReport()
-      trees = ptb.parse_trees(text, source=where, lenient=lenient, report=report)
-      counts.add_read_report(report)
-      doc_id = str(obj.get("id", where))
-      if not trees:
-        counts.drop("documents", "empty document")
-      elif sentences_as_documents:
-        counts.documents_in += len(trees) - 1
-        yield from ((f"{doc_id}#{k}", [tree]) for k, tree in enumerate(trees))
-      else:
-        yield doc_id, trees
+      yield from _documents_from_text(text, where, str(obj.get("id", where)), counts, lenient,
+                                      sentences_as_documents)
 
 
 def _read_parquet(path: str, counts: StageCounts, lenient: bool,
@@ -232,17 +238,9 @@ def _read_parquet(path: str, counts: StageCounts, lenient: bool,
     for row, text in enumerate(texts):
       where = f"{path}:{group}:{row}"
       counts.documents_in += 1
-      report = ptb.ReadReport()
-      trees = ptb.parse_trees(text or "", source=where, lenient=lenient, report=report)
-      counts.add_read_report(report)
       doc_id = str(ids[row]) if ids is not None and ids[row] is not None else where
-      if not trees:
-        counts.drop("documents", "empty document")
-      elif sentences_as_documents:
-        counts.documents_in += len(trees) - 1
-        yield from ((f"{doc_id}#{k}", [tree]) for k, tree in enumerate(trees))
-      else:
-        yield doc_id, trees
+      yield from _documents_from_text(text or "", where, doc_id, counts, lenient,
+                                      sentences_as_documents)
 
 
 def read_inputs(files: SequenceT[tuple[str, str]], counts: StageCounts, *, lenient: bool = True,

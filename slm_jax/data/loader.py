@@ -15,7 +15,7 @@ import numpy as np
 
 from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
-from slm_jax.data.packing import PackStats, pack_documents, stack_rows
+from slm_jax.data.packing import pack_documents, stack_rows
 from slm_jax.structure import row_metadata, target_mask
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
@@ -101,7 +101,3 @@ class BatchIterator:
     rows = self._order(self.epoch)[self.index:self.index + self.batch_size]
     self.index += self.batch_size
     return self.dataset.batch(rows)
-
-
-def describe(stats: PackStats) -> str:
-  return stats.summary()
