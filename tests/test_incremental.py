@@ -90,6 +90,29 @@ def test_kv_cache_other_linearizations(linearization):
     assert decode_and_compare(decoder, sequences, reference, prefix=11) < TOL
 
 
+def test_arena_compaction_keeps_every_row():
+  """A tight arena (N·S + N slots) overflows mid-sequence (one row fed per step, each step
+  takes N slots): the compacted rows decode the same, forks included."""
+  model, configuration, sequences, reference = setup("mix(tg_nomask,tg)")
+  decoder = IncrementalDecoder(model, configuration, max_len=28, batch=3, arena_factor=1)
+  decoder.start(np.stack([s.tokens[:2] for s in sequences]),
+                np.stack([s.kinds[:2] for s in sequences]))
+  worst = 0.0
+  for t in range(2, max(map(len, sequences))):
+    if t == 12:
+      decoder.copy_rows([2], [0])  # fork row 0 (its keys stay shared in the arena)
+      sequences = sequences[:2] + sequences[:1]
+      reference = reference[:2] + reference[:1]
+    for r, seq in enumerate(sequences):
+      if t < len(seq):
+        got = decoder.gather(np.full((3, 1), seq.tokens[t]))[r, 0]
+        worst = max(worst, abs(got - reference[r][t - 1]))
+        decoder.step_rows([r], [seq.tokens[t]], [seq.kinds[t]])
+  assert worst < TOL
+  assert decoder.compactions >= 2
+  assert decoder.precompile() > 0 and decoder.free + 3 <= decoder.arena
+
+
 def test_the_comparison_detects_a_wrong_mask():
   model, configuration, sequences, reference = setup("tg")
   decoder = IncrementalDecoder(model, configuration, max_len=32, batch=3)

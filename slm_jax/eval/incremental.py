@@ -1,12 +1,19 @@
 """KV-cache decoding with incremental TG structural metadata (for beam search over hypotheses).
 
-`IncrementalDecoder(model, configuration, max_len=S, batch=N)` holds, for N hypotheses:
-  k, v      L × [N, G, S, K]  per-layer keys (RoPE applied) and values, in the compute dtype
-  kind, pop [N, S]            the SPEC §3 metadata of every cached token, *as known so far*
-  length    [N]               tokens fed (the next token goes to slot `length`, RoPE position too)
-  logprobs  [N, V]            log-softmax of the next-token distribution (float32)
-Everything is updated in place (donated buffers; per-layer arrays so a step writes one slot per
-row, not the whole cache), and a step computes only the rows it feeds (bucketed row counts).
+`IncrementalDecoder(model, configuration, max_len=S, batch=N)` holds N hypotheses of up to S
+tokens. Keys and values live in a shared **token arena** (paged attention with one-token pages):
+  k, v      L × [G, A, K]  per-layer keys (RoPE applied) and values of every token fed, in the
+                           compute dtype; a token's slot is written once and never moves
+  path      [N, S]         the arena slot of each of a row's tokens (a shared prefix is stored once)
+  kind, pop [N, S]         the SPEC §3 metadata of every token of the row, *as known so far*
+  length    [N]            tokens fed (the next token goes to row slot `length`, RoPE position too)
+  logprobs  [N, V]         log-softmax of the next-token distribution (float32)
+A step appends the fed rows' new keys/values to the arena (one contiguous write) and attends
+each row over `k[path[row]]`; forking a hypothesis (`copy_rows`) copies its path and metadata
+rows (a few int32s per token), never keys or values. Everything is updated in place (donated
+buffers), and a step computes only the rows it feeds (bucketed row counts). The arena holds
+`arena_factor`·N·S slots (default 2); when a step would overflow it, the live rows are compacted
+into its front (one gather; rare: a search writes about one slot per fed token).
 
 Incremental metadata: a cached key that is not popped yet has pop = S ("infinity"); when a
 closing (CNT/CNT1) arrives at slot i, every not-yet-popped key in [innermost open ONT, i) gets
@@ -21,7 +28,8 @@ The layers are the model's own submodules (`embed_tokens`, `blocks[i].attn_norm`
 `mlp_norm`, `mlp`, `final_norm`, the tied head) and `apply_rope`; only the attention over the
 cache is re-implemented (same float32 softmax, GQA layout h = g·R + r, masked probabilities
 zeroed).
-All functions are jitted once per (graphdef, N, S, row bucket) and vectorized over hypotheses.
+All functions are jitted once per (graphdef, N, S, row bucket, slot bucket) and vectorized over
+hypotheses; the arena offset of a step is a traced scalar (no recompiles).
 """
 
 from __future__ import annotations
@@ -46,38 +54,39 @@ _ONT, _CNT, _CNT1, _CNT2 = int(Kind.ONT), int(Kind.CNT), int(Kind.CNT1), int(Kin
 class DecoderCache(NamedTuple):
   """Device state of N hypotheses (see module docstring)."""
 
-  k: tuple  # per layer [N, G, S, K]
-  v: tuple  # per layer [N, G, S, K]
+  k: tuple  # per layer [G, A, K] arena (kv heads leading: attention's batch dims come first)
+  v: tuple  # per layer [G, A, K] arena
+  path: jax.Array  # [N, S] int32 arena slot of each row token
   kind: jax.Array  # [N, S] int32
   pop: jax.Array  # [N, S] int32
   length: jax.Array  # [N] int32
 
 
-def _attend(q_MHK, k_MGSK, v_MGSK, mask_MHS):
+def _attend(q_MHK, k_GMSK, v_GMSK, mask_MHS):
   """Softmax attention of one query per row over its S cached keys (xla_attention's math)."""
   M, H, K = q_MHK.shape
-  G = k_MGSK.shape[1]
-  q_MGRK = q_MHK.reshape(M, G, H // G, K)
-  logits_MGRS = jnp.einsum("mgrk,mgsk->mgrs", q_MGRK, k_MGSK,
+  G = k_GMSK.shape[0]
+  q_GMRK = q_MHK.reshape(M, G, H // G, K).transpose(1, 0, 2, 3)
+  logits_GMRS = jnp.einsum("gmrk,gmsk->gmrs", q_GMRK, k_GMSK,
                            preferred_element_type=jnp.float32) * (K ** -0.5)
-  mask_MGRS = mask_MHS.reshape(M, G, H // G, -1)
-  logits_MGRS = jnp.where(mask_MGRS, logits_MGRS, jnp.finfo(jnp.float32).min)
-  probs_MGRS = jnp.where(mask_MGRS, jax.nn.softmax(logits_MGRS, axis=-1), 0.0)
-  o_MGRK = jnp.einsum("mgrs,mgsk->mgrk", probs_MGRS.astype(v_MGSK.dtype), v_MGSK)
-  return o_MGRK.reshape(M, H, K)
+  mask_GMRS = mask_MHS.reshape(M, G, H // G, -1).transpose(1, 0, 2, 3)
+  logits_GMRS = jnp.where(mask_GMRS, logits_GMRS, jnp.finfo(jnp.float32).min)
+  probs_GMRS = jnp.where(mask_GMRS, jax.nn.softmax(logits_GMRS, axis=-1), 0.0)
+  o_GMRK = jnp.einsum("gmrs,gmsk->gmrk", probs_GMRS.astype(v_GMSK.dtype), v_GMSK)
+  return o_GMRK.transpose(1, 0, 2, 3).reshape(M, H, K)
 
 
-def _attend_chunk(q_PTHK, k_PGSK, v_PGSK, mask_PHTS):
-  """`_attend` for T queries per row (the prefix)."""
+def _attend_chunk(q_PTHK, k_PTGK, v_PTGK, mask_PHTT):
+  """`_attend` for the T prefix queries of each row over the row's T prefix keys."""
   P, T, H, K = q_PTHK.shape
-  G = k_PGSK.shape[1]
+  G = k_PTGK.shape[2]
   q_PGRTK = q_PTHK.reshape(P, T, G, H // G, K).transpose(0, 2, 3, 1, 4)
-  logits = jnp.einsum("pgrtk,pgsk->pgrts", q_PGRTK, k_PGSK,
+  logits = jnp.einsum("pgrtk,psgk->pgrts", q_PGRTK, k_PTGK,
                       preferred_element_type=jnp.float32) * (K ** -0.5)
-  mask = mask_PHTS.reshape(P, G, H // G, T, -1)
+  mask = mask_PHTT.reshape(P, G, H // G, T, -1)
   logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   probs = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
-  o_PGRTK = jnp.einsum("pgrts,pgsk->pgrtk", probs.astype(v_PGSK.dtype), v_PGSK)
+  o_PGRTK = jnp.einsum("pgrts,psgk->pgrtk", probs.astype(v_PTGK.dtype), v_PTGK)
   return o_PGRTK.transpose(0, 3, 1, 2, 4).reshape(P, T, H, K)
 
 
@@ -95,38 +104,42 @@ def _head(model: Decoder, x_MD):
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
-def _prefill(graphdef, params, codes_H: tuple, n: int, max_len: int, tokens_PT, kind_PT, pop_PT):
-  """Feeds the prefix [P, T] (P = 1 or n) from slot 0 → (n-row cache, logprobs [n, V])."""
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4, 5))
+def _prefill(graphdef, params, codes_H: tuple, n: int, max_len: int, arena: int, tokens_PT,
+             kind_PT, pop_PT):
+  """Feeds the prefix [P, T] (P = 1 or n) → (n-row cache, logprobs [n, V]); the prefix of row p
+  takes arena slots [p·T, (p+1)·T) (P = 1: one copy shared by every row)."""
   model = nnx.merge(graphdef, params)
   P, T = tokens_PT.shape
   S = max_len
   index = jnp.arange(T)
   pop_PT = jnp.where(kind_PT == _CNT2, index + 1, jnp.where(pop_PT >= T, S, pop_PT))
-  kind_PS = jnp.zeros((P, S), jnp.int32).at[:, :T].set(kind_PT)
-  pop_PS = jnp.full((P, S), S, jnp.int32).at[:, :T].set(pop_PT)
+  mask_PHTT = _mask(codes_H, jnp.broadcast_to(index, (P, T)), kind_PT, kind_PT, pop_PT)
   pos_PT = jnp.broadcast_to(index, (P, T))
-  mask_PHTS = _mask(codes_H, pos_PT, kind_PT, kind_PS, pop_PS)
   x = model.embed(tokens_PT).astype(model.config.compute_dtype)
-  grow = lambda a: jnp.broadcast_to(a, (n,) + a.shape[1:])
+  dtype = model.config.compute_dtype
   ks, vs = [], []
   for block in model.blocks:
     attn = block.attn
     H, G, K = attn.shape
     h = block.attn_norm(x)
     q = apply_rope(attn.q(h).reshape(P, T, H, K), pos_PT, attn.rope_theta)
-    k = apply_rope(attn.k(h).reshape(P, T, G, K), pos_PT, attn.rope_theta)
-    v = attn.v(h).reshape(P, T, G, K)
-    pad = lambda a: jnp.zeros((P, G, S, K), model.config.compute_dtype).at[:, :, :T].set(
-        a.transpose(0, 2, 1, 3).astype(model.config.compute_dtype))
-    k_PGSK, v_PGSK = pad(k), pad(v)
-    o = _attend_chunk(q, k_PGSK, v_PGSK, mask_PHTS)
+    k = apply_rope(attn.k(h).reshape(P, T, G, K), pos_PT, attn.rope_theta).astype(dtype)
+    v = attn.v(h).reshape(P, T, G, K).astype(dtype)
+    o = _attend_chunk(q, k, v, mask_PHTT)
     x = x + attn.o(o.reshape(P, T, H * K)).astype(x.dtype)
     x = x + block.mlp(block.mlp_norm(x)).astype(x.dtype)
-    ks.append(grow(k_PGSK))
-    vs.append(grow(v_PGSK))
+    put = lambda a: jnp.zeros((G, arena, K), dtype).at[:, :P * T].set(
+        a.reshape(P * T, G, K).transpose(1, 0, 2))
+    ks.append(put(k))
+    vs.append(put(v))
   lp = _head(model, x[:, -1])
-  return (DecoderCache(tuple(ks), tuple(vs), grow(kind_PS), grow(pop_PS),
+  grow = lambda a: jnp.broadcast_to(a, (n,) + a.shape[1:])
+  prefix_slots = jnp.arange(P * T, dtype=jnp.int32).reshape(P, T)
+  path = jnp.zeros((P, S), jnp.int32).at[:, :T].set(prefix_slots)
+  kind_PS = jnp.zeros((P, S), jnp.int32).at[:, :T].set(kind_PT)
+  pop_PS = jnp.full((P, S), S, jnp.int32).at[:, :T].set(pop_PT)
+  return (DecoderCache(tuple(ks), tuple(vs), grow(path), grow(kind_PS), grow(pop_PS),
                        jnp.full((n,), T, jnp.int32)), grow(lp))
 
 
@@ -148,19 +161,25 @@ def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3), donate_argnums=(4, 5))
 def _step_rows(graphdef, params, codes_H: tuple, width: int, cache: DecoderCache, logprobs_NV,
-               rows_M, tokens_M, kinds_M):
-  """Appends one token to each of rows_M (index N = padding, ignored); cache updated in place.
+               fed_3M, base):
+  """Appends token fed_3M[1, m] (kind fed_3M[2, m]) to row fed_3M[0, m] (index N = padding,
+  ignored); the M new keys/values take arena slots [base, base + M). Cache updated in place.
 
-  Only slots [0, width) are read (width > every fed row's length).
+  Only row slots [0, width) are read (width > every fed row's length).
   """
   model = nnx.merge(graphdef, params)
+  rows_M, tokens_M, kinds_M = fed_3M[0], fed_3M[1], fed_3M[2]
   N, S = cache.kind.shape
-  active_M = rows_M < N
-  pos_M = cache.length[rows_M]  # padding reads are clamped, their writes dropped
-  kind_MS, pop_MS = _update_structure(cache.kind[rows_M, :width], cache.pop[rows_M, :width],
-                                      pos_M, kinds_M, active_M, S)
-  mask_MHS = _mask(codes_H, pos_M[:, None], kinds_M[:, None], kind_MS, pop_MS)[:, :, 0]
   M = rows_M.shape[0]
+  active_M = rows_M < N
+  rows = jnp.minimum(rows_M, N - 1)  # padding rows read row N-1; their writes are dropped
+  pos_M = cache.length[rows]
+  kind_MS, pop_MS = _update_structure(cache.kind[rows, :width], cache.pop[rows, :width],
+                                      pos_M, kinds_M, active_M, S)
+  slot_M = base + jnp.arange(M, dtype=jnp.int32)
+  path_MS = jnp.where(jnp.arange(width)[None, :] == pos_M[:, None], slot_M[:, None],
+                      cache.path[rows, :width])
+  mask_MHS = _mask(codes_H, pos_M[:, None], kinds_M[:, None], kind_MS, pop_MS)[:, :, 0]
   x = model.embed(tokens_M[:, None]).astype(model.config.compute_dtype)
   ks, vs = list(cache.k), list(cache.v)
   for layer, block in enumerate(model.blocks):
@@ -170,36 +189,54 @@ def _step_rows(graphdef, params, codes_H: tuple, width: int, cache: DecoderCache
     q = apply_rope(attn.q(h).reshape(M, 1, H, K), pos_M[:, None], attn.rope_theta)[:, 0]
     k = apply_rope(attn.k(h).reshape(M, 1, G, K), pos_M[:, None], attn.rope_theta)[:, 0]
     v = attn.v(h).reshape(M, G, K)
-    ks[layer] = ks[layer].at[rows_M, :, pos_M].set(k.astype(ks[layer].dtype), mode="drop")
-    vs[layer] = vs[layer].at[rows_M, :, pos_M].set(v.astype(vs[layer].dtype), mode="drop")
-    rows = jnp.minimum(rows_M, N - 1)  # padding rows read row N-1; their writes are dropped
-    o = _attend(q, ks[layer][rows, :, :width], vs[layer][rows, :, :width], mask_MHS)
+    write = lambda a, new: jax.lax.dynamic_update_slice_in_dim(
+        a, new.transpose(1, 0, 2).astype(a.dtype), base, 1)
+    ks[layer], vs[layer] = write(ks[layer], k), write(vs[layer], v)
+    o = _attend(q, ks[layer][:, path_MS], vs[layer][:, path_MS], mask_MHS)
     x = x + attn.o(o.reshape(M, 1, H * K)).astype(x.dtype)
     x = x + block.mlp(block.mlp_norm(x)).astype(x.dtype)
   lp = _head(model, x[:, 0])
   drop = lambda a, new: a.at[rows_M].set(new, mode="drop")
   meta = lambda a, new: a.at[rows_M, :width].set(new, mode="drop")
-  cache = DecoderCache(tuple(ks), tuple(vs), meta(cache.kind, kind_MS), meta(cache.pop, pop_MS),
-                       drop(cache.length, pos_M + 1))
+  cache = DecoderCache(tuple(ks), tuple(vs), meta(cache.path, path_MS), meta(cache.kind, kind_MS),
+                       meta(cache.pop, pop_MS), drop(cache.length, pos_M + 1))
   return cache, drop(logprobs_NV, lp)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1, 2))
-def _copy_rows(width: int, cache: DecoderCache, logprobs_NV, dest_M, src_M):
-  """Row dest_M[m] ← old row src_M[m] (all sources read first; dest N = padding, dropped).
+def _copy_rows(width: int, cache: DecoderCache, logprobs_NV, moves_2M):
+  """Row moves_2M[0, m] ← old row moves_2M[1, m] (all sources read first; destination N =
+  padding, dropped): paths and metadata only, the arena is shared.
 
   Only slots [0, width) move (width >= every source's length).
   """
+  dest_M, src_M = moves_2M[0], moves_2M[1]
   copy = lambda a: a.at[dest_M].set(a[src_M], mode="drop")
-  slots = lambda a: a.at[dest_M, :, :width].set(a[src_M, :, :width], mode="drop")
   meta = lambda a: a.at[dest_M, :width].set(a[src_M, :width], mode="drop")
-  return DecoderCache(tuple(map(slots, cache.k)), tuple(map(slots, cache.v)), meta(cache.kind),
-                      meta(cache.pop), copy(cache.length)), copy(logprobs_NV)
+  return cache._replace(path=meta(cache.path), kind=meta(cache.kind), pop=meta(cache.pop),
+                        length=copy(cache.length)), copy(logprobs_NV)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _compact(width: int, cache: DecoderCache):
+  """Moves every row's first `width` tokens to arena slots [0, N·width) (row-major)."""
+  N = cache.path.shape[0]
+  used = cache.path[:, :width].reshape(-1)
+  move = lambda a: a.at[:, :N * width].set(a[:, used])  # the gather reads before the write
+  path = cache.path.at[:, :width].set(jnp.arange(N * width, dtype=jnp.int32).reshape(N, width))
+  return cache._replace(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), path=path)
 
 
 @jax.jit
 def _gather(logprobs_NV, ids_NC):
   return jnp.take_along_axis(logprobs_NV, ids_NC, axis=1)
+
+
+def _distinct_indices(index: np.ndarray, n: int) -> bool:
+  """All of `index` in [0, n) and no repeats (O(n), no sort)."""
+  if index.min() < 0 or index.max() >= n:
+    return False
+  return int(np.bincount(index, minlength=n).max()) <= 1
 
 
 ROW_BUCKET = 32  # fewest rows a step computes (fewer compiled variants; padding is cheap)
@@ -229,26 +266,35 @@ class IncrementalDecoder:
   token per active row and returns the new next-token logprobs (inactive rows keep theirs);
   `reorder(indices_N)` makes row n a copy of old row indices_N[n] (beam reselection).
   Sparse forms for beam search: `step_rows(rows, ids, kinds)` (only those rows are computed) and
-  `copy_rows(dest, src)` (only those rows move). The cache and the `logprobs` array are updated
-  in place (donated buffers: `.logprobs` read earlier is invalid after the next call; `start` and
-  `step` return copies). `gather(ids_NC)` reads a few log-probabilities per row to the host.
+  `copy_rows(dest, src)` (only those rows move; no keys or values are copied). The cache and the
+  `logprobs` array are updated in place (donated buffers: `.logprobs` read earlier is invalid
+  after the next call; `start` and `step` return copies). `gather(ids_NC)` reads a few
+  log-probabilities per row to the host. `compactions` counts arena compactions.
   """
 
-  def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int):
+  def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
+               arena_factor: float = 2.0):
     config = model.config
     if configuration.attention != config.attention:
       raise ValueError(f"configuration {configuration.name} uses attention "
                        f"{configuration.attention.name} but the model was built with "
                        f"{config.attention.name}")
+    if arena_factor < 1:
+      raise ValueError(f"arena_factor must be >= 1, got {arena_factor}")
     self.model = model
     self.configuration = configuration
     self.max_len = int(max_len)
     self.batch = int(batch)
+    # N·S slots hold every row at full length after a compaction; the rest is room to grow.
+    self.arena = int(max(arena_factor * self.batch * self.max_len,
+                         self.batch * self.max_len + _bucket(self.batch, self.batch)))
     self.graphdef, self.params = nnx.split(model)
     self.codes = tuple(int(c) for c in configuration.attention.head_codes(config.n_heads))
     self.cache: DecoderCache | None = None
     self._logprobs: jax.Array | None = None
     self.lengths = np.zeros(self.batch, np.int64)  # host mirror of cache.length
+    self.free = 0  # first unused arena slot
+    self.compactions = 0
 
   @property
   def logprobs(self) -> jax.Array:
@@ -274,9 +320,10 @@ class IncrementalDecoder:
     pop = row_metadata(kinds, np.ones_like(kinds)).pop
     self.cache = self._logprobs = None  # free the old cache before allocating the new one
     self.cache, self._logprobs = _prefill(self.graphdef, self.params, self.codes, self.batch,
-                                          self.max_len, jnp.asarray(ids), jnp.asarray(kinds),
-                                          jnp.asarray(pop))
+                                          self.max_len, self.arena, jnp.asarray(ids),
+                                          jnp.asarray(kinds), jnp.asarray(pop))
     self.lengths = np.full(self.batch, T, np.int64)
+    self.free = ids.shape[0] * T
     return jnp.copy(self._logprobs)
 
   def step_rows(self, rows, token_ids, kinds) -> None:
@@ -286,21 +333,30 @@ class IncrementalDecoder:
     m = len(rows)
     if m == 0:
       return
-    if len(np.unique(rows)) != m or rows.min() < 0 or rows.max() >= self.batch:
+    if not _distinct_indices(rows, self.batch):
       raise ValueError(f"step_rows: rows must be distinct indices in [0, {self.batch})")
-    full = self.lengths[rows] >= self.max_len
+    lengths = self.lengths[rows]
+    full = lengths >= self.max_len
     if full.any():
       raise ValueError(f"step: row {int(rows[full][0])} already holds max_len={self.max_len} "
                        "tokens")
     width = _bucket(m, self.batch)
-    slots = _bucket(int(self.lengths[rows].max()) + 1, self.max_len, 16)
-    pad = lambda a, fill: np.concatenate([np.asarray(a, np.int32),
-                                          np.full(width - m, fill, np.int32)])
-    self.cache, self._logprobs = _step_rows(
-        self.graphdef, self.params, self.codes, slots, self.cache, self._logprobs,
-        jnp.asarray(pad(rows, self.batch)), jnp.asarray(pad(token_ids, 0)),
-        jnp.asarray(pad(kinds, 0)))
+    slots = _bucket(int(lengths.max()) + 1, self.max_len, 16)
+    if self.free + width > self.arena:
+      self._compact()
+    fed = np.zeros((3, width), np.int32)
+    fed[0, m:] = self.batch  # padding rows: writes dropped
+    fed[0, :m], fed[1, :m], fed[2, :m] = rows, token_ids, kinds
+    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.codes, slots,
+                                            self.cache, self._logprobs, fed, np.int32(self.free))
+    self.free += width
     self.lengths[rows] += 1
+
+  def _compact(self) -> None:
+    width = _bucket(int(self.lengths.max()), self.max_len, 16)
+    self.cache = _compact(width, self.cache)
+    self.free = self.batch * width
+    self.compactions += 1
 
   def step(self, token_ids_N, kinds_N, active_N=None) -> jax.Array:
     tokens = np.asarray(token_ids_N)
@@ -321,16 +377,16 @@ class IncrementalDecoder:
     m = len(dest)
     if m == 0:
       return
-    if src.shape != dest.shape or len(np.unique(dest)) != m or min(dest.min(), src.min()) < 0 or (
-        max(dest.max(), src.max()) >= self.batch):
+    if src.shape != dest.shape or not _distinct_indices(dest, self.batch) or src.min() < 0 or (
+        src.max() >= self.batch):
       raise ValueError(f"copy_rows: dest (distinct) and src must be parallel indices in "
                        f"[0, {self.batch})")
     width = _bucket(m, self.batch)
     slots = _bucket(int(self.lengths[src].max()), self.max_len, 16)
-    pad = lambda a, fill: jnp.asarray(np.concatenate([a, np.full(width - m, fill)]).astype(
-        np.int32))
-    self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs,
-                                            pad(dest, self.batch), pad(src, 0))
+    moves = np.zeros((2, width), np.int32)
+    moves[0, m:] = self.batch
+    moves[0, :m], moves[1, :m] = dest, src
+    self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, moves)
     lengths = self.lengths.copy()
     lengths[dest] = self.lengths[src]
     self.lengths = lengths
@@ -345,16 +401,20 @@ class IncrementalDecoder:
 
   def precompile(self) -> int:
     """Compiles every (row bucket, slot bucket) variant now (after `start`; changes nothing:
-    all rows are padding); returns how many. Benchmarks call it so no timing includes a compile."""
+    all rows are padding, their arena slots are past the used ones); returns how many.
+    Benchmarks call it so no timing includes a compile."""
     self._check_started()
+    if self.free + _bucket(self.batch, self.batch) > self.arena:
+      self._compact()
     count = 0
     for width in _buckets(self.batch, ROW_BUCKET):
-      rows = jnp.full((width,), self.batch, jnp.int32)
-      zeros = jnp.zeros((width,), jnp.int32)
+      fed = np.zeros((3, width), np.int32)
+      fed[0] = self.batch
       for slots in _buckets(self.max_len, 16):
+        base = np.int32(self.free)
         self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.codes, slots,
-                                                self.cache, self._logprobs, rows, zeros, zeros)
-        self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, rows, zeros)
+                                                self.cache, self._logprobs, fed, base)
+        self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, fed[:2])
         count += 2
     jax.block_until_ready(self._logprobs)
     return count
@@ -362,8 +422,7 @@ class IncrementalDecoder:
   def gather(self, ids_NC) -> np.ndarray:
     """logprobs[n, ids_NC[n, c]] as float64 numpy [N, C] (a small device→host transfer)."""
     self._check_started()
-    ids = jnp.asarray(np.asarray(ids_NC, np.int32))
-    return np.asarray(_gather(self._logprobs, ids), np.float64)
+    return np.asarray(_gather(self._logprobs, np.asarray(ids_NC, np.int32)), np.float64)
 
 
 class RecomputeDecoder:
