@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 
+import hypothesis
+import hypothesis.strategies as st
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from flax import nnx
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.corpus.treebank import embedded_corpus
 from slm_jax.data.encode import encode_document
-from slm_jax.eval.beam import BeamSearcher, word_synchronous_beam
+from slm_jax.eval.beam import BeamSearcher, _top_k, word_synchronous_beam
 from slm_jax.eval.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START, Grammar,
                                          GrammarState)
 from slm_jax.eval.scorer import Scorer, logsumexp
@@ -105,6 +107,15 @@ def test_wide_beam_equals_brute_force_and_narrow_beam_is_a_lower_bound(name, wor
   np.testing.assert_allclose(wide.prefix_logprobs, exact, atol=1e-4)
   assert wide.sentence_logprob == pytest.approx(sentence, abs=1e-4)
   assert wide.cap == cap and len(wide.best) == len(words)
+  # The completed hypotheses: every structure once, best first, summing to sentence_logprob.
+  scores = [c.logprob for c in wide.complete]
+  assert len(wide.complete) == count and scores == sorted(scores, reverse=True)
+  assert logsumexp(scores) == pytest.approx(wide.sentence_logprob, abs=1e-9)
+  first = wide.complete[0]
+  assert first.symbols == wide.best_complete[:-1] and Kind.EOS not in first.kinds
+  assert first.ids.tolist() == WORD_TOKENIZER.encode_symbols(first.symbols, first.kinds)[0].tolist()
+  assert len({(c.ids.tobytes(), c.kinds.tobytes()) for c in wide.complete}) == count
+  assert searcher.search(words, complete=False).complete == []
   narrow = BeamSearcher(searcher.decoder(16), WORD_TOKENIZER, configuration, beam=1,
                         fast_track=1, **options).search(words)  # reuses the decoder
   assert (narrow.prefix_logprobs <= np.asarray(exact) + 1e-5).all()
@@ -227,3 +238,14 @@ def test_refuses_models_without_a_tree_to_search():
   with pytest.raises(ValueError, match="labels"):
     Grammar("lin1", WORD_TOKENIZER, cnt2_scored=True, labels=("SS",))
   assert resolve("tg").linearization == "lin2"
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(st.lists(st.one_of(st.integers(-3, 3).map(float), st.just(-np.inf)),
+                           max_size=60), st.integers(1, 40), st.integers(0, 2**16))
+def test_top_k_is_the_stable_sort_prefix(values, k, seed):
+  values = np.asarray(values, float)
+  index = np.flatnonzero(np.isfinite(values))
+  index = index[np.random.default_rng(seed).random(len(index)) < 0.8]  # any increasing subset
+  expected = index[np.argsort(-values[index], kind="stable")[:k]]
+  np.testing.assert_array_equal(_top_k(values, index, k), expected)

@@ -17,7 +17,9 @@ far and a structural prefix, for a tree-linearization model. One word step w:
 
 The linearized sentence (between BOS and EOS) is capped at max(max_len_factor·L, min_len)
 tokens, L = terminal tokens of the sentence. With `complete=True` one more step closes the open
-constituents and emits EOS: `sentence_logprob` = logsumexp over the completed hypotheses.
+constituents and emits EOS: `sentence_logprob` = logsumexp over the completed hypotheses, which
+`BeamResult.complete` lists best first (tokens after BOS, EOS excluded, with their joint log-probs;
+at most `word_beam`; `slm_jax.eval.proposals.BeamProposals` turns them into proposal trees).
 Defaults: beam = word_beam = 300, fast_track = 30, cap max(6L, 10) (paper App. B.2).
 All hypotheses of a step are batched on the device through `IncrementalDecoder`.
 
@@ -43,6 +45,15 @@ from slm_jax.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass
+class Completed:
+  """A hypothesis closed and ended by EOS: its tokens after BOS up to but excluding EOS."""
+  ids: np.ndarray  # [T] int64 token ids (a word is all its pieces, consecutive)
+  kinds: np.ndarray  # [T] int8 `Kind`s (lin2/lin3 closings: CNT1/CNT then CNT2 copies)
+  symbols: list[str]  # [T] `Tokenizer.decode(ids)`: one string per token (word pieces unjoined)
+  logprob: float  # joint log p(words, structure, EOS): the summand of `sentence_logprob`
+
+
+@dataclasses.dataclass
 class BeamResult:
   words: list[str]
   prefix_logprobs: np.ndarray  # [L] log p̃(x≤w), w = 1..L (−inf once the beam is empty)
@@ -54,6 +65,7 @@ class BeamResult:
   steps: int  # batched decoder steps
   expansions: int  # hypotheses created (candidates kept and fed)
   pruned: int = 0  # valid hypotheses dropped (sub-beam, word beam, or left in the frontier)
+  complete: list[Completed] = dataclasses.field(default_factory=list)  # best first (complete=True)
 
 
 class BeamSearcher:
@@ -197,6 +209,7 @@ class BeamSearcher:
         out.sentence_logprob = logsumexp(score[pool])
         if len(pool):
           out.best_complete = self._symbols(hist, hist_kind, pool)
+          out.complete = self._completed(hist, hist_kind, score, pool)
       else:
         remaining -= len(word_ids)
         out.beam_sizes[w] = len(pool)
@@ -227,22 +240,51 @@ class BeamSearcher:
     return new
 
   def _select(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sub-beam (top `beam` candidates) plus the fast track (top `fast_track` other words)."""
+    """Sub-beam (top `beam` candidates) plus the fast track (top `fast_track` other words).
+
+    Ranking is by score, ties by flat index (a stable sort), found by partial selection."""
     flat = cand.ravel()
     finite = np.flatnonzero(np.isfinite(flat))
-    order = finite[np.argsort(-flat[finite], kind="stable")]
-    chosen = order[:self.beam]
+    chosen = _top_k(flat, finite, self.beam)
     slots = cand.shape[1]
-    word_slot = self.grammar.word_slot
-    rest = order[self.beam:]
-    fast = rest[rest % slots == word_slot][:self.fast_track]
-    chosen = np.concatenate([chosen, fast])
+    if self.fast_track and len(finite) > len(chosen):
+      left = np.ones(len(flat), bool)
+      left[chosen] = False
+      words = finite[(finite % slots == self.grammar.word_slot) & left[finite]]
+      chosen = np.concatenate([chosen, _top_k(flat, words, self.fast_track)])
     return chosen // slots, chosen % slots
 
   def _symbols(self, hist, hist_kind, pool) -> list[str]:
     best = pool[0]  # the pool is sorted best first
     used = int(np.count_nonzero(hist_kind[best]))
     return self.tokenizer.decode(hist[best, :used])
+
+  def _completed(self, hist, hist_kind, score, pool) -> list[Completed]:
+    """The pool's rows (best first) without their final EOS, decoded in one call."""
+    kinds_PT = hist_kind[pool]
+    lengths = np.count_nonzero(kinds_PT, axis=1) - 1  # rows are contiguous and end with EOS
+    keep = np.arange(kinds_PT.shape[1]) < lengths[:, None]
+    ids = hist[pool][keep]
+    kinds = kinds_PT[keep].astype(np.int8)
+    symbols = self.tokenizer.decode(ids)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    return [Completed(ids[a:b], kinds[a:b], symbols[a:b], float(score[row]))
+            for a, b, row in zip(bounds[:-1], bounds[1:], pool.tolist())]
+
+
+def _top_k(values: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
+  """The `k` entries of `index` with the largest `values[index]`, best first, ties by position
+  in `index` (increasing) — `index[np.argsort(-values[index], kind="stable")[:k]]` without
+  sorting everything."""
+  v = values[index]
+  if len(v) > k:
+    threshold = np.partition(v, len(v) - k)[len(v) - k]  # the k-th largest value
+    above = v > threshold
+    at = np.flatnonzero(v == threshold)[:k - int(above.sum())]
+    keep = np.flatnonzero(above)
+    keep = np.sort(np.concatenate([keep, at]))
+    index, v = index[keep], v[keep]
+  return index[np.argsort(-v, kind="stable")]
 
 
 def word_synchronous_beam(model: Decoder | Scorer | Any, tokenizer: Tokenizer,
