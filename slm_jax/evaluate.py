@@ -2,8 +2,8 @@
 
   python -m slm_jax.evaluate --workdir=RUN [--workdir=RUN2 ...] --tasks=sg,blimp,docppl --out=DIR
       [--max-items=N] [--proposals=K] [--blimp-dir=DIR] [--syntaxgym-dir=DIR]
-      [--docppl-ptb=PATH ...] [--docppl-proposals=grammar|gold|FILE]
-      [--blimp-proposals=grammar|flat|FILE] [--beam=300] [--fast-track=30] [--max-context=N]
+      [--docppl-ptb=PATH ...] [--docppl-proposals=grammar|gold|beam|FILE]
+      [--blimp-proposals=grammar|flat|beam|FILE] [--beam=300] [--fast-track=30] [--max-context=N]
       [--sg-suites=a,b] [--docppl-documents=500] [--batch-size=32] [--bootstrap-resamples=10000]
 
 Each run is loaded with `slm_jax.train.loading.load_run` (its config, tokenizer and newest
@@ -18,7 +18,11 @@ the repository (or `$SLM_JAX_SHARED_DATA`). Doc-PPL uses the embedded treebank's
 default to the grammar posterior, falling back to one flat `(S …)` tree for sentences the embedded
 grammar does not cover (every real BLiMP sentence, in practice; the count is reported) — pass a
 parser's K-best file (`--blimp-proposals=FILE`, format in `slm_jax.eval.proposals`) for a faithful
-evaluation.
+evaluation. `beam` (BLiMP and doc-PPL) uses each tree model's own word-synchronous beam search
+(`--beam`, `--fast-track`; cap max(6L, 10)) as its parser: the top K completed hypotheses of every
+sentence, and one flat `(S …)` tree where the beam completes nothing (counted). It needs a
+one-to-one linearization (tree, tgtree, tg, …); tree_noont / tree_compress runs are refused
+before anything is scored (give them a proposals FILE).
 
 `--max-items=N` caps SG items per suite, BLiMP pairs per paradigm and (unless
 `--docppl-documents` is given) doc-PPL documents.
@@ -40,9 +44,10 @@ import numpy as np
 from slm_jax.eval import report
 from slm_jax.eval.blimp import evaluate_blimp
 from slm_jax.eval.bootstrap import paired_bootstrap
-from slm_jax.eval.docppl import doc_ppl
-from slm_jax.eval.proposals import (FallbackProposals, FileProposals, FlatProposals,
-                                    GrammarPosterior, NoProposals, ProposalSource)
+from slm_jax.eval.docppl import doc_ppl, is_tree_model
+from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
+                                    FlatProposals, GrammarPosterior, NoProposals, ProposalSource,
+                                    check_beam_proposals)
 from slm_jax.trees import Tree
 
 TASKS = ("sg", "blimp", "docppl")
@@ -77,18 +82,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--proposals", type=int, default=300, help="K proposal trees per sentence")
   p.add_argument("--blimp-dir", default=None)
   p.add_argument("--syntaxgym-dir", default=None)
-  p.add_argument("--blimp-proposals", default="grammar", help="grammar | flat | FILE")
+  p.add_argument("--blimp-proposals", default="grammar",
+                 help="grammar | flat | beam (the tree model's own beam search, per run; "
+                 "--beam/--fast-track, K = --proposals) | FILE")
   p.add_argument("--docppl-ptb", action="append", default=None,
                  help="PTB file or folder (one document per file) instead of the embedded test")
   p.add_argument("--docppl-proposals", default=None,
-                 help="grammar | gold | FILE (default: grammar; gold with --docppl-ptb)")
+                 help="grammar | gold | beam | FILE (default: grammar; gold with --docppl-ptb)")
   p.add_argument("--docppl-documents", type=int, default=None,
                  help="doc-PPL documents (default: 500, or --max-items when given)")
   p.add_argument("--max-context", type=int, default=None,
                  help="doc-PPL sequence cap in tokens (default: training seq_len; 0 = none)")
   p.add_argument("--sg-suites", default=None, help="comma-separated SG suites (default: all)")
-  p.add_argument("--beam", type=int, default=300, help="SG beam size (tree models)")
-  p.add_argument("--fast-track", type=int, default=30, help="SG fast-track size (tree models)")
+  p.add_argument("--beam", type=int, default=300,
+                 help="beam size of SG and of beam proposals (tree models)")
+  p.add_argument("--fast-track", type=int, default=30,
+                 help="fast-track size of SG and of beam proposals (tree models)")
   p.add_argument("--batch-size", type=int, default=32, help="scorer batch size")
   p.add_argument("--seed", type=int, default=0, help="proposal sampling seed")
   p.add_argument("--bootstrap-resamples", type=int, default=10_000)
@@ -113,7 +122,10 @@ def _syntaxgym_dir(arg: str | None) -> pathlib.Path:
   return path
 
 
-def _blimp_proposals(arg: str, k: int, seed: int) -> ProposalSource:
+def _blimp_proposals(arg: str, k: int, seed: int) -> ProposalSource | None:
+  """The BLiMP source shared by all runs; None for `beam` (built per run by `_beam_source`)."""
+  if arg == "beam":
+    return None
   if arg == "flat":
     return FlatProposals()
   if arg == "grammar":
@@ -121,7 +133,7 @@ def _blimp_proposals(arg: str, k: int, seed: int) -> ProposalSource:
   return FileProposals(arg, k=k)
 
 
-def _docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource, dict]:
+def _docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | None, dict]:
   limit = args.docppl_documents or args.max_items or 500
   if args.docppl_ptb:
     from slm_jax.ptb import read_documents
@@ -134,14 +146,50 @@ def _docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource, dic
     documents = embedded_corpus("test", limit, seed)
     source_kind = args.docppl_proposals or "grammar"
     info = {"corpus": f"embedded test split (seed {seed})"}
-  if source_kind == "gold":
-    source: ProposalSource = GoldProposals(documents)
+  if source_kind == "beam":
+    source: ProposalSource | None = None  # per run: `_beam_source`
+  elif source_kind == "gold":
+    source = GoldProposals(documents)
   elif source_kind == "grammar":
     source = FallbackProposals(GrammarPosterior(k=args.proposals, seed=args.seed), FlatProposals())
   else:
     source = FileProposals(source_kind, k=args.proposals)
   info.update(documents=len(documents), proposals=source_kind)
   return documents, source, info
+
+
+def _beam_source(run, scorer, args) -> ProposalSource | None:
+  """This run's beam proposals (flat tree where the beam completes nothing); None for terminal
+  models, which need no proposals."""
+  if not is_tree_model(run.configuration):
+    return None
+  beam = BeamProposals.for_model(scorer, run.tokenizer, run.configuration, k=args.proposals,
+                                 beam=args.beam, fast_track=args.fast_track)
+  return FallbackProposals(beam, FlatProposals())
+
+
+def _source_stats(source: ProposalSource | None) -> dict:
+  """A source's counters (a fallback's merged with its primary's)."""
+  stats = dict(getattr(source, "stats", None) or {})
+  if isinstance(source, FallbackProposals):
+    stats.update(getattr(source.primary, "stats", None) or {})
+  return stats
+
+
+def _check_beam_runs(workdirs: Sequence[str]) -> None:
+  """Refuses, before any scoring, runs whose linearization beam proposals cannot invert."""
+  import dataclasses
+  import json
+  from slm_jax.configurations import resolve
+  for workdir in workdirs:
+    cfg = json.loads((pathlib.Path(workdir) / "config.json").read_text())["configuration"]
+    conf = resolve(linearization=cfg["linearization"], attention=cfg["attention"])
+    conf = dataclasses.replace(conf, name=cfg.get("name", conf.name))
+    if is_tree_model(conf):
+      try:
+        check_beam_proposals(conf)
+      except ValueError as e:
+        raise ValueError(f"{workdir}: {e}") from None
 
 
 def _sg_summary(sg: dict) -> dict:
@@ -179,15 +227,24 @@ def evaluate_run(workdir: str, args, data: dict) -> tuple[dict, dict]:
                                     for n in kept]),
                     np.concatenate([[n] * len(sg["suites"][n]["item_correct"]) for n in kept]))
     _log(f"  SG {entry['sg']['score']:.2f} ({entry['timing_s']['sg']} s)")
+  beam_sources: list[ProposalSource | None] = []  # this run's beam source, built once
+
+  def beam_source() -> ProposalSource | None:
+    if not beam_sources:
+      beam_sources.append(_beam_source(run, scorer, args))
+    return beam_sources[0]
+
   if "blimp" in args.tasks:
     start = time.time()
     source = data["blimp_proposals"]
-    before = dict(getattr(source, "stats", {}))
+    if source is None:
+      source = beam_source()
+    before = _source_stats(source)
     result = evaluate_blimp(scorer, run.tokenizer, conf, data["blimp_dir"], source,
                             max_items=args.max_items)
     entry["blimp"] = result.summary()
-    stats = getattr(source, "stats", None)
-    if stats is not None and result.stats.get("proposals"):
+    stats = _source_stats(source)
+    if stats and result.stats.get("proposals"):
       entry["blimp"]["stats"]["proposal_source"] = {k: v - before.get(k, 0)
                                                     for k, v in stats.items()}
     entry["timing_s"]["blimp"] = round(time.time() - start, 2)
@@ -196,9 +253,17 @@ def evaluate_run(workdir: str, args, data: dict) -> tuple[dict, dict]:
   if "docppl" in args.tasks:
     start = time.time()
     cap = args.max_context if args.max_context is not None else int(run.cfg.data.seq_len)
-    result = doc_ppl(scorer, data["documents"], run.tokenizer, conf, data["docppl_proposals"],
+    source = data["docppl_proposals"]
+    per_run = source is None
+    if per_run:
+      source = beam_source()
+    before = _source_stats(source)
+    result = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
                      max_context=cap or None)
     entry["docppl"] = {**result.summary(), "max_context": cap or None}
+    if per_run and source is not None:
+      entry["docppl"]["proposal_source"] = {k: v - before.get(k, 0)
+                                            for k, v in _source_stats(source).items()}
     entry["timing_s"]["docppl"] = round(time.time() - start, 2)
     arrays["docppl"] = (result.doc_log_prob, result.doc_tokens)
     _log(f"  Doc-PPL {result.ppl:.3f} ({entry['timing_s']['docppl']} s)")
@@ -245,6 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   settings: dict[str, Any] = {"tasks": ",".join(args.tasks), "max_items": args.max_items,
                               "proposals_K": args.proposals}
   notes: list[str] = []
+  beam_tasks = [t for t, arg in (("blimp", args.blimp_proposals), ("docppl", args.docppl_proposals))
+                if t in args.tasks and arg == "beam"]
+  if beam_tasks:
+    _check_beam_runs(args.workdir)
+    settings.update(beam=args.beam, fast_track=args.fast_track)
   if "sg" in args.tasks:
     data["sg_dir"] = _syntaxgym_dir(args.syntaxgym_dir)
     settings.update(sg_dir=str(data["sg_dir"]), beam=args.beam, fast_track=args.fast_track)
@@ -270,11 +340,20 @@ def main(argv: Sequence[str] | None = None) -> int:
   if fallback and fallback.get("fallback"):
     notes.append(f"BLiMP: {fallback['fallback']} of {sum(fallback.values())} proposal requests "
                  "fell back to a flat (S …) tree (words outside the embedded grammar); tree-model "
-                 "BLiMP scores are not parser-marginalized. Pass --blimp-proposals=FILE.")
+                 "BLiMP scores are not parser-marginalized. Pass --blimp-proposals=FILE (or "
+                 "beam).")
   doc_source = data.get("docppl_proposals")
   if isinstance(doc_source, FallbackProposals) and doc_source.stats.get("fallback"):
     notes.append(f"Doc-PPL: {doc_source.stats['fallback']} proposal requests fell back to a "
                  "flat tree.")
+  for task in beam_tasks:
+    for name, entry in zip(names, results["models"]):
+      source_stats = (entry[task]["stats"] if task == "blimp" else entry[task]).get(
+          "proposal_source", {})
+      if source_stats.get("fallback"):
+        notes.append(f"{'BLiMP' if task == 'blimp' else 'Doc-PPL'} ({name}): the beam completed "
+                     f"no tree for {source_stats['fallback']} of {source_stats['sentences']} "
+                     "sentences; those were scored on a flat (S …) tree.")
   if "sg" in args.tasks:
     notes.append("SG↑ = mean accuracy of the 31 suites (SPEC §9); circuit columns and SG(paper) "
                  "use item-level circuit accuracies (paper Tables 13/14 convention).")

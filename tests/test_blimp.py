@@ -1,5 +1,6 @@
 """BLiMP: all 67 paradigms load; PTB-style tokenization; pair accuracy and tree marginalization
-with a fake scorer whose sentence scores are known in closed form."""
+with a fake scorer whose sentence scores are known in closed form; tiny tree models scored over
+their own beam proposals."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.shared_data import require_shared
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval.blimp import (NUM_PARADIGMS, PAIRS_PER_PARADIGM, evaluate_blimp, load_blimp,
                                 sentence_log_probs, word_tokenize)
-from slm_jax.eval.proposals import FlatProposals, ProposalSource
+from slm_jax.eval.proposals import BeamProposals, FlatProposals, ProposalSource
 from slm_jax.ptb import parse_trees
 from slm_jax.tokenizer import make_tokenizer
 
@@ -127,3 +128,25 @@ def test_real_blimp_with_flat_proposals_runs_every_paradigm():
   summary = result.summary()
   assert summary["pairs"] == 134 and set(summary["fields"]) >= {"syntax", "morphology"}
   assert np.isclose(result.overall, 100 * result.correct.mean())
+
+
+@pytest.mark.parametrize("name", ["tree", "tg"])  # lin1, lin2 (TG: CNT2 is not scored)
+def test_tree_models_with_beam_proposals(name, tmp_path):
+  from slm_jax.eval.scorer import Scorer
+  from tests.test_beam import LABELS, model_for
+  write_blimp(tmp_path / "b", {"p_a": [("Cats chase mice.", "Mice cats chase."),
+                                        ("Cats meow.", "Meow cats.")]})
+  tok = make_tokenizer("word", words="Cats Mice chase cats mice meow Meow .".split())
+  conf = CONFIGURATIONS[name]
+  scorer = Scorer(model_for(conf, tok), tok, conf, batch_size=64)
+  source = BeamProposals.for_model(scorer, tok, conf, k=300, beam=16, fast_track=2,
+                                   labels=LABELS)
+  sentences = [word_tokenize("Cats chase mice."), word_tokenize("Cats meow.")]
+  scores, stats = sentence_log_probs(scorer, sentences, tok, conf, source)
+  # k covers every completed hypothesis: the marginal over the rescored proposals is the beam's.
+  expected = [source.searcher.search(words).sentence_logprob for words in sentences]
+  np.testing.assert_allclose(scores, expected, atol=1e-4)
+  assert stats["proposals"] == stats["candidates"] == source.stats["complete"] > 2
+  result = evaluate_blimp(scorer, tok, conf, tmp_path / "b", source)
+  assert len(result.correct) == 2 and result.stats["unique_sentences"] == 4
+  assert source.stats["sentences"] == 6 and not source.stats["no_parse"]

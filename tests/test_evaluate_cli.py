@@ -1,5 +1,6 @@
 """`python -m slm_jax.evaluate` end to end on two tiny runs trained here: all tasks, the bootstrap
-between the models, and the three output files."""
+between the models, and the three output files; beam proposals built per run (and refused up front
+for many-to-one linearizations)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,40 @@ def test_cli_writes_results_tables_and_chart(runs, tmp_path):
 def test_cli_rejects_unknown_tasks(tmp_path):
   with pytest.raises(SystemExit):
     evaluate.parse_args(["--workdir=x", "--out=y", "--tasks=sg,xsum"])
+
+
+def test_cli_beam_proposals(runs, tmp_path):
+  from tests.test_blimp import write_blimp
+  write_blimp(tmp_path / "blimp", {"p_a": [("Cats chase mice.", "Mice cats chase."),
+                                            ("Dogs sleep.", "Sleep dogs.")]})
+  ptb = tmp_path / "doc.mrg"  # one short document: doc-PPL over beam proposals
+  ptb.write_text("(S (NP Cats) (VP chase (NP mice)) .)\n(S (NP Dogs) (VP sleep) .)\n")
+  out = tmp_path / "report"
+  code = evaluate.main([
+      f"--workdir={runs['terminal']}", f"--workdir={runs['tree']}", "--tasks=blimp,docppl",
+      f"--out={out}", "--proposals=3", f"--blimp-dir={tmp_path / 'blimp'}",
+      "--blimp-proposals=beam", f"--docppl-ptb={ptb}", "--docppl-proposals=beam", "--beam=4",
+      "--fast-track=2", "--bootstrap-resamples=20"])
+  assert code == 0
+  results = json.loads((out / "results.json").read_text())
+  assert results["settings"]["blimp_proposals"] == "beam" and results["settings"]["beam"] == 4
+  terminal, tree = results["models"]
+  assert "proposal_source" not in terminal["blimp"]["stats"]  # terminal models need no trees
+  source = tree["blimp"]["stats"]["proposal_source"]
+  assert source["sentences"] == 4 == source["primary"] + source.get("fallback", 0)
+  assert 4 <= tree["blimp"]["stats"]["proposals"] <= 4 * 3  # K = 3 per sentence
+  doc_source = tree["docppl"]["proposal_source"]
+  assert doc_source["sentences"] == tree["docppl"]["sentences"] == 2
+  assert tree["docppl"]["proposals"] == doc_source.get("proposals", 0) + doc_source.get(
+      "fallback", 0)
+  assert tree["docppl"]["tokens"] == terminal["docppl"]["tokens"] and tree["docppl"]["ppl"] > 1
+
+
+def test_cli_refuses_beam_proposals_for_many_to_one_runs(tmp_path):
+  workdir = tmp_path / "noont"
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps({"configuration": {
+      "name": "tree_noont", "linearization": "lin1_noont", "attention": "causal"}}))
+  with pytest.raises(ValueError, match="tree_noont uses lin1_noont.*file of proposals"):
+    evaluate.main([f"--workdir={workdir}", f"--out={tmp_path / 'out'}", "--tasks=blimp",
+                   "--blimp-proposals=beam", f"--blimp-dir={tmp_path}"])

@@ -1,5 +1,6 @@
 """Proposal sources: the inside sampler draws exactly from the grammar's posterior (checked against
-brute-force enumeration), its probabilities are the generator's, files parse in both formats."""
+brute-force enumeration), its probabilities are the generator's, files parse in both formats; beam
+proposals are the model's completed beam hypotheses and rescore to the beam's probabilities."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ import math
 import numpy as np
 import pytest
 
+from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.corpus.grammar import default_grammar
 from slm_jax.corpus.treebank import embedded_corpus, generate_sentence
-from slm_jax.eval.proposals import (FallbackProposals, FileProposals, FlatProposals,
-                                    GrammarPosterior, NoProposals, ProposalError,
+from slm_jax.eval.blimp import sentence_log_probs
+from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, make_sequence,
+                                 scoring_linearization, sequence_scores)
+from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
+                                    FlatProposals, GrammarPosterior, NoProposals, ProposalError,
                                     exact_enumeration)
+from slm_jax.eval.scorer import Scorer
 from slm_jax.ptb import parse_trees
 from slm_jax.trees import Tree
 
@@ -137,3 +143,84 @@ def test_file_proposals_jsonl_and_blocks(tmp_path):
   bad.write_text(json.dumps({"words": ["a", "b"], "trees": ["(S a c)"]}) + "\n")
   with pytest.raises(ProposalError, match=r"bad.jsonl:1: tree 0 has leaves 'a c'"):
     FileProposals(bad)
+
+
+# --- the model's own beam search ------------------------------------------------------------------
+
+def beam_source(name, tokenizer=None, k=300, **options) -> tuple[BeamProposals, Scorer]:
+  from tests.test_beam import LABELS, WORD_TOKENIZER, model_for
+  tokenizer = tokenizer or WORD_TOKENIZER
+  configuration = CONFIGURATIONS[name]
+  scorer = Scorer(model_for(configuration, tokenizer), tokenizer, configuration, batch_size=64)
+  options = {"labels": LABELS, "beam": 64, "fast_track": 0, **options}
+  return BeamProposals.for_model(scorer, tokenizer, configuration, k=k, **options), scorer
+
+
+def rescored(scorer: Scorer, trees: list[Tree]) -> np.ndarray:
+  """Each tree's log p(<s> z </s>) through the doc-PPL / BLiMP scoring path."""
+  conf, tok = scorer.configuration, scorer.tokenizer
+  candidates = distinct_candidates(trees, tok, scoring_linearization(conf))
+  assert len(candidates) == len(trees)
+  sequences = [make_sequence([c], tok, eos=True) for c in candidates]
+  return sequence_scores(scorer, sequences, [counted_tokens(s.kinds, conf) for s in sequences])
+
+
+@pytest.mark.parametrize("name", ["tree", "tg", "tree_triplecnt"])  # lin1, lin2, lin3
+def test_beam_proposals_are_the_completed_hypotheses(name):
+  words = ("cats", "chase", "mice")
+  cap = {"tree": 7, "tg": 9, "tree_triplecnt": 11}[name]  # room for two constituents
+  source, scorer = beam_source(name, max_len_factor=0, min_len=cap)
+  trees = source.proposals(words)
+  result = source.last
+  assert result.pruned == 0 and len(trees) == len(result.complete) > 10  # every structure
+  assert len(set(trees)) == len(trees) and all(tuple(t.leaves()) == words for t in trees)
+  # Rescoring each proposal gives its beam score, so the marginal is the beam's sentence_logprob.
+  np.testing.assert_allclose(rescored(scorer, trees), [c.logprob for c in result.complete],
+                             atol=1e-4)
+  (marginal,), stats = sentence_log_probs(scorer, [words], scorer.tokenizer, scorer.configuration,
+                                          source)
+  assert marginal == pytest.approx(result.sentence_logprob, abs=1e-4)
+  assert stats == {"proposals": len(trees), "candidates": len(trees)}
+  # At most k, the best first: a prefix of the full list.
+  source.k = 3
+  assert source.proposals(words) == trees[:3]
+  assert source.stats["beyond_k"] == len(trees) - 3 and source.stats["sentences"] == 3
+  assert source.stats["proposals"] == 2 * len(trees) + 3 and not source.stats["invalid"]
+
+
+def test_beam_proposals_map_word_pieces_back_to_the_words():
+  from slm_jax.tokenizer import make_tokenizer
+  tokenizer = make_tokenizer("gpt2")
+  words = ("cats", "meows", "-LRB-")  # two pieces; a PTB escape (encoded as " (")
+  assert len(tokenizer.encode_word("meows")) == 2
+  source, _ = beam_source("tree", tokenizer, beam=8, fast_track=2)
+  trees = source.proposals(words)
+  assert 1 <= len(trees) <= 10 and len(set(trees)) == len(trees)
+  assert all(tuple(t.leaves()) == words for t in trees)
+  assert not source.stats["invalid"]
+
+
+def test_beam_proposals_without_a_completed_tree():
+  source, _ = beam_source("tree", max_len_factor=0, min_len=2)  # cap 2: no room for brackets
+  with pytest.raises(NoProposals, match="completed no tree over 'cats chase'"):
+    source.proposals(["cats", "chase"])
+  assert source.stats == collections.Counter(sentences=1, no_parse=1)
+  fallback = FallbackProposals(source, FlatProposals())
+  assert fallback.proposals(["cats", "chase"]) == [Tree("S", ("cats", "chase"))]
+  assert fallback.stats == {"fallback": 1}
+
+
+def test_beam_proposals_refuse_many_to_one_and_terminal_models():
+  from slm_jax.eval.beam import BeamSearcher
+  from tests.test_beam import WORD_TOKENIZER, model_for
+  for name in ("tree_noont", "tree_compress"):
+    configuration = CONFIGURATIONS[name]
+    searcher = BeamSearcher(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER,
+                            configuration, beam=4)
+    with pytest.raises(ValueError, match=f"{name} uses lin1_.*file of proposals"):
+      BeamProposals(searcher)
+  with pytest.raises(ValueError, match="tree_noont"):
+    BeamProposals.for_model(None, WORD_TOKENIZER, CONFIGURATIONS["tree_noont"])
+  for name in ("terminal", "tree_shuffle", "pause1"):
+    with pytest.raises(ValueError, match="terminal format"):
+      BeamProposals.for_model(None, WORD_TOKENIZER, CONFIGURATIONS[name])

@@ -15,6 +15,8 @@ Sources:
 - `GrammarPosterior`: exact samples from the embedded grammar's posterior p(tree | words), by the
   inside algorithm over the known PCFG (`slm_jax.corpus.grammar.default_grammar()`), returned as the
   same normalized output trees the generator produces (`grammar.to_output_tree`).
+- `BeamProposals`: the tree model's own word-synchronous beam search (`slm_jax.eval.beam`): its
+  completed hypotheses, delinearized, best first (for lin1/lin2/lin3 models; depends on the model).
 - `FlatProposals`: the single tree `(S w1 … wn)`; a stand-in where no parser covers the words.
 - `FallbackProposals(primary, fallback)`: the primary source, or the fallback where the primary
   has no proposals (counted in `.stats`).
@@ -26,17 +28,24 @@ from __future__ import annotations
 
 import abc
 import collections
+import itertools
 import json
 import math
 import pathlib
 import zlib
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from slm_jax.configurations import Configuration
 from slm_jax.corpus.grammar import LEXICAL, Grammar, default_grammar
+from slm_jax.kinds import Kind
+from slm_jax.linearize import INVERTIBLE_SCHEMES, LinearizationError, delinearize
 from slm_jax.ptb import parse_trees
 from slm_jax.trees import Tree
+
+if TYPE_CHECKING:
+  from slm_jax.eval.beam import BeamResult, BeamSearcher
 
 Words = tuple[str, ...]
 
@@ -166,6 +175,110 @@ class FallbackProposals(ProposalSource):
     except NoProposals:
       self.stats["fallback"] += 1
       return self.fallback.proposals(sentence_words)
+
+
+# --- the model's own beam search -----------------------------------------------------------------
+
+def check_beam_proposals(configuration: Configuration) -> None:
+  """Raises ValueError unless the model's completed beam hypotheses determine trees (lin1/2/3)."""
+  lin = configuration.linearization
+  if lin in INVERTIBLE_SCHEMES:
+    return
+  if lin in ("lin1_noont", "lin1_merge"):
+    raise ValueError(f"beam proposals need a one-to-one linearization "
+                     f"({', '.join(INVERTIBLE_SCHEMES)}); {configuration.name} uses {lin}, whose "
+                     "token sequences do not determine a tree: use a file of proposals "
+                     "(--blimp-proposals=FILE / --docppl-proposals=FILE, e.g. a parser's K-best "
+                     "trees)")
+  raise ValueError(f"{configuration.name} ({lin}) is scored in terminal format and needs no "
+                   "proposal trees; beam proposals are for tree models (lin1, lin2, lin3)")
+
+
+class BeamProposals(ProposalSource):
+  """Proposals from the tree model itself: the hypotheses its word-synchronous beam search
+  (`BeamSearcher.search(words, complete=True)`) closed and ended by EOS, delinearized, best joint
+  log-prob first, at most `k` (distinct: lin1/lin2/lin3 are one-to-one, so distinct hypotheses are
+  distinct trees). With k ≥ the completed count, the proposals' rescored logsumexp is the search's
+  `sentence_logprob`.
+
+  Word pieces: every hypothesis' terminal ids must be the pieces of the given words (else it is
+  dropped and counted as `invalid`; the search never does this), and each word's pieces become
+  that word, so the leaves are exactly the words asked for. `NoProposals` when nothing completed
+  (the beam died or the length cap admits no tree). `stats` counts sentences, proposals,
+  `complete` (completed hypotheses), `beyond_k` (completed, not returned), `no_parse` (sentences
+  without proposals) and `invalid`. `last` is the latest `BeamResult`.
+  """
+
+  def __init__(self, searcher: "BeamSearcher", k: int = 300):
+    check_beam_proposals(searcher.configuration)
+    if k < 1:
+      raise ValueError(f"need k >= 1 proposals, got {k}")
+    self.searcher = searcher
+    self.k = int(k)
+    self.stats: collections.Counter = collections.Counter()
+    self.last: "BeamResult | None" = None
+
+  @classmethod
+  def for_model(cls, model: Any, tokenizer: Any, configuration: Configuration, *, k: int = 300,
+                **beam_options) -> "BeamProposals":
+    """A source over a fresh `BeamSearcher(model, tokenizer, configuration, **beam_options)`."""
+    check_beam_proposals(configuration)  # before building anything
+    from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
+    return cls(BeamSearcher(model, tokenizer, configuration, **beam_options), k=k)
+
+  def proposals(self, sentence_words: Sequence[str]) -> list[Tree]:
+    words = tuple(sentence_words)
+    self.stats["sentences"] += 1
+    if not words:
+      self.stats["no_parse"] += 1
+      raise NoProposals("an empty sentence has no tree")
+    searcher = self.searcher
+    pieces = [searcher.tokenizer.encode_word(w) for w in words]
+    if searcher.model is not None:  # grow one cache size only: no rebuild per length bucket
+      from slm_jax.eval.scorer import length_bucket  # pylint: disable=g-import-not-at-top
+      needed = length_bucket(1 + searcher.cap(sum(map(len, pieces))))
+      searcher.decoder_len = max(searcher.decoder_len or 0, needed)
+    result = self.last = searcher.search(words, complete=True)
+    self.stats["complete"] += len(result.complete)
+    expected = np.fromiter(itertools.chain.from_iterable(pieces), np.int64)
+    first_piece = np.zeros(len(expected), bool)
+    first_piece[np.cumsum([0] + [len(p) for p in pieces[:-1]])] = True
+    lin = searcher.configuration.linearization
+    trees: list[Tree] = []
+    for n, hyp in enumerate(result.complete):
+      if len(trees) == self.k:
+        self.stats["beyond_k"] += len(result.complete) - n
+        break
+      tree = _hypothesis_tree(hyp, words, expected, first_piece, lin)
+      if tree is None:
+        self.stats["invalid"] += 1
+      else:
+        trees.append(tree)
+    if not trees:
+      self.stats["no_parse"] += 1
+      raise NoProposals(f"the beam search (beam {searcher.beam}, length cap {result.cap}) "
+                        f"completed no tree over {' '.join(words)!r}")
+    self.stats["proposals"] += len(trees)
+    return trees
+
+
+def _hypothesis_tree(hyp, words: Words, expected_ids: np.ndarray, first_piece: np.ndarray,
+                     linearization: str) -> Tree | None:
+  """The tree of a completed hypothesis with `words` as leaves (None: not a tree over them)."""
+  terminal = hyp.kinds == Kind.TERMINAL
+  if not np.array_equal(np.asarray(hyp.ids)[terminal], expected_ids):
+    return None
+  keep = ~terminal
+  keep[np.flatnonzero(terminal)[first_piece]] = True  # one symbol per word: its first piece
+  symbols = np.asarray(hyp.symbols, dtype=object)
+  symbols[np.flatnonzero(terminal)[first_piece]] = words
+  try:
+    trees = delinearize(symbols[keep].tolist(), hyp.kinds[keep], linearization)
+  except LinearizationError:
+    return None
+  if len(trees) != 1 or tuple(trees[0].leaves()) != words:
+    return None
+  return trees[0]
 
 
 # --- the embedded grammar's posterior -------------------------------------------------------------
@@ -481,5 +594,6 @@ def exact_enumeration(words: Sequence[str], grammar: Grammar | None = None,
   return dict(posterior), total
 
 
-__all__ = ["ProposalSource", "FileProposals", "GrammarPosterior", "FlatProposals",
-           "FallbackProposals", "NoProposals", "ProposalError", "exact_enumeration"]
+__all__ = ["ProposalSource", "FileProposals", "GrammarPosterior", "BeamProposals", "FlatProposals",
+           "FallbackProposals", "NoProposals", "ProposalError", "check_beam_proposals",
+           "exact_enumeration"]
