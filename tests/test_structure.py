@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.kinds import Kind
 from slm_jax.linearize import linearize
-from slm_jax.structure import (Attention, AttentionSpec, TokenMeta, attends, dense_mask,
+from slm_jax.structure import (Attention, AttentionSpec, attends, dense_mask,
                                parse_attention, row_metadata, target_mask)
 from slm_jax.trees import Tree
 from tests import oracle
@@ -189,3 +189,28 @@ def test_random_rows_against_oracle_and_invariants(row):
     assert not (mask & (segment[:, None] != segment[None, :])).any()  # never another document
     want = oracle.packed_row_mask([s.kinds.tolist() for s in seqs], pad_to, attention)
     assert np.array_equal(mask, np.asarray(want if isinstance(want[0][0], list) else [want]))
+
+
+_TRACED_METADATA = jax.jit(lambda k, s: row_metadata(k, s, xp=jnp))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(("lin1", "lin2", "lin3", "lin1_noont", "lin1_merge",
+                                           "pause2")), documents(max_sentences=2)),
+                min_size=1, max_size=4),
+       st.integers(0, 6), st.lists(st.sampled_from([int(k) for k in Kind if k != Kind.PAD]),
+                                   max_size=5))
+def test_host_route_equals_traced_route_on_packed_batches(docs, pad, noise):
+  """The numpy route (`_row_metadata_numpy`) and the jit route agree on [3, 40] batches cut
+  from a stream of documents (documents split across rows, padding, unbalanced noise)."""
+  seqs = [linearize(d, scheme).kinds for scheme, d in docs] + [np.asarray(noise, np.int8)]
+  kinds = np.concatenate(seqs + [np.zeros(pad, np.int8)])
+  segment = np.concatenate([np.full(len(s), i + 1) for i, s in enumerate(seqs)] +
+                           [np.zeros(pad)]).astype(np.int32)
+  B, T = 3, 40
+  kinds = np.resize(kinds, B * T).reshape(B, T)  # wraps around: rows start mid-document
+  segment = np.resize(segment, B * T).reshape(B, T)
+  host = row_metadata(kinds, segment)
+  traced = _TRACED_METADATA(kinds, segment)
+  for field, a, b in zip(host._fields, host, traced):
+    np.testing.assert_array_equal(a, np.asarray(b), err_msg=field)
