@@ -133,7 +133,8 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
   warmup_steps, warmup_start_lr, weight_decay, b1, b2, eps, clip (0 = off), grad_accum_steps};
   train.{steps, global_batch (sequences per update), log_every, eval_every, checkpoint_every
   (0 = never), seed, train_tokens (D)}; eval.{split, batch_size, max_batches (0 = all),
-  proposals (Doc-PPL K)}; checkpoint.{dir, max_to_keep, resume}.
+  proposals (Doc-PPL K)}; checkpoint.{dir, max_to_keep, resume}; mesh.{data (-1 = fill), fsdp,
+  distributed (auto|on|off)}.
   """
   conf = configurations.get_configuration(name)
   if scale not in SCALES:
@@ -182,6 +183,7 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
   cfg.eval = dict(split="validation", batch_size=global_batch if tiny else 16, max_batches=0,
                   proposals=20 if tiny else 300)
   cfg.checkpoint = dict(dir=f"runs/{name}_{scale}", max_to_keep=3, resume=True)
+  cfg.mesh = dict(data=-1, fsdp=1, distributed="auto")
   cfg.lock()
   return cfg
 
@@ -324,6 +326,11 @@ def _semantic_problems(cfg: Any) -> list[str]:
   need(e.batch_size > 0 and e.max_batches >= 0 and e.proposals > 0,
        "eval.batch_size and eval.proposals must be positive, eval.max_batches ≥ 0 (0 = all)")
   need(e.split in ("train", "validation", "test"), f"eval.split={e.split!r} is not a split")
+  need(cfg.mesh.data == -1 or cfg.mesh.data >= 1, "mesh.data must be ≥ 1, or -1 (every device "
+       "left after mesh.fsdp)")
+  need(cfg.mesh.fsdp >= 1, "mesh.fsdp must be ≥ 1")
+  need(cfg.mesh.distributed in ("auto", "on", "off"),
+       f"mesh.distributed={cfg.mesh.distributed!r} is not one of auto, on, off")
   need(bool(cfg.checkpoint.dir), "checkpoint.dir is empty")
   need(cfg.checkpoint.max_to_keep > 0, "checkpoint.max_to_keep must be positive")
   return problems

@@ -37,11 +37,16 @@ def main(argv: list[str]) -> int:
     print(f"error: invalid config: {error}", file=sys.stderr)
     return 2
   workdir = _WORKDIR.value or cfg.checkpoint.dir
+  from slm_jax.train import sharding  # pylint: disable=g-import-not-at-top
   try:
+    sharding.initialize_distributed(cfg.mesh.distributed)  # before any device query
     summary = trainer.train(cfg, workdir)
   except trainer.NonFiniteLossError as error:
     print(f"error: {error}", file=sys.stderr)
     return 3
+  except sharding.MeshError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
   print("\n".join([
       "=" * 72,
       f"run       {cfg.configuration.name} ({cfg.configuration.linearization} + "

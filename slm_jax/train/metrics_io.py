@@ -22,8 +22,13 @@ def _tensorboard(workdir: pathlib.Path):
 
 
 class MetricsWriter:
-  def __init__(self, workdir: pathlib.Path, resume_step: int = 0):
+  """`enabled=False` (every host but process 0 of a multi-host run) writes nothing."""
+
+  def __init__(self, workdir: pathlib.Path, resume_step: int = 0, enabled: bool = True):
     self.path = workdir / "metrics.jsonl"
+    self.enabled = enabled
+    if not enabled:
+      return
     if self.path.exists():
       kept = [line for line in self.path.read_text().splitlines()
               if line.strip() and json.loads(line).get("step", 0) <= resume_step]
@@ -32,6 +37,8 @@ class MetricsWriter:
     self.tensorboard = _tensorboard(workdir)
 
   def write(self, record: dict) -> None:
+    if not self.enabled:
+      return
     self.file.write(json.dumps(record) + "\n")
     self.file.flush()
     if self.tensorboard is not None:
@@ -39,6 +46,8 @@ class MetricsWriter:
       self.tensorboard.write_scalars(record["step"], scalars)
 
   def close(self) -> None:
+    if not self.enabled:
+      return
     self.file.close()
     if self.tensorboard is not None:
       self.tensorboard.close()

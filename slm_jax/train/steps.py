@@ -32,12 +32,21 @@ def _sums(graphdef, params, batch):
   return sums["loss_sum"], sums
 
 
-def make_train_step(graphdef: Any, tx: optax.GradientTransformation,
-                    accumulation: int) -> Callable:
-  """`step(params, opt_state, batch) -> (params, opt_state, sums)`; batch fields [B, T]."""
+def make_train_step(graphdef: Any, tx: optax.GradientTransformation, accumulation: int,
+                    shardings: tuple | None = None) -> Callable:
+  """`step(params, opt_state, batch) -> (params, opt_state, sums)`; batch fields [B, T].
+
+  Micro-batch a holds rows a, A + a, 2A + a, … so that, with rows split over devices in
+  contiguous blocks, every micro-batch is spread over every device. `shardings` =
+  (params, opt_state, micro-batch rows, replicated) NamedShardings keep the state where the
+  partition table puts it (see `slm_jax.train.sharding`); None: single device.
+  """
 
   def step(params, opt_state, batch):
-    micro = jax.tree.map(lambda x: x.reshape(accumulation, -1, *x.shape[1:]), batch)
+    micro = jax.tree.map(
+        lambda x: x.reshape(-1, accumulation, *x.shape[1:]).swapaxes(0, 1), batch)
+    if shardings is not None:
+      micro = jax.lax.with_sharding_constraint(micro, shardings[2])
     zeros = jax.tree.map(jnp.zeros_like, params)
 
     def body(carry, micro_batch):
@@ -54,7 +63,10 @@ def make_train_step(graphdef: Any, tx: optax.GradientTransformation,
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, sums
 
-  return jax.jit(step, donate_argnums=(0, 1))
+  if shardings is None:
+    return jax.jit(step, donate_argnums=(0, 1))
+  param_sh, opt_sh, _, scalar_sh = shardings
+  return jax.jit(step, donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, scalar_sh))
 
 
 def make_eval_step(graphdef: Any) -> Callable:

@@ -26,6 +26,7 @@ from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder, non_embedding_param_count, param_count
 from slm_jax.model.loss import LossMetrics
+from slm_jax.train import sharding
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
@@ -75,8 +76,20 @@ def save_config(cfg: Any, workdir: pathlib.Path) -> None:
   (workdir / CONFIG_FILE).write_text(cfg.to_json_best_effort(indent=2))
 
 
-def _device_batch(batch) -> dict[str, jax.Array]:
-  return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
+def _device_batch(batch, mesh=None, host_local: bool = False) -> dict[str, jax.Array]:
+  """A host batch as device arrays, rows split over the mesh (padding rows added to evaluation
+  batches that do not split evenly: they hold no targets)."""
+  fields = batch.as_dict()
+  if mesh is None:
+    return {k: jnp.asarray(v) for k, v in fields.items()}
+  rows = len(fields["tokens"])
+  short = -rows % sharding.batch_divisor(mesh)
+  if short and not host_local:
+    length = fields["tokens"].shape[1]
+    fill = {"pop": length}
+    fields = {k: np.concatenate([v, np.full((short,) + v.shape[1:], fill.get(k, 0), v.dtype)])
+              for k, v in fields.items()}
+  return sharding.global_batch(fields, mesh, host_local)
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -86,14 +99,14 @@ def _fmt_seconds(seconds: float) -> str:
 
 
 def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
-             max_batches: int = 0) -> dict[str, float]:
+             max_batches: int = 0, mesh=None) -> dict[str, float]:
   """Held-out loss and terminal perplexity (normalized by terminal + EOS tokens, SPEC §4)."""
   metrics = LossMetrics.empty()
   for i, batch in enumerate(dataset.batches(batch_size)):
     if max_batches and i >= max_batches:
       break
     metrics = metrics.merge(LossMetrics.single_from_model_output(
-        **eval_step(params, _device_batch(batch))))
+        **eval_step(params, _device_batch(batch, mesh))))
   result = {k: float(v) for k, v in metrics.compute().items()}
   return {"eval_loss": result["loss"], "eval_terminal_ppl": result["terminal_ppl"],
           "eval_joint_ppl": result["joint_ppl"], "eval_terminal_loss": result["terminal_loss"],
@@ -103,8 +116,9 @@ def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
 class _TrainStream:
   """The training batches with one state interface for both loaders (saved in checkpoints)."""
 
-  def __init__(self, iterator, state, restore, describe: str):
+  def __init__(self, iterator, state, restore, describe: str, host_local: bool):
     self.iterator, self.state, self.restore, self.describe = iterator, state, restore, describe
+    self.host_local = host_local  # batches hold this host's rows only (else the global batch)
 
   def __next__(self):
     return next(self.iterator)
@@ -114,18 +128,20 @@ def _train_stream(cfg: Any, corpus, tokenizer, configuration) -> _TrainStream:
   if corpus.train is None:  # streamed: the Grain pipeline
     from slm_jax.data.grain_pipeline import make_train_iterator  # pylint: disable=g-import-not-at-top
     iterator, describe = make_train_iterator(cfg, tokenizer, configuration)
-    return _TrainStream(iterator, iterator.get_state, iterator.set_state, describe)
+    return _TrainStream(iterator, iterator.get_state, iterator.set_state, describe, True)
   data = PackedDataset(corpus.train, tokenizer, configuration, cfg.data.seq_len,
                        seed=cfg.data.linearization_seed)
   iterator = BatchIterator(data, cfg.train.global_batch, seed=cfg.train.seed)
-  return _TrainStream(iterator, iterator.state, iterator.restore, data.stats.summary())
+  return _TrainStream(iterator, iterator.state, iterator.restore, data.stats.summary(), False)
 
 
 def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   started = time.time()
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  save_config(cfg, workdir)
+  lead = jax.process_index() == 0  # the one host that writes run files (all hosts checkpoint)
+  if lead:
+    save_config(cfg, workdir)
   configuration = resolve(linearization=cfg.configuration.linearization,
                           attention=cfg.configuration.attention)
   corpus = load_corpus(cfg.data)
@@ -137,6 +153,8 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         f"{eval_data.stats.summary() if eval_data else 'none (no held-out documents)'}",
         flush=True)
 
+  mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
+  sharding.check_batch(cfg.train.global_batch, cfg.optimizer.grad_accum_steps, mesh)
   mconfig = model_config(cfg, tokenizer.vocab_size)
   model = Decoder(mconfig, rngs=nnx.Rngs(cfg.train.seed))
   graphdef, params = nnx.split(model, nnx.Param)
@@ -144,7 +162,11 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   total_steps = cfg.train.steps
   tx = make_optimizer(cfg.optimizer, total_steps, accumulate=False)
   schedule = make_schedule(cfg.optimizer, total_steps)
-  opt_state = tx.init(params)
+  param_sh = sharding.tree_shardings(params, mesh)
+  opt_sh = sharding.tree_shardings(jax.eval_shape(tx.init, params), mesh)
+  params = jax.device_put(params, param_sh)
+  opt_state = jax.jit(tx.init, out_shardings=opt_sh)(params)
+  print(sharding.describe(mesh), flush=True)
   print(f"model: {configuration.name} ({configuration.linearization} + "
         f"{configuration.attention.name}), {param_count(mconfig):,} parameters "
         f"({non_embedding_param_count(mconfig):,} non-embedding), vocab {tokenizer.vocab_size}",
@@ -163,8 +185,10 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
               f"{restored.step}", flush=True)
       print(f"resumed from step {start_step} ({checkpointer.directory})", flush=True)
 
-  writer = MetricsWriter(workdir, resume_step=start_step)
-  train_step = make_train_step(graphdef, tx, cfg.optimizer.grad_accum_steps)
+  writer = MetricsWriter(workdir, resume_step=start_step, enabled=lead)
+  train_step = make_train_step(graphdef, tx, cfg.optimizer.grad_accum_steps,
+                               (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
+                                sharding.replicated(mesh)))
   eval_step = make_eval_step(graphdef)
   tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
   window = LossMetrics.empty()  # clu metrics over the steps since the last log line
@@ -177,7 +201,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
 
   try:
     for step in range(start_step, total_steps):
-      batch = _device_batch(next(batches))
+      batch = _device_batch(next(batches), mesh, batches.host_local)
       params, opt_state, sums = train_step(params, opt_state, batch)
       loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
       if not math.isfinite(loss):
@@ -209,7 +233,8 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         grad_norm_sum = 0.0
       if (eval_data and cfg.train.eval_every and done % cfg.train.eval_every == 0
           and done != total_steps):
-        result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+        result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches,
+                          mesh)
         writer.write({"step": done, **result})
         print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
               f"{result['eval_terminal_ppl']:.3f}", flush=True)
@@ -220,7 +245,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
     checkpointer.wait()
 
   nan = float("nan")
-  final = (evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches)
+  final = (evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches, mesh)
            if eval_data else {"eval_terminal_ppl": nan, "eval_loss": nan, "eval_joint_ppl": nan})
   writer.write({"step": total_steps, **final})
   writer.close()
@@ -229,5 +254,6 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
                        final["eval_terminal_ppl"], final["eval_loss"], final["eval_joint_ppl"],
                        time.time() - started,
                        start_step, str(workdir))
-  (workdir / "summary.json").write_text(json.dumps(dataclasses.asdict(summary), indent=2))
+  if lead:
+    (workdir / "summary.json").write_text(json.dumps(dataclasses.asdict(summary), indent=2))
   return summary

@@ -1,0 +1,184 @@
+"""Device mesh, THE partitioning table, and sharded placement of params, optimizer state, batches.
+
+Mesh axes `('data', 'fsdp')` (config `mesh.data`, `mesh.fsdp`; `data = -1` takes every device
+left). Batch rows are split over both axes; parameters and optimizer moments are split over
+`fsdp` by `PARTITION_RULES` (ZeRO-3 style: XLA gathers a layer's weights where they are used and
+reduce-scatters their gradients) and replicated over `data`. With `fsdp = 1` this is plain data
+parallelism; on one device every placement is a no-op. `jax.jit` + `NamedSharding` only: the
+step functions are the single-device ones, the compiler inserts the collectives.
+
+Multi-host (TPU pods, multi-node GPU): `initialize_distributed` runs `jax.distributed.initialize()`
+before anything touches a device; each host then feeds the rows of the global batch that its
+devices hold (`global_batch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+_LOG = logging.getLogger(__name__)
+
+MESH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")  # batch rows are split over every device
+
+# (regex searched in the '/'-joined parameter path, partition of its dims). The first match wins.
+# Optimizer moments have the parameter's path inside theirs (`…/mu/blocks/0/attn/q/kernel`) and get
+# the same partition. A dim not divisible by its mesh axis stays replicated (logged, counted).
+PARTITION_RULES: tuple[tuple[str, tuple[Any, ...] | None], ...] = (
+    (r"embed_tokens/embedding$", ("fsdp", None)),  # [V, D]: vocabulary rows
+    (r"lm_head/kernel$", (None, "fsdp")),  # [D, V]
+    (r"attn/(q|k|v)/kernel$", ("fsdp", None)),  # [D, H·K]
+    (r"attn/o/kernel$", (None, "fsdp")),  # [H·K, D]
+    (r"mlp/up/kernel$", ("fsdp", None)),  # [D, 2F]
+    (r"mlp/down/kernel$", (None, "fsdp")),  # [F, D]
+    (r".", None),  # norms, biases, step counters: replicated
+)
+
+DISTRIBUTED_MODES = ("auto", "on", "off")
+# Environment variables that mean "this process is one of several" (JAX's own cluster detection
+# covers TPU pods, Slurm, Open MPI, Kubernetes once initialize() is called).
+_CLUSTER_HINTS = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+class MeshError(ValueError):
+  """The mesh does not fit the devices, or the batch does not fit the mesh."""
+
+
+def _multi_process_environment() -> bool:
+  if any(os.environ.get(k) for k in _CLUSTER_HINTS):
+    return True
+  hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  if "," in hosts:
+    return True
+  for key in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+    if int(os.environ.get(key, "1") or 1) > 1:
+      return True
+  return False
+
+
+def initialize_distributed(mode: str = "auto") -> bool:
+  """`jax.distributed.initialize()` for multi-host runs; call before any device query.
+
+  mode: `on` always, `off` never, `auto` when the environment names several processes.
+  Returns whether it initialized.
+  """
+  if mode not in DISTRIBUTED_MODES:
+    raise MeshError(f"mesh.distributed={mode!r} is not one of {', '.join(DISTRIBUTED_MODES)}")
+  if mode == "off" or (mode == "auto" and not _multi_process_environment()):
+    return False
+  jax.distributed.initialize()
+  _LOG.warning("jax.distributed initialized: process %d of %d, %d devices",
+               jax.process_index(), jax.process_count(), jax.device_count())
+  return True
+
+
+def make_mesh(data: int = -1, fsdp: int = 1, devices=None) -> Mesh:
+  """A ('data', 'fsdp') mesh over `devices` (default: all); data = -1 fills the rest."""
+  devices = list(jax.devices() if devices is None else devices)
+  count = len(devices)
+  if fsdp < 1 or (data != -1 and data < 1):
+    raise MeshError(f"mesh.fsdp={fsdp} must be ≥ 1 and mesh.data={data} ≥ 1 or -1")
+  if data == -1:
+    if count % fsdp:
+      raise MeshError(f"mesh.fsdp={fsdp} does not divide the {count} devices")
+    data = count // fsdp
+  if data * fsdp != count:
+    raise MeshError(f"mesh data×fsdp = {data}×{fsdp} = {data * fsdp} but there are {count} "
+                    f"devices ({jax.default_backend()}); set --config.mesh.data=-1 to fill")
+  grid = np.asarray(devices, dtype=object).reshape(data, fsdp)
+  return Mesh(grid, MESH_AXES)
+
+
+def path_string(path) -> str:
+  """'/'-joined keys of a pytree path: `blocks/0/attn/q/kernel`."""
+  parts = []
+  for key in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(key, attr):
+        parts.append(str(getattr(key, attr)))
+        break
+    else:
+      parts.append(str(key))
+  return "/".join(parts)
+
+
+def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh,
+                   dropped: list[str] | None = None) -> PartitionSpec:
+  """The PartitionSpec `PARTITION_RULES` gives a leaf (replicated where a dim does not divide)."""
+  for pattern, axes in PARTITION_RULES:
+    if re.search(pattern, path):
+      break
+  if axes is None or len(shape) != len(axes):
+    return PartitionSpec()
+  spec = []
+  for size, axis in zip(shape, axes):
+    if axis is not None and size % mesh.shape[axis]:
+      if dropped is not None:
+        dropped.append(f"{path} dim {size} % {axis}={mesh.shape[axis]}")
+      axis = None
+    spec.append(axis)
+  return PartitionSpec(*spec)
+
+
+def tree_shardings(tree: Any, mesh: Mesh) -> Any:
+  """NamedSharding of every leaf (arrays or ShapeDtypeStructs) by the table."""
+  dropped: list[str] = []
+  out = jax.tree_util.tree_map_with_path(
+      lambda p, x: NamedSharding(mesh, partition_spec(path_string(p), tuple(np.shape(x)), mesh,
+                                                      dropped)), tree)
+  if dropped:
+    _LOG.warning("%d parameter dims left replicated (not divisible by the mesh): %s",
+                 len(dropped), "; ".join(dropped[:5]))
+  return out
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
+  """Rows (axis `leading`) split over every device."""
+  return NamedSharding(mesh, PartitionSpec(*([None] * leading), BATCH_AXES))
+
+
+def batch_divisor(mesh: Mesh) -> int:
+  return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
+
+
+def check_batch(rows: int, accumulation: int, mesh: Mesh, what: str = "train.global_batch"
+                ) -> None:
+  """Each micro-batch must split evenly over the devices."""
+  divisor = batch_divisor(mesh)
+  micro = rows // max(accumulation, 1)
+  if rows % max(accumulation, 1) or micro % divisor:
+    raise MeshError(f"{what}={rows} with optimizer.grad_accum_steps={accumulation} gives "
+                    f"micro-batches of {rows / max(accumulation, 1):g} rows, not a multiple of the "
+                    f"{divisor} devices of mesh {dict(mesh.shape)}")
+
+
+def global_batch(batch: dict[str, np.ndarray], mesh: Mesh, host_local: bool) -> dict[str, Any]:
+  """Device arrays of the global batch, rows split over the mesh.
+
+  host_local: `batch` holds only this host's rows (the Grain pipeline: process i of n reads
+  `[i::n]`); otherwise every host holds the whole global batch (in-memory corpora) and each
+  device takes its slice.
+  """
+  sharding = batch_sharding(mesh)
+  if host_local:
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+            for k, v in batch.items()}
+  return {k: jax.make_array_from_callback(np.shape(v), sharding,
+                                          lambda index, v=v: np.asarray(v[index]))
+          for k, v in batch.items()}
+
+
+def describe(mesh: Mesh) -> str:
+  return (f"mesh {dict(mesh.shape)} over {mesh.devices.size} {jax.default_backend()} device(s), "
+          f"{jax.process_count()} process(es)")

@@ -1,0 +1,110 @@
+"""Mesh and partitioning: the table's specs, and training on 4 (forced host) CPU devices —
+data-parallel and FSDP — gives the single-device loss curve, keeps parameters where the table
+puts them, checkpoints sharded state and resumes from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from slm_jax import config_builder
+from slm_jax.train import sharding, trainer
+from tests.test_train import losses, small_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_one_device_mesh_and_errors():
+  mesh = sharding.make_mesh()
+  assert dict(mesh.shape) == {"data": jax.device_count(), "fsdp": 1}
+  with pytest.raises(sharding.MeshError, match="devices"):
+    sharding.make_mesh(data=jax.device_count() + 1)
+  with pytest.raises(sharding.MeshError, match="fsdp"):
+    sharding.make_mesh(fsdp=0)
+  with pytest.raises(sharding.MeshError, match="micro-batches of 2.5 rows"):
+    sharding.check_batch(10, 4, mesh)
+  with pytest.raises(sharding.MeshError, match="not one of"):
+    sharding.initialize_distributed("sometimes")
+  assert sharding.initialize_distributed("off") is False
+
+
+def test_config_validation_names_mesh_keys():
+  cfg = config_builder.build("tg", "tiny")
+  with cfg.unlocked():
+    cfg.mesh.fsdp = 0
+    cfg.mesh.distributed = "maybe"
+  with pytest.raises(config_builder.ConfigError) as error:
+    config_builder.validate(cfg)
+  assert "mesh.fsdp" in str(error.value) and "mesh.distributed" in str(error.value)
+
+
+_CHILD = textwrap.dedent("""
+    import json, os, pathlib, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    sys.path.insert(0, {root!r})
+    import jax
+    from slm_jax.train import sharding, trainer
+    from tests.test_train import small_config
+    workdir, fsdp, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    cfg = small_config("tgnomask_mix_tg", steps=steps, **{{"mesh.fsdp": fsdp,
+                       "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2}})
+    seen = {{}}
+    make = trainer.make_train_step
+    def spying_make(*args, **kwargs):  # records where the trainer really put params and batches
+      step = make(*args, **kwargs)
+      def spy(params, opt_state, batch):
+        if not seen:
+          for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+            seen[sharding.path_string(path)] = list(x.addressable_shards[0].data.shape)
+          seen["batch"] = list(batch["tokens"].addressable_shards[0].data.shape)
+        return step(params, opt_state, batch)
+      return spy
+    trainer.make_train_step = spying_make
+    trainer.train(cfg, workdir)
+    mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
+    print("SHARDS " + json.dumps(seen))
+    print("DEVICES", jax.device_count(), dict(mesh.shape))
+""")
+
+
+def _child(tmp_path, workdir, fsdp: int, steps: int) -> tuple[dict, str]:
+  script = tmp_path / "child.py"
+  script.write_text(_CHILD.format(root=str(ROOT)))
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  done = subprocess.run([sys.executable, str(script), str(workdir), str(fsdp), str(steps)],
+                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+  shards = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("SHARDS "))[7:])
+  return shards, done.stdout
+
+
+@pytest.mark.parametrize("fsdp", [1, 2])
+def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
+  single = tmp_path / "single"
+  trainer.train(small_config("tgnomask_mix_tg", steps=6, **{"train.checkpoint_every": 3,
+                                                            "optimizer.grad_accum_steps": 2}),
+                single)
+  sharded = tmp_path / "sharded"
+  _child(tmp_path, sharded, fsdp, steps=6)  # checkpoints at steps 3 and 6 …
+  shutil.rmtree(sharded / "checkpoints" / "6")  # … lose the last one …
+  shards, out = _child(tmp_path, sharded, fsdp, steps=6)  # … and resume from the sharded step 3
+  assert f"DEVICES 4 {{'data': {4 // fsdp}, 'fsdp': {fsdp}}}" in out
+  assert "resumed from step 3" in out
+  want, got = losses(single), losses(sharded)
+  assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
+  np.testing.assert_allclose([l for _, l in got], [l for _, l in want], rtol=2e-5)
+  # per-device shard shapes the trainer really used (d_model 64, 4 heads × 16, vocab 480)
+  assert shards["batch"] == [8 // 4, 128]  # rows split over all 4 devices
+  assert shards["blocks/0/attn/q/kernel"] == [64 // fsdp, 64]
+  assert shards["blocks/0/attn/o/kernel"] == [64, 64 // fsdp]
+  assert shards["embed_tokens/embedding"] == [480 // fsdp, 64]
+  assert shards["final_norm/weight"] == [64]  # replicated
