@@ -1,0 +1,54 @@
+"""launch/tpu_vm.sh in DRY_RUN mode: the gcloud commands it would run, and remote commands that
+a shell parses back into exactly the arguments given."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shlex
+import subprocess
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "launch" / "tpu_vm.sh"
+
+
+def dry_run(*args: str) -> list[str]:
+  done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                        env={**os.environ, "DRY_RUN": "1", "PROJECT": "proj"}, check=False)
+  assert done.returncode == 0, done.stderr
+  return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def remote(command: list[str]) -> str:
+  return command[command.index("--command") + 1]
+
+
+def test_train_runs_main_on_every_host_with_the_arguments_intact(tmp_path):
+  (line,) = dry_run("train", "slm", "us-east5-a", "configs/tgtree_1b.py", "/mnt/runs/a b",
+                    "--config.data.paths=('/mnt/data',)", "--config.mesh.fsdp=8")
+  assert line[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "slm"]
+  assert "--worker=all" in line and line[line.index("--project") + 1] == "proj"
+  # the remote shell's view: run it with `echo` in place of the python program
+  command = remote(line).replace("nohup .venv/bin/python", "printf '%s\\n'")
+  command = command.replace("cd ~/slm_jax && ", "").split(" > ~/")[0]
+  args = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                        check=True).stdout.splitlines()
+  assert args == ["-m", "slm_jax.main", "--config=configs/tgtree_1b.py",
+                  "--workdir=/mnt/runs/a b", "--config.data.paths=('/mnt/data',)",
+                  "--config.mesh.fsdp=8"]
+
+
+def test_setup_installs_the_tpu_wheel_of_the_pinned_jax():
+  copy, install = dry_run("setup", "slm", "zone")
+  assert copy[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"] and "--worker=all" in copy
+  command = remote(install)
+  subprocess.run(["bash", "-n", "-c", command], check=True)
+  assert '"jax[tpu]==$(sed' in command and "-r /tmp/slm_jax_requirements.txt -e ." in command
+
+
+@pytest.mark.parametrize("args", [(), ("train", "slm", "zone", "only-config"), ("bogus", "a", "b")])
+def test_bad_usage_exits_with_the_usage_text(args):
+  done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                        env={**os.environ, "DRY_RUN": "1"}, check=False)
+  assert done.returncode == 2 and "launch/tpu_vm.sh create" in done.stderr
