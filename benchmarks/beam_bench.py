@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 from slm_jax.configurations import get_configuration  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.eval.beam import BeamSearcher  # noqa: E402
-from slm_jax.eval.incremental import IncrementalDecoder, RecomputeDecoder  # noqa: E402
+from slm_jax.eval.incremental import IncrementalDecoder  # noqa: E402
+from slm_jax.eval.recompute import RecomputeDecoder  # noqa: E402
 from slm_jax.eval.scorer import length_bucket  # noqa: E402
 from slm_jax.kinds import Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402

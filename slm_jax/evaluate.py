@@ -45,8 +45,9 @@ from slm_jax.eval import report
 from slm_jax.eval.blimp import evaluate_blimp
 from slm_jax.eval.bootstrap import paired_bootstrap
 from slm_jax.eval.docppl import doc_ppl, is_tree_model
+from slm_jax.eval.grammar_posterior import GrammarPosterior
 from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
-                                    FlatProposals, GrammarPosterior, NoProposals, ProposalSource,
+                                    FlatProposals, NoProposals, ProposalSource,
                                     check_beam_proposals)
 from slm_jax.trees import Tree
 

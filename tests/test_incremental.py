@@ -11,7 +11,8 @@ from flax import nnx
 
 from slm_jax.configurations import resolve
 from slm_jax.data.encode import encode_document
-from slm_jax.eval.incremental import IncrementalDecoder, RecomputeDecoder
+from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.recompute import RecomputeDecoder
 from slm_jax.eval.scorer import Scorer
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer

@@ -13,7 +13,8 @@ SyntaxGym (paper §5.2, App. B; SPEC §9).
 
 from slm_jax.eval.beam import BeamResult, BeamSearcher, word_synchronous_beam
 from slm_jax.eval.grammaticality import Grammar, GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder, RecomputeDecoder
+from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.recompute import RecomputeDecoder
 from slm_jax.eval.scorer import Scorer, length_bucket, logsumexp
 from slm_jax.eval.syntaxgym import (evaluate_syntaxgym, load_suite, parse_formula,
                                     prefix_logprob_fn, tokenize_region)
