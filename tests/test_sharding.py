@@ -56,7 +56,8 @@ _CHILD = textwrap.dedent("""
     from tests.test_train import small_config
     workdir, fsdp, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     cfg = small_config("tgnomask_mix_tg", steps=steps, **{{"mesh.fsdp": fsdp,
-                       "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2}})
+                       "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2,
+                       "eval.batch_size": 6}})
     seen = {{}}
     make = trainer.make_train_step
     def spying_make(*args, **kwargs):  # records where the trainer really put params and batches
@@ -69,7 +70,8 @@ _CHILD = textwrap.dedent("""
         return step(params, opt_state, batch)
       return spy
     trainer.make_train_step = spying_make
-    trainer.train(cfg, workdir)
+    summary = trainer.train(cfg, workdir)
+    print("EVAL", repr(summary.eval_loss), repr(summary.eval_terminal_ppl))
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
     print("SHARDS " + json.dumps(seen))
     print("DEVICES", jax.device_count(), dict(mesh.shape))
@@ -90,9 +92,8 @@ def _child(tmp_path, workdir, fsdp: int, steps: int) -> tuple[dict, str]:
 @pytest.mark.parametrize("fsdp", [1, 2])
 def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
   single = tmp_path / "single"
-  trainer.train(small_config("tgnomask_mix_tg", steps=6, **{"train.checkpoint_every": 3,
-                                                            "optimizer.grad_accum_steps": 2}),
-                single)
+  reference = trainer.train(small_config("tgnomask_mix_tg", steps=6, **{
+      "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2, "eval.batch_size": 6}), single)
   sharded = tmp_path / "sharded"
   _child(tmp_path, sharded, fsdp, steps=6)  # checkpoints at steps 3 and 6 …
   shutil.rmtree(sharded / "checkpoints" / "6")  # … lose the last one …
@@ -102,6 +103,11 @@ def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
   want, got = losses(single), losses(sharded)
   assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
   np.testing.assert_allclose([l for _, l in got], [l for _, l in want], rtol=2e-5)
+  # held-out batches of 6 rows do not split over 4 devices: padded with target-free rows
+  eval_loss, eval_ppl = map(float, next(l for l in out.splitlines() if l.startswith("EVAL "))
+                            .split()[1:])
+  np.testing.assert_allclose([eval_loss, eval_ppl],
+                             [reference.eval_loss, reference.eval_terminal_ppl], rtol=2e-5)
   # per-device shard shapes the trainer really used (d_model 64, 4 heads × 16, vocab 480)
   assert shards["batch"] == [8 // 4, 128]  # rows split over all 4 devices
   assert shards["blocks/0/attn/q/kernel"] == [64 // fsdp, 64]
