@@ -50,6 +50,9 @@ SPECIAL_FAMILY = (
 NUM_RESERVED = len(SPECIAL_FAMILY) + 2 * len(PTB_LABELS)  # 57
 
 
+WORD_CACHE_LIMIT = 1 << 20  # distinct words kept by `encode_word` before the cache restarts
+
+
 class Tokenizer:
   """A base vocabulary plus the reserved special/ONT/CNT families; linearized symbols <-> ids."""
 
@@ -65,6 +68,7 @@ class Tokenizer:
     self.vocab_size = self.cnt_range.stop
     self._label_offset = {label: i for i, label in enumerate(PTB_LABELS)}
     self._word_cache: dict[str, tuple[int, ...]] = {}
+    self.word_cache_limit = WORD_CACHE_LIMIT
     # (kind, symbol) -> (id,) for every non-terminal token; what encode_symbols looks up.
     self._reserved_ids: dict[tuple[int, str], tuple[int, ...]] = {}
     reserved_symbols, reserved_kinds = [], []
@@ -125,6 +129,8 @@ class Tokenizer:
       if not word:
         raise ValueError("cannot encode an empty terminal word")
       pieces = self.base.encode_word(word)
+      if len(self._word_cache) >= self.word_cache_limit:  # bounded memory at corpus scale:
+        self._word_cache.clear()  # frequent words come straight back
       self._word_cache[word] = pieces
     return pieces
 

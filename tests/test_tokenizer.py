@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from slm_jax import tokenizer_bases
 from slm_jax.kinds import Kind, PTB_LABELS, cnt_symbol, ont_symbol
-from slm_jax.tokenizer import (NUM_RESERVED, SPEC_FILE_NAME, HashMismatchError, Tokenizer,
-                               WordVocab, make_tokenizer)
+from slm_jax.tokenizer import (NUM_RESERVED, SPEC_FILE_NAME, WORD_CACHE_LIMIT, HashMismatchError,
+                               Tokenizer, WordVocab, make_tokenizer)
 
 # (S Cats (VP chase mice)) in lin2, wrapped as a document.
 LIN2_SYMBOLS = ["<s>", "(S", "Cats", "(VP", "chase", "mice", "VP)", "VP)", "S)", "S)", "</s>"]
@@ -353,3 +353,18 @@ def test_hf_sparse_ids_do_not_collide(tmp_path):
   tok = make_tokenizer("hf", path=tmp_path / "sparse.json", word_prefix="")
   assert tok.base_size == 10 and tok.pad_id == 10
   assert tok.encode_word("dogs") == (9,) and tok.encode_word("mice") == (0,)
+
+
+def test_word_cache_is_bounded_and_transparent(gpt2):
+  words = [f"word{i}" for i in range(50)] * 2
+  expected = [gpt2.encode_word(w) for w in words]
+  gpt2._word_cache.clear()
+  gpt2.word_cache_limit = 16
+  try:
+    got = []
+    for w in words:
+      got.append(gpt2.encode_word(w))
+      assert len(gpt2._word_cache) <= 16
+    assert got == expected
+  finally:
+    gpt2.word_cache_limit = WORD_CACHE_LIMIT
