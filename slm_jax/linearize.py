@@ -27,6 +27,11 @@ from slm_jax.trees import Tree
 
 SCHEMES = ("lin0", "lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shuf", "pause1",
            "pause2")
+# Kind codes as plain ints: numpy compares an int8 array with an IntEnum member several times
+# slower than with an int (the enum is converted on every call).
+_BOS, _EOS, _TERMINAL, _ONT, _CNT, _CNT1, _CNT2, _PAUSE = (
+    int(k) for k in (Kind.BOS, Kind.EOS, Kind.TERMINAL, Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2,
+                     Kind.PAUSE))
 # Schemes whose token sequence determines the tree (delinearize works for these).
 INVERTIBLE_SCHEMES = ("lin1", "lin2", "lin3")
 # Schemes that keep the tree's bracket structure in their kinds (metadata depth/pop are the tree's).
@@ -145,13 +150,13 @@ def _with_copies(base: Sequence, repeats_T: np.ndarray, first_kind_T: np.ndarray
 def _shuffle(base: Sequence, seed: int, doc_key: int) -> Sequence:
   """lin1_shuf: within each sentence, NT units go to random slots; words keep their order."""
   kinds = base.kinds
-  inner = (kinds != Kind.BOS) & (kinds != Kind.EOS)
+  inner = (kinds != _BOS) & (kinds != _EOS)
   unit_first = np.ones(len(base), dtype=bool)
   unit_first[1:] = base.unit[1:] != base.unit[:-1]
   unit_pos = np.flatnonzero(unit_first & inner)  # first token of each movable unit
   if len(unit_pos) == 0:
     return base
-  unit_is_word = kinds[unit_pos] == Kind.TERMINAL
+  unit_is_word = kinds[unit_pos] == _TERMINAL
   rng = np.random.default_rng([seed, doc_key])
   order = np.lexsort((rng.random(len(unit_pos)), base.sentence[unit_pos]))
   shuffled = unit_pos[order]
@@ -163,8 +168,8 @@ def _shuffle(base: Sequence, seed: int, doc_key: int) -> Sequence:
   lengths = len_of_unit[shuffled]
   starts = np.repeat(shuffled - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths)
   moved = starts + np.arange(lengths.sum())
-  index = np.concatenate([np.flatnonzero(kinds == Kind.BOS), moved,
-                          np.flatnonzero(kinds == Kind.EOS)])
+  index = np.concatenate([np.flatnonzero(kinds == _BOS), moved,
+                          np.flatnonzero(kinds == _EOS)])
   return base.take(index)
 
 
@@ -177,33 +182,33 @@ def derive(base: Sequence, scheme: str, *, seed: int = 0, doc_key: int | None = 
   `pause_token` / `merged_close_token` are the token values inserted for `<P>` and merged `)`.
   """
   kinds = base.kinds
-  is_closing = kinds == Kind.CNT
+  is_closing = kinds == _CNT
   if scheme == "lin1":
     return base
   if scheme == "lin0":
-    return base.take(np.flatnonzero((kinds != Kind.ONT) & ~is_closing))
+    return base.take(np.flatnonzero((kinds != _ONT) & ~is_closing))
   if scheme in ("lin2", "lin3"):
     copies = 2 if scheme == "lin2" else 3
-    first = np.where(is_closing, Kind.CNT1 if scheme == "lin2" else Kind.CNT, kinds)
+    first = np.where(is_closing, _CNT1 if scheme == "lin2" else _CNT, kinds)
     return _with_copies(base, np.where(is_closing, copies, 1), first,
-                        np.full(len(base), Kind.CNT2, dtype=np.int8))
+                        np.full(len(base), _CNT2, dtype=np.int8))
   if scheme == "lin1_noont":
-    return base.take(np.flatnonzero(kinds != Kind.ONT))
+    return base.take(np.flatnonzero(kinds != _ONT))
   if scheme == "lin1_merge":
     run_start = is_closing.copy()
     run_start[1:] &= ~is_closing[:-1]
     out = base.take(np.flatnonzero(~is_closing | run_start))
     tokens = out.tokens.copy()
-    tokens[out.kinds == Kind.CNT] = merged_close_token
+    tokens[out.kinds == _CNT] = merged_close_token
     return dataclasses.replace(out, tokens=tokens)
   if scheme == "lin1_shuf":
     return _shuffle(base, seed, document_key(base) if doc_key is None else doc_key)
   if scheme in ("pause1", "pause2"):
     terminal = derive(base, "lin0")
-    is_terminal = terminal.kinds == Kind.TERMINAL
+    is_terminal = terminal.kinds == _TERMINAL
     pauses = 1 if scheme == "pause1" else 2
     return _with_copies(terminal, np.where(is_terminal, 1 + pauses, 1), terminal.kinds,
-                        np.full(len(terminal), Kind.PAUSE, dtype=np.int8), copy_token=pause_token)
+                        np.full(len(terminal), _PAUSE, dtype=np.int8), copy_token=pause_token)
   raise ValueError(f"unknown linearization {scheme!r}; expected one of {', '.join(SCHEMES)}")
 
 
