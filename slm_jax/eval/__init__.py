@@ -6,21 +6,23 @@ SyntaxGym (paper §5.2, App. B; SPEC §9).
 - `incremental.IncrementalDecoder`: KV cache + incremental TG metadata for N hypotheses.
 - `grammaticality.Grammar`: which structural tokens may come next, per linearization.
 - `beam.word_synchronous_beam`: prefix probabilities p̃(x≤w) and sentence probabilities of tree
-  models.
+  models; its completed hypotheses are `proposals.BeamProposals`.
 - `syntaxgym.evaluate_syntaxgym`: suites, regions, formulas, per-suite / circuit / 31-suite
   accuracy.
 """
 
-from slm_jax.eval.beam import BeamResult, BeamSearcher, word_synchronous_beam
+from slm_jax.eval.beam import BeamResult, BeamSearcher, Completed, word_synchronous_beam
 from slm_jax.eval.grammaticality import Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.proposals import BeamProposals, FileProposals, ProposalSource
 from slm_jax.eval.recompute import RecomputeDecoder
 from slm_jax.eval.scorer import Scorer, length_bucket, logsumexp
 from slm_jax.eval.syntaxgym import (evaluate_syntaxgym, load_suite, parse_formula,
                                     prefix_logprob_fn, tokenize_region)
 
 __all__ = [
-    "BeamResult", "BeamSearcher", "word_synchronous_beam", "Grammar", "GrammarState",
+    "BeamResult", "BeamSearcher", "Completed", "word_synchronous_beam", "BeamProposals",
+    "FileProposals", "ProposalSource", "Grammar", "GrammarState",
     "IncrementalDecoder", "RecomputeDecoder", "Scorer", "length_bucket", "logsumexp",
     "evaluate_syntaxgym", "load_suite", "parse_formula", "prefix_logprob_fn", "tokenize_region",
 ]
