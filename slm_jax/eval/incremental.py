@@ -12,8 +12,9 @@ A step appends the fed rows' new keys/values to the arena (one contiguous write)
 each row over `k[path[row]]`; forking a hypothesis (`copy_rows`) copies its path and metadata
 rows (a few int32s per token), never keys or values. Everything is updated in place (donated
 buffers), and a step computes only the rows it feeds (bucketed row counts). The arena holds
-`arena_factor`·N·S slots (default 2); when a step would overflow it, the live rows are compacted
-into its front (one gather; rare: a search writes about one slot per fed token).
+`arena_factor`·N·S slots (default 1.25: a search writes one slot per fed token, usually well
+under N·S per sentence, so the cache costs 1.25× a row-major one); when a step would overflow it,
+the live rows are compacted into its front (one gather, rare).
 
 Incremental metadata: a cached key that is not popped yet has pop = S ("infinity"); when a
 closing (CNT/CNT1) arrives at slot i, every not-yet-popped key in [innermost open ONT, i) gets
@@ -273,7 +274,7 @@ class IncrementalDecoder:
   """
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
-               arena_factor: float = 2.0):
+               arena_factor: float = 1.25):
     config = model.config
     if configuration.attention != config.attention:
       raise ValueError(f"configuration {configuration.name} uses attention "
