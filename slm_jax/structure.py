@@ -143,28 +143,6 @@ class RowMetadata(NamedTuple):
                      self.pop[..., None, :])
 
 
-def _ops(xp):
-  """Row-wise scans (on [N, T]), a stable row-wise argsort of small int keys, a scatter."""
-  if xp is np:
-    def argsort_rows(keys, bound):
-      # numpy sorts <= 16-bit integers stably by radix sort: O(n) and several times faster.
-      return np.argsort(keys.astype(np.int16) if bound < 2**15 else keys, axis=-1, kind="stable")
-
-    def invert(order):
-      inverse = np.empty_like(order)
-      inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
-      return inverse
-
-    return (lambda x: np.maximum.accumulate(x, axis=-1),
-            lambda x: np.minimum.accumulate(x, axis=-1), argsort_rows, invert)
-  import jax  # pylint: disable=g-import-not-at-top
-  return (lambda x: jax.lax.cummax(x, axis=x.ndim - 1),
-          lambda x: jax.lax.cummin(x, axis=x.ndim - 1),
-          lambda keys, bound: xp.argsort(keys, axis=-1, stable=True),
-          lambda order: xp.zeros_like(order).at[order].set(xp.arange(order.shape[0],
-                                                                     dtype=order.dtype)))
-
-
 def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   """SPEC §3 metadata of packed rows from their kinds and segment ids ([..., T] each).
 
@@ -178,9 +156,18 @@ def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
     raise ValueError(f"row_metadata supports rows of at most 32,767 tokens, got {length}")
   if xp is np:
     return _row_metadata_numpy(kind_in, np.asarray(segment_T))
-  cummax, cummin, argsort_rows, invert = _ops(xp)
+  return _row_metadata_traced(kind_in, xp.asarray(segment_T), xp)
+
+
+def _row_metadata_traced(kind_in, segment_in, xp) -> RowMetadata:
+  """`row_metadata` with jax.numpy (static shapes, runs under `jax.jit`): one stable sort."""
+  import jax  # pylint: disable=g-import-not-at-top
+  cummax = lambda x: jax.lax.cummax(x, axis=x.ndim - 1)
+  cummin = lambda x: jax.lax.cummin(x, axis=x.ndim - 1)
+  shape = kind_in.shape
+  length = shape[-1]
   kind = kind_in.reshape(-1, length)  # [N, T]; scans run along rows, gathers on flat arrays
-  segment = xp.asarray(segment_T).reshape(-1, length)
+  segment = segment_in.reshape(-1, length)
   rows = kind.shape[0]
   i32 = xp.int32
   index = xp.broadcast_to(xp.arange(length, dtype=i32), kind.shape)
@@ -208,13 +195,13 @@ def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   # closing, for any other stack item its parent's closing). One stable sort per row of item
   # slots (2j, key (run, open_after[j])) and query slots (2i+1, key (run, open_after[i] - 1));
   # the answer is the next item slot after each query slot in sorted order, if its key is equal.
-  width = int(open_after.max(initial=0)) + 2 if xp is np else length + 2
+  width = length + 2
   item_key = run * width + open_after + 1
   query_key = xp.where(is_boundary, run * width, item_key - 1)  # BOS/EOS: never popped
   keys = xp.stack([item_key, query_key], axis=-1).reshape(rows, 2 * length)
-  bound = (int(run.max(initial=0)) + 1) * width if xp is np else 2**31
   slots = 2 * length
-  order = (argsort_rows(keys, bound).astype(i32) + (xp.arange(rows, dtype=i32) * slots)[:, None])
+  order = (xp.argsort(keys, axis=-1, stable=True).astype(i32)
+           + (xp.arange(rows, dtype=i32) * slots)[:, None])
   order = order.reshape(-1)
   sorted_keys = keys.reshape(-1)[order]
   rank = xp.arange(rows * slots, dtype=i32)
@@ -225,11 +212,12 @@ def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   safe = xp.minimum(next_item, rows * slots - 1)
   found = (next_item < rows * slots) & (sorted_keys[safe] == sorted_keys)
   popper = xp.where(found, (order[safe] >> 1) % length, length)
-  pop = popper[invert(order)[1::2]].reshape(kind.shape)
+  inverse = xp.zeros_like(order).at[order].set(xp.arange(order.shape[0], dtype=order.dtype))
+  pop = popper[inverse[1::2]].reshape(kind.shape)
   pop = xp.where(kind == _CNT2, index + 1, pop)
   pop = xp.where(segment == 0, length, pop)
-  return RowMetadata(kind_in, xp.asarray(segment_T), position.reshape(shape),
-                     depth.reshape(shape), pop.reshape(shape).astype(i32))
+  return RowMetadata(kind_in, segment_in, position.reshape(shape), depth.reshape(shape),
+                     pop.reshape(shape).astype(i32))
 
 
 def _row_metadata_numpy(kind_in: np.ndarray, segment_in: np.ndarray) -> RowMetadata:
