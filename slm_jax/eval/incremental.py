@@ -45,6 +45,7 @@ from flax import nnx
 
 from slm_jax.configurations import Configuration
 from slm_jax.kinds import Kind
+from slm_jax.eval.scorer import check_attention
 from slm_jax.model.decoder import Decoder
 from slm_jax.model.layers import apply_rope
 from slm_jax.structure import TokenMeta, attends, row_metadata
@@ -276,10 +277,7 @@ class IncrementalDecoder:
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
                arena_factor: float = 1.25):
     config = model.config
-    if configuration.attention != config.attention:
-      raise ValueError(f"configuration {configuration.name} uses attention "
-                       f"{configuration.attention.name} but the model was built with "
-                       f"{config.attention.name}")
+    check_attention(model, configuration)
     if arena_factor < 1:
       raise ValueError(f"arena_factor must be >= 1, got {arena_factor}")
     self.model = model

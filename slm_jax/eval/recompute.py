@@ -17,6 +17,7 @@ from flax import nnx
 
 from slm_jax.configurations import Configuration
 from slm_jax.eval.incremental import ROW_BUCKET, _bucket, _buckets, _gather, _head
+from slm_jax.eval.scorer import check_attention
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import row_metadata
 
@@ -28,6 +29,7 @@ class RecomputeDecoder:
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
                all_rows: bool = False):
+    check_attention(model, configuration)
     self.all_rows = all_rows
     self.model = model
     self.configuration = configuration

@@ -57,6 +57,14 @@ def _token_logprobs(graphdef, params, tokens_BT, meta: RowMetadata):
   return picked_BT - logz_BT
 
 
+def check_attention(model: Decoder, configuration: Configuration) -> None:
+  """The configuration must decode with the attention the model was trained with."""
+  if configuration.attention != model.config.attention:
+    raise ValueError(f"configuration {configuration.name} uses attention "
+                     f"{configuration.attention.name} but the model was built with "
+                     f"{model.config.attention.name}")
+
+
 class Scorer:
   """Batched teacher-forced scoring with one model (see module docstring)."""
 
@@ -65,10 +73,7 @@ class Scorer:
     if model.config.vocab_size < tokenizer.vocab_size:
       raise ValueError(f"model vocabulary ({model.config.vocab_size}) is smaller than the "
                        f"tokenizer's ({tokenizer.vocab_size})")
-    if configuration.attention != model.config.attention:
-      raise ValueError(f"configuration {configuration.name} uses attention "
-                       f"{configuration.attention.name} but the model was built with "
-                       f"{model.config.attention.name}")
+    check_attention(model, configuration)
     if batch_size < 1:
       raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     self.model = model
