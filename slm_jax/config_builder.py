@@ -34,6 +34,7 @@ import ml_collections
 
 from slm_jax import configurations
 from slm_jax.structure import parse_attention
+from slm_jax.train.sharding import DISTRIBUTED_MODES
 from slm_jax.train.step_law import step_law
 
 SCALES = ("tiny", "100m", "500m", "1b")
@@ -329,8 +330,8 @@ def _semantic_problems(cfg: Any) -> list[str]:
   need(cfg.mesh.data == -1 or cfg.mesh.data >= 1, "mesh.data must be ≥ 1, or -1 (every device "
        "left after mesh.fsdp)")
   need(cfg.mesh.fsdp >= 1, "mesh.fsdp must be ≥ 1")
-  need(cfg.mesh.distributed in ("auto", "on", "off"),
-       f"mesh.distributed={cfg.mesh.distributed!r} is not one of auto, on, off")
+  need(cfg.mesh.distributed in DISTRIBUTED_MODES,
+       f"mesh.distributed={cfg.mesh.distributed!r} is not one of {', '.join(DISTRIBUTED_MODES)}")
   need(bool(cfg.checkpoint.dir), "checkpoint.dir is empty")
   need(cfg.checkpoint.max_to_keep > 0, "checkpoint.max_to_keep must be positive")
   return problems
