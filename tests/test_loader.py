@@ -6,7 +6,7 @@ import numpy as np
 
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.corpus.treebank import generate_documents
-from slm_jax.data.loader import BatchIterator, PackedDataset
+from slm_jax.data.loader import Batch, BatchIterator, PackedDataset
 from slm_jax.structure import row_metadata
 from slm_jax.tokenizer import make_tokenizer
 
@@ -38,3 +38,16 @@ def test_iterator_state_resumes_the_same_stream():
   c = BatchIterator(data, batch_size=3, seed=5)
   c.restore(state)
   assert all(np.array_equal(next(c).tokens, want) for want in stream[7:])
+
+
+def test_pad_rows_appends_target_free_padding_rows():
+  data = _dataset()
+  batch = data.batch(np.arange(3))
+  padded = batch.pad_rows(4)
+  assert padded.tokens.shape == (4, 128) and batch.pad_rows(3) is batch
+  for field, value in batch.as_dict().items():
+    np.testing.assert_array_equal(getattr(padded, field)[:3], value)
+  assert not padded.targets[3].any() and not padded.segment[3].any()
+  rebuilt = Batch.from_rows(padded.tokens, padded.kinds, padded.segment, data.configuration)
+  for field, value in rebuilt.as_dict().items():  # padding metadata = the shared rule's
+    np.testing.assert_array_equal(getattr(padded, field), value, err_msg=field)

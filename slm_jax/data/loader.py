@@ -43,6 +43,20 @@ class Batch:
   def as_dict(self) -> dict[str, np.ndarray]:
     return dataclasses.asdict(self)
 
+  def pad_rows(self, multiple: int) -> "Batch":
+    """This batch plus all-padding rows (segment 0, token 0, no targets; metadata from
+    `row_metadata`) up to a multiple of `multiple` rows, e.g. the devices a batch is split over."""
+    short = -len(self.tokens) % multiple
+    if not short:
+      return self
+    length = self.tokens.shape[1]
+    kinds = np.zeros((short, length), np.int8)
+    segment = np.zeros((short, length), np.int32)
+    meta = row_metadata(kinds, segment)
+    pad = Batch(np.zeros((short, length), np.int32), kinds, segment, meta.position, meta.depth,
+                meta.pop, np.zeros((short, length), bool))
+    return Batch(**{k: np.concatenate([v, getattr(pad, k)]) for k, v in self.as_dict().items()})
+
 
 class PackedDataset:
   """All documents of a corpus encoded for one configuration and packed into rows."""

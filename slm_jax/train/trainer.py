@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from slm_jax.configurations import resolve
@@ -79,17 +78,11 @@ def save_config(cfg: Any, workdir: pathlib.Path) -> None:
 def _device_batch(batch, mesh=None, host_local: bool = False) -> dict[str, jax.Array]:
   """A host batch as device arrays, rows split over the mesh (padding rows added to evaluation
   batches that do not split evenly: they hold no targets)."""
-  fields = batch.as_dict()
   if mesh is None:
-    return {k: jnp.asarray(v) for k, v in fields.items()}
-  rows = len(fields["tokens"])
-  short = -rows % sharding.batch_divisor(mesh)
-  if short and not host_local:
-    length = fields["tokens"].shape[1]
-    fill = {"pop": length}
-    fields = {k: np.concatenate([v, np.full((short,) + v.shape[1:], fill.get(k, 0), v.dtype)])
-              for k, v in fields.items()}
-  return sharding.global_batch(fields, mesh, host_local)
+    return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
+  if not host_local:
+    batch = batch.pad_rows(sharding.batch_divisor(mesh))
+  return sharding.global_batch(batch.as_dict(), mesh, host_local)
 
 
 def _fmt_seconds(seconds: float) -> str:
