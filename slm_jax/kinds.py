@@ -26,6 +26,10 @@ class Kind(enum.IntEnum):
 
 
 NUM_KINDS = len(Kind)
+# The same codes as plain ints, for hot numpy / traced code and kernels: numpy converts an IntEnum
+# operand on every call (microseconds), and kernels need Python ints.
+(PAD_CODE, BOS_CODE, EOS_CODE, TERMINAL_CODE, ONT_CODE, CNT_CODE, CNT1_CODE, CNT2_CODE,
+ PAUSE_CODE) = (int(k) for k in Kind)
 
 # Kinds that are structure (nonterminal) tokens.
 STRUCTURAL_KINDS = (Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2)

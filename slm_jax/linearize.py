@@ -21,17 +21,14 @@ from typing import Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax.kinds import (BOS_SYMBOL, EOS_SYMBOL, MERGED_CLOSE_SYMBOL, PAUSE_SYMBOL, Kind,
-                           cnt_symbol, ont_symbol)
+from slm_jax.kinds import (BOS_CODE as _BOS, BOS_SYMBOL, CNT1_CODE as _CNT1, CNT2_CODE as _CNT2,
+                           CNT_CODE as _CNT, EOS_CODE as _EOS, EOS_SYMBOL, MERGED_CLOSE_SYMBOL,
+                           ONT_CODE as _ONT, PAUSE_CODE as _PAUSE, PAUSE_SYMBOL,
+                           TERMINAL_CODE as _TERMINAL, Kind, cnt_symbol, ont_symbol)
 from slm_jax.trees import Tree
 
 SCHEMES = ("lin0", "lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shuf", "pause1",
            "pause2")
-# Kind codes as plain ints: numpy compares an int8 array with an IntEnum member several times
-# slower than with an int (the enum is converted on every call).
-_BOS, _EOS, _TERMINAL, _ONT, _CNT, _CNT1, _CNT2, _PAUSE = (
-    int(k) for k in (Kind.BOS, Kind.EOS, Kind.TERMINAL, Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2,
-                     Kind.PAUSE))
 # Schemes whose token sequence determines the tree (delinearize works for these).
 INVERTIBLE_SCHEMES = ("lin1", "lin2", "lin3")
 # Schemes that keep the tree's bracket structure in their kinds (metadata depth/pop are the tree's).

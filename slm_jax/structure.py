@@ -36,7 +36,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from slm_jax.kinds import Kind
+from slm_jax.kinds import (BOS_CODE as _BOS, CNT1_CODE as _CNT1, CNT2_CODE as _CNT2,
+                           CNT_CODE as _CNT, EOS_CODE as _EOS, ONT_CODE as _ONT, Kind)
 
 
 class Attention(enum.IntEnum):
@@ -51,7 +52,6 @@ class Attention(enum.IntEnum):
 ATTENTION_NAMES = {a.name.lower(): a for a in Attention}
 # Plain ints for use inside traced code and kernels.
 _CAUSAL, _TG, _TG_NOMASK, _TG_NOMASK_AUG = (int(a) for a in Attention)
-_PAD, _BOS, _EOS, _TERMINAL, _ONT, _CNT, _CNT1, _CNT2, _PAUSE = (int(k) for k in Kind)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,13 +44,12 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.configurations import Configuration
-from slm_jax.kinds import Kind
 from slm_jax.eval.scorer import check_attention
+from slm_jax.kinds import CNT1_CODE as _CNT1, CNT2_CODE as _CNT2, CNT_CODE as _CNT, ONT_CODE as _ONT
 from slm_jax.model.decoder import Decoder
 from slm_jax.model.layers import apply_rope
 from slm_jax.structure import TokenMeta, attends, row_metadata
 
-_ONT, _CNT, _CNT1, _CNT2 = int(Kind.ONT), int(Kind.CNT), int(Kind.CNT1), int(Kind.CNT2)
 
 
 class DecoderCache(NamedTuple):
