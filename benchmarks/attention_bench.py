@@ -15,6 +15,8 @@ Timed (median of --repeats, compile excluded), forward and forward+backward (gra
                   TPU: pallas_kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
                   CPU (--cpu-small): the Pallas kernel in interpret mode at small T (times are the
                   interpreter's, not meaningful), plus max |error| vs xla_attention
+  --xla-lengths 2048: also time xla_attention (the dense-mask reference, like the paper's
+                  FlexAttention setup) per type at those lengths
 Block-plan table (always, planner only, any backend): fraction of (query block, key block) tiles
 that are empty (skipped), full (no predicate evaluated) and partial, for T = 2048, 4096, 8192.
 """
@@ -235,6 +237,13 @@ def speed_table(rows: Rows, lengths, args, backend: str):
         errors = f" | {err_f:.1e} | {err_b:.1e}"
       print(f"| {T} | {B} | {attention} | {t_f * 1e3:.2f} | {t_f / base_f:.2f} | "
             f"{t_b * 1e3:.2f} | {t_b / base_b:.2f} | {empty:.1%}{errors} |", flush=True)
+      if T in args.xla_lengths:  # the dense-mask reference, as the paper's FlexAttention setup
+        fwd, bwd = forward_and_grad(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec))
+        t_f = timed(fwd, q, k, v, repeats=args.repeats)
+        t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
+        print(f"| {T} | {B} | {attention} (xla_attention, dense mask) | {t_f * 1e3:.2f} | "
+              f"{t_f / base_f:.2f} | {t_b * 1e3:.2f} | {t_b / base_b:.2f} | –"
+              f"{' | – | –' if check else ''} |", flush=True)
 
 
 def main() -> int:
@@ -260,11 +269,14 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--plan-rows", type=int, default=64,
                       help="rows per length in the block-plan table")
+  parser.add_argument("--xla-lengths", default="",
+                      help="lengths at which to also time xla_attention (dense mask) per type")
   parser.add_argument("--skip-speed", action="store_true", help="block-plan table only")
   parser.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
                       help="check row 0's empty fraction against the dense mask (test oracle)")
   args = parser.parse_args()
   lengths = [int(x) for x in args.lengths.split(",") if x]
+  args.xla_lengths = {int(x) for x in args.xla_lengths.split(",") if x}
 
   rows = Rows(args.gum, args.rows_cache)
   plan_table(rows, lengths, args.block_q, args.block_k, args.heads, args.plan_rows, args.oracle)

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The prepared accelerator check: every speed table that needs a GPU/TPU, in one call with time
-# limits (about 8 minutes), for a machine that has JAX with the accelerator but maybe no network.
+# The prepared accelerator check: every table that needs a GPU/TPU, in one call with time limits
+# (under 10 minutes), for a machine that has JAX with the accelerator but maybe no network.
 #
 #   launch/device_check.sh [OUT_DIR]        # default: $OUT, else ./device_out
+#   PARTS="env kernel attention train beam" launch/device_check.sh   # beam is off by default
 #
-# Writes env.txt (JAX, backend, devices, which optional modules import), attention.txt
-# (benchmarks/attention_bench.py at T = 2048/4096/8192: fused structural kernels vs causal flash,
-# forward and forward+backward, block-skip fractions), beam.txt (KV cache vs recompute),
-# train.txt (train steps/s by attention type) and status.txt (exit code of each part).
+# Offline machine: run launch/device_wheels.sh where pip works and bring the .whl folder along;
+# its wheels are installed with --no-deps into /tmp/slm_site (the machine's jax, jaxlib, triton,
+# flax, optax and orbax stay). Writes env.txt (versions, backend, which modules import),
+# kernel.txt (benchmarks/kernel_check.py: fused kernel vs xla_attention, outputs and gradients),
+# attention.txt (benchmarks/attention_bench.py at T = 2048/4096/8192: fused kernels vs causal
+# flash, forward and forward+backward, block-skip fractions; xla_attention too at 2048),
+# train.txt (train steps/s by attention type), beam.txt (KV cache vs recompute, if asked) and
+# status.txt (exit code and seconds of each part).
 # GUM rows: run `python benchmarks/attention_bench.py --skip-speed
 # --rows-cache benchmarks/.cache/gum_rows.npz` where ../shared/data/gum exists and carry that file
 # along (it is git-ignored); without it the bench packs the embedded treebank instead.
@@ -17,10 +22,18 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}
+parts=" ${PARTS:-env kernel attention train} "
+if [[ -d .whl ]] && ls .whl/*.whl > /dev/null 2>&1; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/slm_site .whl/*.whl > "$out/wheels.txt" 2>&1 \
+    && export PYTHONPATH="/tmp/slm_site:$PYTHONPATH"
+  echo "wheels rc=$? ($(ls .whl | wc -l) from .whl)" >> "$out/wheels.txt"
+fi
 
-part() {  # part NAME SECONDS COMMAND...
+part() {  # part NAME SECONDS COMMAND...  (runs only if NAME is in $PARTS)
   local name=$1 seconds=$2
   shift 2
+  [[ $parts == *" $name "* ]] || return 0
   local start=$SECONDS
   timeout "$seconds" "$@" > "$out/$name.txt" 2>&1
   echo "$name rc=$? seconds=$((SECONDS - start))" >> "$out/status.txt"
@@ -28,16 +41,25 @@ part() {  # part NAME SECONDS COMMAND...
 
 : > "$out/status.txt"
 part env 60 "$python" - <<'PY'
-import importlib.util, platform
+import importlib, platform
 import jax
 print("python", platform.python_version(), "jax", jax.__version__, "backend", jax.default_backend())
 print("devices", jax.devices())
-for module in ("jax_triton", "triton", "flax", "optax", "orbax.checkpoint", "grain", "clu"):
-  print(f"{module:18s}", "ok" if importlib.util.find_spec(module) else "MISSING")
+for module in ("jax_triton", "triton", "flax", "optax", "orbax.checkpoint", "grain", "clu",
+               "ml_collections", "numpy"):
+  try:
+    version = getattr(importlib.import_module(module), "__version__", "?")
+    print(f"{module:18s} {version}")
+  except Exception as error:  # a broken import is reported, not fatal
+    print(f"{module:18s} MISSING ({type(error).__name__}: {error})")
+from slm_jax.model.attention import resolve_attention_impl
+print("attention_impl=auto resolves to", resolve_attention_impl("auto"))
 PY
 rows=()
 [[ -f benchmarks/.cache/gum_rows.npz ]] && rows=(--rows-cache benchmarks/.cache/gum_rows.npz)
-part attention 330 "$python" benchmarks/attention_bench.py --lengths 2048,4096,8192 "${rows[@]}"
-part beam 150 "$python" benchmarks/beam_bench.py --no-naive
+part kernel 120 "$python" benchmarks/kernel_check.py
+part attention 300 "$python" benchmarks/attention_bench.py --lengths 2048,4096,8192 \
+  --xla-lengths 2048 "${rows[@]}"
 part train 90 "$python" benchmarks/train_bench.py --steps 10
+part beam 150 "$python" benchmarks/beam_bench.py --no-naive
 cat "$out/status.txt"

@@ -23,6 +23,30 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+# Triton 3.7 defined TMA_TF32 (the tf32 code of tensor-descriptor arguments). jax-triton 0.4.x
+# imports it inside the try block that loads its NVIDIA backend, so with Triton 3.6 (PyTorch 2.11's
+# pin, on many GPU images) that block fails and every launch later dies on a stub. Our kernels pass
+# no tensor descriptors; give the constant Triton 3.7's value when it is missing.
+_TRITON_37_TMA_TF32 = 11
+
+
+def _define_missing_tma_tf32() -> bool:
+  """Sets triton.backends.nvidia.driver.TMA_TF32 if that module lacks it; True if it did."""
+  try:
+    from triton.backends.nvidia import driver  # pylint: disable=g-import-not-at-top
+  except Exception:  # pylint: disable=broad-except  (no Triton or no NVIDIA backend: nothing to do)
+    return False
+  if hasattr(driver, "TMA_TF32"):
+    return False
+  driver.TMA_TF32 = _TRITON_37_TMA_TF32
+  return True
+
+
+if _define_missing_tma_tf32():
+  import logging  # pylint: disable=g-import-not-at-top
+  logging.getLogger(__name__).info("Triton < 3.7: defined triton.backends.nvidia.driver.TMA_TF32 "
+                                   "for jax-triton 0.4")
+
 try:
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
 except ImportError:

@@ -7,6 +7,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +53,19 @@ def test_bad_usage_exits_with_the_usage_text(args):
   done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
                         env={**os.environ, "DRY_RUN": "1"}, check=False)
   assert done.returncode == 2 and "launch/tpu_vm.sh create" in done.stderr
+
+
+def test_device_check_runs_the_parts_asked_for_and_reports_each(tmp_path):
+  """launch/device_check.sh on this CPU machine: the env report and the kernel check (which
+  finds no fused kernel on CPU: exit 2), each part's exit code in status.txt, nothing else run."""
+  script = SCRIPT.parent / "device_check.sh"
+  done = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True,
+                        env={**os.environ, "PARTS": "env kernel", "PYTHON": sys.executable},
+                        check=False, timeout=300)
+  assert done.returncode == 0, done.stderr
+  status = (tmp_path / "status.txt").read_text().splitlines()
+  assert [line.split()[:2] for line in status] == [["env", "rc=0"], ["kernel", "rc=2"]]
+  env = (tmp_path / "env.txt").read_text()
+  assert "backend cpu" in env and "attention_impl=auto resolves to xla" in env
+  assert "no fused kernel on cpu" in (tmp_path / "kernel.txt").read_text()
+  assert not (tmp_path / "attention.txt").exists()

@@ -388,3 +388,16 @@ def test_kernels_compile_to_cuda_binaries_for_sm90():
                           text=True, timeout=300, check=False)
   assert result.returncode == 0, f"compile for sm_90 failed:\n{result.stderr[-3000:]}"
   assert len(result.stdout.splitlines()) == 3, result.stdout
+
+
+def test_missing_tma_tf32_is_defined_only_when_absent(wrapper, monkeypatch):
+  """jax-triton 0.4 + Triton 3.6: the shim adds Triton 3.7's TMA_TF32, and never overrides one."""
+  from triton.backends import nvidia  # pylint: disable=g-import-not-at-top
+  old_driver = types.ModuleType("triton.backends.nvidia.driver")  # a Triton 3.6 driver module
+  monkeypatch.setitem(sys.modules, "triton.backends.nvidia.driver", old_driver)
+  monkeypatch.setattr(nvidia, "driver", old_driver, raising=False)
+  assert wrapper._define_missing_tma_tf32()
+  assert old_driver.TMA_TF32 == 11
+  old_driver.TMA_TF32 = 7
+  assert not wrapper._define_missing_tma_tf32()
+  assert old_driver.TMA_TF32 == 7
