@@ -57,6 +57,8 @@ _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
 _BAD_CHAR_RE = re.compile(r"[\s()]")
 _PTB_LABEL_SET = frozenset(PTB_LABELS)
 _WRAPPER_LABELS = frozenset(("", "ROOT", "TOP"))
+# Key of `_Normalizer.pending` counting word-only sentences (labels never hold spaces).
+_WORD_ROOT = " word root"
 DEFAULT_PATTERNS = ("*.mrg", "*.ptb", "*.tree", "*.txt")
 MAX_KEPT_ERRORS = 100
 
@@ -130,6 +132,9 @@ class ReadReport:
   skipped_by_reason: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   unknown_labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   empty_after_normalization: int = 0
+  # Sentences that are words only (`(ROOT (VB Understand))`): with POS layers and the wrapper
+  # dropped nothing would hold the words, so they keep one root node labelled X.
+  word_roots: int = 0
   files_read: int = 0
   files_skipped: int = 0  # lenient mode: files that are not valid UTF-8
   empty_files: int = 0  # files without any tree left (not made into documents)
@@ -140,6 +145,14 @@ class ReadReport:
     if len(self.errors) < MAX_KEPT_ERRORS:
       self.errors.append(error)
 
+  def add_pending(self, pending: collections.Counter) -> None:
+    """Counts one tree's normalization notes (`_Normalizer.pending`)."""
+    for key, count in pending.items():
+      if key == _WORD_ROOT:
+        self.word_roots += count
+      else:
+        self.unknown_labels[key] += count
+
   def merge(self, other: ReadReport) -> ReadReport:
     """Adds `other`'s counts to this report (in place) and returns it."""
     self.trees_read += other.trees_read
@@ -147,6 +160,7 @@ class ReadReport:
     self.skipped_by_reason.update(other.skipped_by_reason)
     self.unknown_labels.update(other.unknown_labels)
     self.empty_after_normalization += other.empty_after_normalization
+    self.word_roots += other.word_roots
     self.files_read += other.files_read
     self.files_skipped += other.files_skipped
     self.empty_files += other.empty_files
@@ -157,7 +171,7 @@ class ReadReport:
   @property
   def noteworthy(self) -> bool:
     return bool(self.trees_skipped or self.unknown_labels or self.empty_after_normalization
-                or self.files_skipped or self.empty_files)
+                or self.word_roots or self.files_skipped or self.empty_files)
 
   def summary(self) -> str:
     lines = [f"read {self.trees_read} trees"
@@ -172,6 +186,9 @@ class ReadReport:
       labels = ", ".join(f"{k!r} ×{v}" for k, v in self.unknown_labels.most_common(10))
       more = ", …" if len(self.unknown_labels) > 10 else ""
       lines.append(f"unknown labels mapped to {UNKNOWN_LABEL}: {total} ({labels}{more})")
+    if self.word_roots:
+      lines.append(f"sentences of words only, kept under an {UNKNOWN_LABEL} root: "
+                   f"{self.word_roots}")
     if self.files_skipped or self.empty_files:
       lines.append(f"files skipped: {self.files_skipped}; files without trees: {self.empty_files}")
     lines.extend(f"  {error}" for error in self.errors[:5])
@@ -201,7 +218,8 @@ class _Normalizer:
 
   def __init__(self, options: NormalizeOptions):
     self.options = options
-    self.pending: collections.Counter = collections.Counter()  # unknown labels of the current tree
+    # Unknown labels of the current tree, and _WORD_ROOT if it is words only.
+    self.pending: collections.Counter = collections.Counter()
     self._phrase_cache: dict[str, tuple[str, str | None]] = {}
     self._pos_cache: dict[str, str] = {}
 
@@ -256,6 +274,9 @@ class _Normalizer:
         return Tree(label, tuple(children))
       if len(children) == 1 and isinstance(children[0], Tree):
         return children[0]
+      if all(isinstance(child, str) for child in children):  # words only: keep a root, as X
+        self.pending[_WORD_ROOT] += 1
+        return Tree(UNKNOWN_LABEL, tuple(children))
     return Tree(self.phrase_label(label, at), tuple(children))
 
 
@@ -362,7 +383,7 @@ class _Parser:
         continue
       trees.append(tree)
       if unknowns:
-        report.unknown_labels.update(unknowns)
+        report.add_pending(unknowns)
     report.trees_read += len(trees)
     return trees
 
@@ -521,7 +542,7 @@ def normalize_tree(tree: Tree, options: NormalizeOptions | None = NormalizeOptio
     if result is None:
       report.empty_after_normalization += 1
     elif norm is not None and norm.pending:
-      report.unknown_labels.update(norm.pending)
+      report.add_pending(norm.pending)
   return result
 
 
