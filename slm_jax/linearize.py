@@ -65,8 +65,9 @@ class Sequence:
     return int(self.kinds.shape[0])
 
   def take(self, index_T: np.ndarray, kinds_T: np.ndarray | None = None) -> "Sequence":
-    return Sequence(self.tokens[index_T], self.kinds[index_T] if kinds_T is None else kinds_T,
-                    self.sentence[index_T], self.unit[index_T])
+    return Sequence(self.tokens.take(index_T),
+                    self.kinds.take(index_T) if kinds_T is None else kinds_T,
+                    self.sentence.take(index_T), self.unit.take(index_T))
 
   def expand(self, repeats_T: np.ndarray, tokens: np.ndarray) -> "Sequence":
     """Repeats token i `repeats_T[i]` times (e.g. a word into its pieces) with new `tokens`."""
@@ -126,22 +127,24 @@ def document_key(base: Sequence) -> int:
   return int.from_bytes(digest, "little") >> 1
 
 
-def _with_copies(base: Sequence, repeats_T: np.ndarray, first_kind_T: np.ndarray,
-                 copy_kind_T: np.ndarray, copy_token=None) -> Sequence:
-  """Repeats token i `repeats_T[i]` times; the first copy gets first_kind, later copies copy_kind.
-
-  `copy_token`, when given, replaces the token of the later copies (pause insertion).
+def _with_copies(base: Sequence, copied_T: np.ndarray, copies: int, copy_kind: int, *,
+                 first_kind: int | None = None, copy_token=None) -> Sequence:
+  """Follows every token with `copied_T` set by `copies` copies of kind `copy_kind`; the copied
+  token itself gets `first_kind` if given. `copy_token`, when given, is the token value of the
+  copies (pause insertion); else they repeat the token.
   """
-  index = np.repeat(np.arange(len(base)), repeats_T)
-  is_copy = np.zeros(len(index), dtype=bool)
-  is_copy[1:] = index[1:] == index[:-1]
-  kinds = np.where(is_copy, copy_kind_T[index], first_kind_T[index]).astype(np.int8)
-  out = base.take(index, kinds)
-  if copy_token is not None and is_copy.any():
-    tokens = out.tokens.copy()
-    tokens[is_copy] = copy_token
-    out = dataclasses.replace(out, tokens=tokens)
-  return out
+  index = np.repeat(np.arange(len(base)), copied_T.view(np.int8) * np.int8(copies) + np.int8(1))
+  kinds = base.kinds.take(index)
+  source = np.flatnonzero(copied_T)
+  first = source + copies * np.arange(len(source))  # output position of each copied token
+  if first_kind is not None:
+    kinds[first] = first_kind
+  copy_at = (first[:, None] + np.arange(1, copies + 1)).ravel()
+  kinds[copy_at] = copy_kind
+  tokens = base.tokens.take(index)
+  if copy_token is not None:
+    tokens[copy_at] = copy_token
+  return Sequence(tokens, kinds, base.sentence.take(index), base.unit.take(index))
 
 
 def _shuffle(base: Sequence, seed: int, doc_key: int) -> Sequence:
@@ -184,11 +187,10 @@ def derive(base: Sequence, scheme: str, *, seed: int = 0, doc_key: int | None = 
     return base
   if scheme == "lin0":
     return base.take(np.flatnonzero((kinds != _ONT) & ~is_closing))
-  if scheme in ("lin2", "lin3"):
-    copies = 2 if scheme == "lin2" else 3
-    first = np.where(is_closing, _CNT1 if scheme == "lin2" else _CNT, kinds)
-    return _with_copies(base, np.where(is_closing, copies, 1), first,
-                        np.full(len(base), _CNT2, dtype=np.int8))
+  if scheme == "lin2":
+    return _with_copies(base, is_closing, 1, _CNT2, first_kind=_CNT1)
+  if scheme == "lin3":  # the first copy stays CNT
+    return _with_copies(base, is_closing, 2, _CNT2)
   if scheme == "lin1_noont":
     return base.take(np.flatnonzero(kinds != _ONT))
   if scheme == "lin1_merge":
@@ -202,10 +204,8 @@ def derive(base: Sequence, scheme: str, *, seed: int = 0, doc_key: int | None = 
     return _shuffle(base, seed, document_key(base) if doc_key is None else doc_key)
   if scheme in ("pause1", "pause2"):
     terminal = derive(base, "lin0")
-    is_terminal = terminal.kinds == _TERMINAL
-    pauses = 1 if scheme == "pause1" else 2
-    return _with_copies(terminal, np.where(is_terminal, 1 + pauses, 1), terminal.kinds,
-                        np.full(len(terminal), _PAUSE, dtype=np.int8), copy_token=pause_token)
+    return _with_copies(terminal, terminal.kinds == _TERMINAL, 1 if scheme == "pause1" else 2,
+                        _PAUSE, copy_token=pause_token)
   raise ValueError(f"unknown linearization {scheme!r}; expected one of {', '.join(SCHEMES)}")
 
 
