@@ -289,8 +289,10 @@ def _row_metadata_numpy(kind_in: np.ndarray, segment_in: np.ndarray) -> RowMetad
   if brackets:
     level = (open_after + down).take(bracket_pos)  # an opening's walk after, a closing's before
     width = int(level.max()) + 2
-    key = level if single else run.take(bracket_pos) * width + level
-    order = np.argsort(key.astype(np.int16 if len(starts) * width < 2**15 else np.int32),
+    keys = len(starts) * width
+    key = level if single else (run.take(bracket_pos).astype(
+        np.int32 if keys < 2**31 else np.int64) * width + level)
+    order = np.argsort(key.astype(np.int16) if keys < 2**15 else key,  # int16: a radix sort
                        kind="stable")
     sorted_pos = bracket_pos.take(order)
     sorted_key = key.take(order)
