@@ -30,7 +30,8 @@ node whose only child, as read, is a word and whose label (function tags strippe
 lose their POS layer, while already-normalized skeletal trees (no POS, as `explain` users type them
 and as slm_jax writes them) read back unchanged. Preterminal labels are never checked against
 PTB_LABELS; every other label is, after function tags are stripped. A top-level preterminal stays a
-node.
+node. A wrapper over words only (GUM's `(ROOT (VB Understand))`) cannot be dropped, since nothing
+else would hold the words: the sentence keeps one root node labelled X (`ReadReport.word_roots`).
 """
 
 from __future__ import annotations
