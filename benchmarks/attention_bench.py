@@ -15,6 +15,8 @@ Timed (median of --repeats, compile excluded), forward and forward+backward (gra
                   TPU: pallas_kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
                   CPU (--cpu-small): the Pallas kernel in interpret mode at small T (times are the
                   interpreter's, not meaningful), plus max |error| vs xla_attention
+  --tune-triton (GPU, default on): first time a few Triton launch configurations (blocks, warps,
+                  stages) for tg at the first length, and use the fastest for every row
   --xla-lengths 2048: also time xla_attention (the dense-mask reference, like the paper's
                   FlexAttention setup) per type at those lengths
 Block-plan table (always, planner only, any backend): fraction of (query block, key block) tiles
@@ -24,6 +26,7 @@ that are empty (skipped), full (no predicate evaluated) and partial, for T = 204
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
 import statistics
 import sys
@@ -176,7 +179,13 @@ def causal_baseline(backend: str, dtype):
   return fn, f"dot_product_attention({impl or 'default'})"
 
 
-def structural_kernel(backend: str, block_q: int, block_k: int):
+# Triton launch configurations tried by --tune-triton: (block_q, block_k, num_warps, num_stages).
+TRITON_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3),
+                  (64, 128, 4, 2), (128, 128, 8, 2))
+
+
+def structural_kernel(backend: str, block_q: int, block_k: int, num_warps: int = 4,
+                      num_stages: int = 2):
   """(fn(q, k, v, meta, spec), name) of our fused kernel on this backend, or (None, why)."""
   if backend == "tpu" or backend == "cpu":
     from pallas_kernels.tpu_attention import pallas_attention  # pylint: disable=g-import-not-at-top
@@ -188,20 +197,62 @@ def structural_kernel(backend: str, block_q: int, block_k: int):
         triton_attention)
   except Exception as error:  # pylint: disable=broad-except  (ImportError without jax-triton)
     return None, f"triton_attention not importable ({type(error).__name__}: {error})"
-  return (lambda q, k, v, m, s: triton_attention(q, k, v, m, s, block_q=block_q,
-                                                 block_k=block_k)), "triton_gpu"
+  return (lambda q, k, v, m, s: triton_attention(
+      q, k, v, m, s, block_q=block_q, block_k=block_k, num_warps=num_warps,
+      num_stages=num_stages)), f"triton_gpu (warps {num_warps}, stages {num_stages})"
+
+
+def tune_triton(rows: "Rows", T: int, args, dtype) -> tuple[int, int, int, int]:
+  """The fastest TRITON_CONFIGS entry for tg forward+backward at length T; prints each."""
+  kinds, segment = rows(T)
+  B = max(1, min(len(kinds), args.tokens // T))
+  meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds[:B], segment[:B])))
+  rng = np.random.default_rng(1)
+  make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
+  H, G, D = args.heads, args.kv_heads, args.head_dim
+  q, k, v = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D)
+  do = make(B, T, H, D).astype(jnp.float32)
+  spec = parse_attention("tg")
+  print(f"\n### Triton launch configurations, tg at T={T}, B={B}\n")
+  print("| block_q × block_k | warps | stages | fwd ms | fwd+bwd ms |")
+  print("|---|---|---|---|---|")
+  best, best_time = TRITON_CONFIGS[0], float("inf")
+  for config in TRITON_CONFIGS:
+    block_q, block_k, warps, stages = config
+    kernel, _ = structural_kernel("gpu", block_q, block_k, warps, stages)
+    try:
+      fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
+      t_f = timed(fwd, q, k, v, repeats=args.repeats)
+      t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
+    except Exception as error:  # pylint: disable=broad-except  (e.g. out of shared memory)
+      print(f"| {block_q} × {block_k} | {warps} | {stages} | failed: "
+            f"{type(error).__name__}: {str(error)[:120]} | – |")
+      continue
+    print(f"| {block_q} × {block_k} | {warps} | {stages} | {t_f * 1e3:.2f} | {t_b * 1e3:.2f} |",
+          flush=True)
+    if t_b < best_time:
+      best, best_time = config, t_b
+  print(f"\nusing {best[0]} × {best[1]}, {best[2]} warps, {best[3]} stages")
+  return best
 
 
 def speed_table(rows: Rows, lengths, args, backend: str):
   dtype = jnp.bfloat16 if backend != "cpu" else jnp.float32
   H, G, D = args.heads, args.kv_heads, args.head_dim
   baseline, baseline_name = causal_baseline(backend, dtype)
-  kernel, kernel_name = structural_kernel(backend, args.block_q, args.block_k)
+  launch = (args.block_q, args.block_k, 4, 2)
+  if backend == "gpu" and args.tune_triton:
+    try:
+      importlib.import_module("pallas_kernels.triton_attention")
+      launch = tune_triton(rows, lengths[0], args, dtype)
+    except ImportError as error:
+      print(f"note: no Triton tuning ({error})")
+  kernel, kernel_name = structural_kernel(backend, *launch)
   if kernel is None:
     print(f"note: no structural kernel on {backend}: {kernel_name}")
   print(f"\n### Speed on {backend} ({jax.devices()[0].device_kind}), {jnp.dtype(dtype).name}, "
         f"H={H}, G={G}, head dim {D}; causal = {baseline_name}; structural = {kernel_name}; "
-        f"blocks {args.block_q}×{args.block_k}\n")
+        f"blocks {launch[0]}×{launch[1]}\n")
   check = " | max err fwd | max err grads" if backend == "cpu" else ""
   print(f"| T | B | attention | fwd ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal | "
         f"empty tiles{check} |")
@@ -227,7 +278,7 @@ def speed_table(rows: Rows, lengths, args, backend: str):
       fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
       t_f = timed(fwd, q, k, v, repeats=args.repeats)
       t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
-      empty, _, _ = tile_fractions(kinds, segment, attention, args.block_q, args.block_k, H)
+      empty, _, _ = tile_fractions(kinds, segment, attention, launch[0], launch[1], H)
       errors = ""
       if check:
         ref_f, ref_b = forward_and_grad(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec))
@@ -271,6 +322,8 @@ def main() -> int:
                       help="rows per length in the block-plan table")
   parser.add_argument("--xla-lengths", default="",
                       help="lengths at which to also time xla_attention (dense mask) per type")
+  parser.add_argument("--tune-triton", action=argparse.BooleanOptionalAction, default=True,
+                      help="on GPU: time TRITON_CONFIGS at the first length, use the fastest")
   parser.add_argument("--skip-speed", action="store_true", help="block-plan table only")
   parser.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
                       help="check row 0's empty fraction against the dense mask (test oracle)")

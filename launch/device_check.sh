@@ -58,8 +58,8 @@ PY
 rows=()
 [[ -f benchmarks/.cache/gum_rows.npz ]] && rows=(--rows-cache benchmarks/.cache/gum_rows.npz)
 part kernel 120 "$python" benchmarks/kernel_check.py
-part attention 300 "$python" benchmarks/attention_bench.py --lengths 2048,4096,8192 \
+part attention 330 "$python" benchmarks/attention_bench.py --lengths 2048,4096,8192 \
   --xla-lengths 2048 "${rows[@]}"
-part train 90 "$python" benchmarks/train_bench.py --steps 10
+part train 80 "$python" benchmarks/train_bench.py --steps 10
 part beam 150 "$python" benchmarks/beam_bench.py --no-naive
 cat "$out/status.txt"
