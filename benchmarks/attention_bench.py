@@ -15,8 +15,8 @@ Timed (median of --repeats, compile excluded), forward and forward+backward (gra
                   TPU: pallas_kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
                   CPU (--cpu-small): the Pallas kernel in interpret mode at small T (times are the
                   interpreter's, not meaningful), plus max |error| vs xla_attention
-  --tune-triton (GPU, default on): first time a few Triton launch configurations (blocks, warps,
-                  stages) for tg at the first length, and use the fastest for every row
+  --tune-triton (GPU, default on): first time a few Triton launch profiles (per-kernel tiles,
+                  warps, stages) for tg at the first length, and use the fastest for every row
   --xla-lengths 2048: also time xla_attention (the dense-mask reference, like the paper's
                   FlexAttention setup) per type at those lengths
 Block-plan table (always, planner only, any backend): fraction of (query block, key block) tiles
@@ -179,14 +179,23 @@ def causal_baseline(backend: str, dtype):
   return fn, f"dot_product_attention({impl or 'default'})"
 
 
-# Triton launch configurations tried by --tune-triton: (block_q, block_k, num_warps, num_stages).
-TRITON_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3),
-                  (64, 128, 4, 2), (128, 128, 8, 2))
+def triton_launches() -> dict:
+  """Launch profiles tried by --tune-triton (the first is the default); all but `old` compile
+  without register spills on sm_90 at head dim 128 (`triton_kernels.compile_for_gpu`)."""
+  from pallas_kernels.triton_kernels import (  # pylint: disable=g-import-not-at-top
+      KernelLaunch as K, TritonLaunch)
+  return {
+      "default": TritonLaunch(),
+      "stages3": TritonLaunch(K(64, 64, 8, 3), K(64, 32, 8, 3), K(32, 64, 8, 3)),
+      "tall": TritonLaunch(K(128, 32, 8, 2), K(128, 16, 8, 2), K(32, 64, 8, 2)),
+      "fwd128x64": TritonLaunch(K(128, 64, 8, 2), K(64, 32, 8, 2), K(32, 64, 8, 2)),
+      "old": TritonLaunch.uniform(64, 64, 4, 2),  # spills in the backward kernels
+  }
 
 
-def structural_kernel(backend: str, block_q: int, block_k: int, num_warps: int = 4,
-                      num_stages: int = 2):
-  """(fn(q, k, v, meta, spec), name) of our fused kernel on this backend, or (None, why)."""
+def structural_kernel(backend: str, block_q: int, block_k: int, launch=None):
+  """(fn(q, k, v, meta, spec), name) of our fused kernel on this backend, or (None, why).
+  Pallas uses block_q × block_k; Triton uses `launch` (a TritonLaunch; None: its default)."""
   if backend == "tpu" or backend == "cpu":
     from pallas_kernels.tpu_attention import pallas_attention  # pylint: disable=g-import-not-at-top
     name = "pallas_tpu" + (" (interpret)" if backend == "cpu" else "")
@@ -194,16 +203,18 @@ def structural_kernel(backend: str, block_q: int, block_k: int, num_warps: int =
                                                    block_k=block_k)), name
   try:
     from pallas_kernels.triton_attention import (  # pylint: disable=g-import-not-at-top
-        triton_attention)
+        TritonLaunch, triton_attention)
   except Exception as error:  # pylint: disable=broad-except  (ImportError without jax-triton)
     return None, f"triton_attention not importable ({type(error).__name__}: {error})"
-  return (lambda q, k, v, m, s: triton_attention(
-      q, k, v, m, s, block_q=block_q, block_k=block_k, num_warps=num_warps,
-      num_stages=num_stages)), f"triton_gpu (warps {num_warps}, stages {num_stages})"
+  launch = launch or TritonLaunch()
+  shown = "; ".join(f"{name} {one.block_q}×{one.block_k} w{one.num_warps} s{one.num_stages}"
+                    for name, one in zip(launch._fields, launch))
+  return (lambda q, k, v, m, s: triton_attention(q, k, v, m, s, launch=launch)), (
+      f"triton_gpu ({shown})")
 
 
-def tune_triton(rows: "Rows", T: int, args, dtype) -> tuple[int, int, int, int]:
-  """The fastest TRITON_CONFIGS entry for tg forward+backward at length T; prints each."""
+def tune_triton(rows: "Rows", T: int, args, dtype):
+  """The fastest `triton_launches()` profile for tg forward+backward at length T; prints each."""
   kinds, segment = rows(T)
   B = max(1, min(len(kinds), args.tokens // T))
   meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds[:B], segment[:B])))
@@ -213,46 +224,47 @@ def tune_triton(rows: "Rows", T: int, args, dtype) -> tuple[int, int, int, int]:
   q, k, v = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D)
   do = make(B, T, H, D).astype(jnp.float32)
   spec = parse_attention("tg")
-  print(f"\n### Triton launch configurations, tg at T={T}, B={B}\n")
-  print("| block_q × block_k | warps | stages | fwd ms | fwd+bwd ms |")
-  print("|---|---|---|---|---|")
-  best, best_time = TRITON_CONFIGS[0], float("inf")
-  for config in TRITON_CONFIGS:
-    block_q, block_k, warps, stages = config
-    kernel, _ = structural_kernel("gpu", block_q, block_k, warps, stages)
+  print(f"\n### Triton launch profiles, tg at T={T}, B={B}\n")
+  print("| profile | fwd ms | fwd+bwd ms |")
+  print("|---|---|---|")
+  profiles = triton_launches()
+  best, best_time = "default", float("inf")
+  for name, launch in profiles.items():
+    kernel, _ = structural_kernel("gpu", 0, 0, launch)
     try:
       fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
       t_f = timed(fwd, q, k, v, repeats=args.repeats)
       t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
     except Exception as error:  # pylint: disable=broad-except  (e.g. out of shared memory)
-      print(f"| {block_q} × {block_k} | {warps} | {stages} | failed: "
-            f"{type(error).__name__}: {str(error)[:120]} | – |")
+      print(f"| {name} | failed: {type(error).__name__}: {str(error)[:120]} | – |")
       continue
-    print(f"| {block_q} × {block_k} | {warps} | {stages} | {t_f * 1e3:.2f} | {t_b * 1e3:.2f} |",
-          flush=True)
+    print(f"| {name} | {t_f * 1e3:.2f} | {t_b * 1e3:.2f} |", flush=True)
     if t_b < best_time:
-      best, best_time = config, t_b
-  print(f"\nusing {best[0]} × {best[1]}, {best[2]} warps, {best[3]} stages")
-  return best
+      best, best_time = name, t_b
+  print(f"\nusing {best}")
+  return profiles[best]
 
 
 def speed_table(rows: Rows, lengths, args, backend: str):
   dtype = jnp.bfloat16 if backend != "cpu" else jnp.float32
   H, G, D = args.heads, args.kv_heads, args.head_dim
   baseline, baseline_name = causal_baseline(backend, dtype)
-  launch = (args.block_q, args.block_k, 4, 2)
-  if backend == "gpu" and args.tune_triton:
+  launch = None  # Triton: its default TritonLaunch
+  blocks = (args.block_q, args.block_k)
+  if backend == "gpu":
     try:
       importlib.import_module("pallas_kernels.triton_attention")
-      launch = tune_triton(rows, lengths[0], args, dtype)
+      launch = tune_triton(rows, lengths[0], args, dtype) if args.tune_triton else None
+      launch = launch or importlib.import_module("pallas_kernels.triton_kernels").TritonLaunch()
+      blocks = (launch.fwd.block_q, launch.fwd.block_k)
     except ImportError as error:
-      print(f"note: no Triton tuning ({error})")
-  kernel, kernel_name = structural_kernel(backend, *launch)
+      print(f"note: no Triton kernel ({error})")
+  kernel, kernel_name = structural_kernel(backend, *blocks, launch)
   if kernel is None:
     print(f"note: no structural kernel on {backend}: {kernel_name}")
   print(f"\n### Speed on {backend} ({jax.devices()[0].device_kind}), {jnp.dtype(dtype).name}, "
         f"H={H}, G={G}, head dim {D}; causal = {baseline_name}; structural = {kernel_name}; "
-        f"blocks {launch[0]}×{launch[1]}\n")
+        f"blocks {blocks[0]}×{blocks[1]}\n")
   check = " | max err fwd | max err grads" if backend == "cpu" else ""
   print(f"| T | B | attention | fwd ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal | "
         f"empty tiles{check} |")
@@ -278,7 +290,7 @@ def speed_table(rows: Rows, lengths, args, backend: str):
       fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
       t_f = timed(fwd, q, k, v, repeats=args.repeats)
       t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
-      empty, _, _ = tile_fractions(kinds, segment, attention, launch[0], launch[1], H)
+      empty, _, _ = tile_fractions(kinds, segment, attention, *blocks, H)
       errors = ""
       if check:
         ref_f, ref_b = forward_and_grad(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec))
@@ -323,7 +335,8 @@ def main() -> int:
   parser.add_argument("--xla-lengths", default="",
                       help="lengths at which to also time xla_attention (dense mask) per type")
   parser.add_argument("--tune-triton", action=argparse.BooleanOptionalAction, default=True,
-                      help="on GPU: time TRITON_CONFIGS at the first length, use the fastest")
+                      help="on GPU: time the triton_launches() profiles at the first length, use "
+                      "the fastest")
   parser.add_argument("--skip-speed", action="store_true", help="block-plan table only")
   parser.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
                       help="check row 0's empty fraction against the dense mask (test oracle)")

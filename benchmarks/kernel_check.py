@@ -53,14 +53,17 @@ def packed_rows(length: int, rows: int, seed: int = 0) -> tuple[np.ndarray, np.n
 
 
 def check(impl: str, length: int, rows: int, heads: int, kv_heads: int, head_dim: int,
-          block_q: int, block_k: int) -> bool:
+          block_q: int | None = None, block_k: int | None = None) -> bool:
+  """Prints the table; True if every case is within tolerance. Blocks default to the kernel's own
+  (for Triton its per-kernel `TritonLaunch`, what training uses)."""
   kernel = attention_module.ATTENTION_KERNELS[impl]
   kinds, segment = packed_rows(length, rows)
   meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds, segment)))
   documents = len({(r, s) for r, row in enumerate(segment) for s in set(row.tolist()) if s})
   print(f"### {impl} on {jax.default_backend()} ({jax.devices()[0].device_kind}): {rows} rows × "
         f"T={length} ({documents} document pieces, padding in the last row), H={heads}, "
-        f"G={kv_heads}, head dim {head_dim}, blocks {block_q}×{block_k}\n")
+        f"G={kv_heads}, head dim {head_dim}, blocks "
+        f"{'the kernel default' if block_q is None else f'{block_q}×{block_k}'}\n")
   print("| attention | dtype | max err o | max err dq, dk, dv | tolerance (o, grads) | ok |")
   print("|---|---|---|---|---|---|")
   rng = np.random.default_rng(0)
@@ -81,8 +84,8 @@ def check(impl: str, length: int, rows: int, heads: int, kv_heads: int, head_dim
         grads = vjp(do.astype(o.dtype))
         return [np.asarray(x, np.float32) for x in (o, *grads)]
 
-      call = (lambda q_, k_, v_, m, s: kernel(q_, k_, v_, m, s, block_q=block_q,
-                                              block_k=block_k))
+      blocks = {} if block_q is None else dict(block_q=block_q, block_k=block_k)
+      call = lambda q_, k_, v_, m, s: kernel(q_, k_, v_, m, s, **blocks)
       got, want = run(call), run(attention_module.xla_attention)
       scale = 1.0 if dtype == "float32" else max(1.0, max(float(np.abs(w).max()) for w in want))
       err_o = float(np.abs(got[0] - want[0]).max())
@@ -106,8 +109,8 @@ def main() -> int:
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--kv-heads", type=int, default=2)
   parser.add_argument("--head-dim", type=int, default=64)
-  parser.add_argument("--block-q", type=int, default=64)
-  parser.add_argument("--block-k", type=int, default=64)
+  parser.add_argument("--block-q", type=int, default=None, help="default: the kernel's own")
+  parser.add_argument("--block-k", type=int, default=None)
   args = parser.parse_args()
   try:
     impl = attention_module.resolve_attention_impl(args.impl)

@@ -11,7 +11,9 @@ metadata, per-head codes of hybrids, segments, padding attends only itself, GQA 
 head h // (H/G), scale 1/sqrt(head_dim), float32 softmax and accumulation) and a `jax.custom_vjp`:
 the forward saves o and the row log-sum-exp; the backward runs the dq kernel (grid B·H × query
 blocks) and the dk/dv kernel (grid B·G × key blocks, summing the H/G heads of a KV head in
-registers). Both iterate only over the non-empty blocks of `block_plan.plan_blocks`.
+registers). Both iterate only over the non-empty blocks of `block_plan.plan_blocks`. Each kernel
+tiles its own way (`TritonLaunch`; one plan per distinct tiling), and a configuration with one
+attention type passes it as the CODE constexpr, so the in-tile mask compiles to that type alone.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ except Exception as error:  # pylint: disable=broad-except
 import triton  # pylint: disable=g-import-not-at-top
 
 from pallas_kernels import triton_kernels as tk
+from pallas_kernels.triton_kernels import KernelLaunch, TritonLaunch
 from pallas_kernels.block_plan import pad_metadata, padded_length, plan_blocks
 from slm_jax.model.attention import register_attention_kernel
 from slm_jax.structure import AttentionSpec, RowMetadata
@@ -65,74 +68,76 @@ _OUT_KEYWORD = ("out_type" if "out_type" in inspect.signature(jt.triton_call).pa
                 else "out_shape")
 
 
-class _Launch(NamedTuple):
-  """Static launch configuration (hashable: a custom_vjp non-differentiable argument).
+class _Static(NamedTuple):
+  """Hashable static arguments of the custom_vjp: each kernel's launch (blocks shrunk to the row),
+  the padded length every plan covers, and the attention code of all heads (-1: per head)."""
 
-  nq, nk: query / key blocks of the plan (of rows padded to a multiple of both blocks).
-  """
-
-  block_q: int
-  block_k: int
-  nq: int
-  nk: int
-  num_warps: int
-  num_stages: int
+  fwd: KernelLaunch
+  dq: KernelLaunch
+  dkdv: KernelLaunch
+  length: int
+  code: int
 
 
-def _call(kernel, args, out, grid, launch: _Launch, **constexprs):
+def _call(kernel, args, out, grid, launch: KernelLaunch, **constexprs):
   return jt.triton_call(*args, kernel=kernel, grid=grid, num_warps=launch.num_warps,
                         num_stages=launch.num_stages, **{_OUT_KEYWORD: out}, **constexprs)
 
 
-def _constexprs(q_BTHK, k_BSGK, launch: _Launch) -> dict:
+def _constexprs(q_BTHK, k_BSGK, launch: KernelLaunch, static: _Static) -> dict:
   _, T, H, D = q_BTHK.shape
   return dict(T=T, H=H, G=k_BSGK.shape[2], BLOCK_Q=launch.block_q, BLOCK_K=launch.block_k,
-              NQ=launch.nq, NK=launch.nk, **tk.launch_config(jnp.dtype(q_BTHK.dtype).name, D))
+              NQ=static.length // launch.block_q, NK=static.length // launch.block_k,
+              CODE=static.code, **tk.launch_config(jnp.dtype(q_BTHK.dtype).name, D))
 
 
-def _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
-  segment, kind, pop, codes, count, kblocks, _, _ = aux
+def _forward(q_BTHK, k_BSGK, v_BSGK, aux, static: _Static):
+  segment, kind, pop, codes, plans = aux
+  count, kblocks, _, _ = plans["fwd"]
   B, T, H, _ = q_BTHK.shape
   out = (jax.ShapeDtypeStruct(q_BTHK.shape, q_BTHK.dtype),
          jax.ShapeDtypeStruct((B, H, T), jnp.float32))
-  grid = (B * H, launch.nq)
+  grid = (B * H, static.length // static.fwd.block_q)
   o_BTHK, lse_BHT = _call(tk.attention_fwd_kernel,
                           (q_BTHK, k_BSGK, v_BSGK, segment, kind, pop, codes, count, kblocks),
-                          out, grid, launch, **_constexprs(q_BTHK, k_BSGK, launch))
+                          out, grid, static.fwd, **_constexprs(q_BTHK, k_BSGK, static.fwd, static))
   return o_BTHK, lse_BHT
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _fused(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
-  return _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch)[0]
+def _fused(q_BTHK, k_BSGK, v_BSGK, aux, static: _Static):
+  return _forward(q_BTHK, k_BSGK, v_BSGK, aux, static)[0]
 
 
-def _fused_fwd(q_BTHK, k_BSGK, v_BSGK, aux, launch: _Launch):
-  o_BTHK, lse_BHT = _forward(q_BTHK, k_BSGK, v_BSGK, aux, launch)
+def _fused_fwd(q_BTHK, k_BSGK, v_BSGK, aux, static: _Static):
+  o_BTHK, lse_BHT = _forward(q_BTHK, k_BSGK, v_BSGK, aux, static)
   return o_BTHK, (q_BTHK, k_BSGK, v_BSGK, aux, o_BTHK, lse_BHT)
 
 
-def _fused_bwd(launch: _Launch, residuals, do_BTHK):
+def _fused_bwd(static: _Static, residuals, do_BTHK):
   q_BTHK, k_BSGK, v_BSGK, aux, o_BTHK, lse_BHT = residuals
-  segment, kind, pop, codes, count, kblocks, qcount, qblocks = aux
+  segment, kind, pop, codes, plans = aux
   B, T, H, _ = q_BTHK.shape
   G = k_BSGK.shape[2]
   do_BTHK = do_BTHK.astype(q_BTHK.dtype)
   delta_BHT = jnp.einsum("bthd,bthd->bht", do_BTHK.astype(jnp.float32),
                          o_BTHK.astype(jnp.float32))
-  constexprs = _constexprs(q_BTHK, k_BSGK, launch)
+  count, kblocks, _, _ = plans["dq"]
   dq_BTHK = _call(tk.attention_bwd_dq_kernel,
                   (q_BTHK, k_BSGK, v_BSGK, do_BTHK, lse_BHT, delta_BHT, segment, kind, pop, codes,
                    count, kblocks),
                   jax.ShapeDtypeStruct(q_BTHK.shape, q_BTHK.dtype),
-                  (B * H, launch.nq), launch, **constexprs)
+                  (B * H, static.length // static.dq.block_q), static.dq,
+                  **_constexprs(q_BTHK, k_BSGK, static.dq, static))
+  _, _, qcount, qblocks = plans["dkdv"]
   dk_BSGK, dv_BSGK = _call(tk.attention_bwd_dkdv_kernel,
                            (q_BTHK, k_BSGK, v_BSGK, do_BTHK, lse_BHT, delta_BHT, segment, kind,
                             pop, codes, qcount, qblocks),
                            (jax.ShapeDtypeStruct(k_BSGK.shape, k_BSGK.dtype),
                             jax.ShapeDtypeStruct(v_BSGK.shape, v_BSGK.dtype)),
-                           (B * G, launch.nk), launch, **constexprs)
-  return dq_BTHK, dk_BSGK, dv_BSGK, None  # integer metadata and plan: no cotangent
+                           (B * G, static.length // static.dkdv.block_k), static.dkdv,
+                           **_constexprs(q_BTHK, k_BSGK, static.dkdv, static))
+  return dq_BTHK, dk_BSGK, dv_BSGK, None  # integer metadata and plans: no cotangent
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
@@ -146,9 +151,15 @@ def _block(requested: int, length: int, name: str) -> int:
 
 
 def triton_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, meta: RowMetadata,
-                     attention: AttentionSpec, *, block_q: int = 64, block_k: int = 64,
-                     num_warps: int = 4, num_stages: int = 2) -> jax.Array:
-  """Fused `xla_attention`: o_BTHK from q [B,T,H,K], k/v [B,T,G,K] and the row metadata."""
+                     attention: AttentionSpec, *, block_q: int | None = None,
+                     block_k: int | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None,
+                     launch: TritonLaunch | None = None) -> jax.Array:
+  """Fused `xla_attention`: o_BTHK from q [B,T,H,K], k/v [B,T,G,K] and the row metadata.
+
+  `launch` sets each kernel's tiles and launch (default `TritonLaunch()`); `block_q`, `block_k`,
+  `num_warps`, `num_stages`, when given, set those of all three kernels instead.
+  """
   B, T, H, D = q_BTHK.shape
   G = k_BSGK.shape[2]
   if k_BSGK.shape != (B, T, G, D) or v_BSGK.shape != k_BSGK.shape:
@@ -161,24 +172,40 @@ def triton_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, me
   if not q_BTHK.dtype == k_BSGK.dtype == v_BSGK.dtype:
     raise ValueError(f"triton_attention: q, k, v dtypes differ: {q_BTHK.dtype}, "
                      f"{k_BSGK.dtype}, {v_BSGK.dtype}")
-  bq, bk = _block(block_q, T, "block_q"), _block(block_k, T, "block_k")
-  length = padded_length(T, bq, bk)
-  nq, nk = length // bq, length // bk
-  launch = _Launch(bq, bk, nq, nk, num_warps, num_stages)
+  launch = launch or TritonLaunch()
+  if (block_q, block_k, num_warps, num_stages) != (None,) * 4:
+    launch = TritonLaunch(*(KernelLaunch(
+        block_q or one.block_q, block_k or one.block_k, num_warps or one.num_warps,
+        num_stages or one.num_stages) for one in launch))
+  launch = TritonLaunch(*(one._replace(block_q=_block(one.block_q, T, "block_q"),
+                                       block_k=_block(one.block_k, T, "block_k"))
+                          for one in launch))
+  length = padded_length(T, max(one.block_q for one in launch),
+                         max(one.block_k for one in launch))
   codes_H = attention.head_codes(H)  # concrete: plan_blocks specializes on the distinct codes
-  # The plan of rows padded to a multiple of both blocks; the kernels read the unpadded metadata
+  code = int(codes_H[0]) if (codes_H == codes_H[0]).all() else -1  # one type: a constexpr
+  # Plans of rows padded to a multiple of every block; the kernels read the unpadded metadata
   # and mask rows >= T (the padded rows' plan only adds tiles, never hides a real pair).
-  plan = plan_blocks(pad_metadata(meta, length), codes_H, bq, bk)
-  expected = {"count_BHQ": (B, H, nq), "kblocks_BHQK": (B, H, nq, nk),
-              "qcount_BHK": (B, H, nk), "qblocks_BHKQ": (B, H, nk, nq)}
-  for field, shape in expected.items():
-    if tuple(getattr(plan, field).shape) != shape:
-      raise ValueError(f"triton_attention: plan_blocks returned {field} of shape "
-                       f"{tuple(getattr(plan, field).shape)}, expected {shape}")
+  padded = pad_metadata(meta, length)
+  by_blocks: dict[tuple[int, int], tuple] = {}
+  plans = {}
   i32 = lambda x: jnp.asarray(x).astype(jnp.int32)
-  aux = (i32(meta.segment), i32(meta.kind), i32(meta.pop), i32(codes_H), i32(plan.count_BHQ),
-         i32(plan.kblocks_BHQK), i32(plan.qcount_BHK), i32(plan.qblocks_BHKQ))
-  return _fused(q_BTHK, k_BSGK, v_BSGK, aux, launch)
+  for name, one in zip(TritonLaunch._fields, launch):
+    blocks = (one.block_q, one.block_k)
+    if blocks not in by_blocks:
+      plan = plan_blocks(padded, codes_H, *blocks)
+      nq, nk = length // blocks[0], length // blocks[1]
+      expected = {"count_BHQ": (B, H, nq), "kblocks_BHQK": (B, H, nq, nk),
+                  "qcount_BHK": (B, H, nk), "qblocks_BHKQ": (B, H, nk, nq)}
+      for field, shape in expected.items():
+        if tuple(getattr(plan, field).shape) != shape:
+          raise ValueError(f"triton_attention: plan_blocks returned {field} of shape "
+                           f"{tuple(getattr(plan, field).shape)}, expected {shape}")
+      by_blocks[blocks] = (i32(plan.count_BHQ), i32(plan.kblocks_BHQK), i32(plan.qcount_BHK),
+                           i32(plan.qblocks_BHKQ))
+    plans[name] = by_blocks[blocks]
+  aux = (i32(meta.segment), i32(meta.kind), i32(meta.pop), i32(codes_H), plans)
+  return _fused(q_BTHK, k_BSGK, v_BSGK, aux, _Static(*launch, length=length, code=code))
 
 
 register_attention_kernel("triton_gpu", triton_attention)

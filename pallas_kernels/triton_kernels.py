@@ -18,6 +18,8 @@ without a GPU (a compile check for CI).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 
@@ -48,6 +50,16 @@ def tile_mask(q_index, q_segment, q_kind, q_pop, k_index, k_segment, k_kind, k_p
 
 
 @triton.jit
+def _head_code(codes_ptr, head, CODE: tl.constexpr):
+  """The attention code of `head`: CODE when every head has it (a compile-time constant, so
+  `tile_mask` folds to that type's expression), else read from codes (hybrids: CODE = -1)."""
+  if CODE < 0:
+    return tl.load(codes_ptr + head)
+  else:
+    return CODE
+
+
+@triton.jit
 def _block(block, b, T: tl.constexpr, BLOCK: tl.constexpr, heads: tl.constexpr, head,
            D: tl.constexpr, BLOCK_D: tl.constexpr, segment_ptr, kind_ptr, pop_ptr, missing):
   """Rows `block`·BLOCK + [0, BLOCK) of row b: their index, in-range flag, metadata (`missing`
@@ -71,14 +83,14 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, segment_ptr, kind_ptr, pop_ptr, co
                          T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
                          SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
-                         NK: tl.constexpr):
+                         NK: tl.constexpr, CODE: tl.constexpr = -1):
   """Grid (B·H, NQ): one query block of one head; online softmax over its non-empty key blocks."""
   bh = tl.program_id(0)
   qb = tl.program_id(1)
   b = bh // H
   h = bh % H
   g = h // (H // G)
-  code = tl.load(codes_ptr + h)
+  code = _head_code(codes_ptr, h, CODE)
   q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
       qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
   q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
@@ -117,14 +129,14 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, seg
                             T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
                             SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                             BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
-                            NK: tl.constexpr):
+                            NK: tl.constexpr, CODE: tl.constexpr = -1):
   """Grid (B·H, NQ): dq of one query block, dq = scale · Σ_k p (dp − delta) k."""
   bh = tl.program_id(0)
   qb = tl.program_id(1)
   b = bh // H
   h = bh % H
   g = h // (H // G)
-  code = tl.load(codes_ptr + h)
+  code = _head_code(codes_ptr, h, CODE)
   q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
       qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
   q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
@@ -157,7 +169,8 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
                               T: tl.constexpr, H: tl.constexpr, G: tl.constexpr,
                               D: tl.constexpr, SCALE: tl.constexpr, BLOCK_Q: tl.constexpr,
                               BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-                              PRECISION: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr):
+                              PRECISION: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr,
+                              CODE: tl.constexpr = -1):
   """Grid (B·G, NK): dk, dv of one key block of one KV head, summed over the H/G query heads
   that read it (each with its own code and query-block list), in float32 registers."""
   R: tl.constexpr = H // G
@@ -176,7 +189,7 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
   for r in range(R):
     h = g * R + r
     bh = b * H + h
-    code = tl.load(codes_ptr + h)
+    code = _head_code(codes_ptr, h, CODE)
     plan = bh * NK + kb
     for n in range(tl.load(qcount_ptr + plan)):
       q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
@@ -214,6 +227,36 @@ def tile_mask_kernel(q_index_ptr, q_segment_ptr, q_kind_ptr, q_pop_ptr, k_index_
   tl.store(out_ptr + (c * BLOCK_Q + i[:, None]) * BLOCK_K + j[None, :], mask.to(tl.int8))
 
 
+class KernelLaunch(NamedTuple):
+  """Tile shape and launch parameters of one kernel."""
+
+  block_q: int
+  block_k: int
+  num_warps: int
+  num_stages: int
+
+
+class TritonLaunch(NamedTuple):
+  """Launch of the forward, dq and dk/dv kernels (each may tile differently: the forward and dq
+  kernels keep a query block resident and stream key blocks, dk/dv the reverse).
+
+  The default keeps every kernel free of register spills on sm_90 at head dim 128 with bfloat16
+  (SASS of `compile_for_gpu`: 0 local loads/stores; 64×64 tiles with 4 warps spill
+  194 (dq) and 249 (dk/dv) registers). Speed on a GPU: `benchmarks/attention_bench.py`.
+  """
+
+  fwd: KernelLaunch = KernelLaunch(64, 64, 8, 2)
+  dq: KernelLaunch = KernelLaunch(64, 32, 8, 2)
+  dkdv: KernelLaunch = KernelLaunch(32, 64, 8, 2)
+
+  @classmethod
+  def uniform(cls, block_q: int, block_k: int, num_warps: int = 4,
+              num_stages: int = 2) -> "TritonLaunch":
+    """The same tiles and launch for all three kernels."""
+    one = KernelLaunch(block_q, block_k, num_warps, num_stages)
+    return cls(one, one, one)
+
+
 def launch_config(dtype_name: str, head_dim: int) -> dict:
   """Constexprs shared by the three kernels: D, SCALE, BLOCK_D, and PRECISION: 'ieee' for float32
   inputs (exact float32 products, like the XLA reference; not TF32), the target's default for
@@ -224,27 +267,40 @@ def launch_config(dtype_name: str, head_dim: int) -> dict:
 
 
 def compile_for_gpu(arch: int = 90, dtype_name: str = "bfloat16", head_dim: int = 64,
-                    block: int = 64, num_warps: int = 4, num_stages: int = 2) -> dict:
+                    block: int = 64, num_warps: int = 4, num_stages: int = 2,
+                    code: int = -1, launch: TritonLaunch | None = None) -> dict:
   """Compiles the three kernels to CUDA binaries for sm_`arch` without a GPU (Triton's compiler
   and its bundled ptxas; needs TRITON_INTERPRET unset/0 when this module was imported).
 
-  Returns {kernel name: (cubin bytes, shared memory bytes)}; raises on any compile error.
+  Each kernel uses its entry of `launch` if given, else `block` × `block` tiles with `num_warps` /
+  `num_stages`; `code` is the CODE constexpr (-1: per-head codes). Returns {kernel name: (cubin
+  bytes, shared memory bytes, local-memory stores in the SASS (register spills), or -1 if SASS is
+  unavailable)}; raises on any compile error.
   """
   from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
   from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
 
   element = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype_name]
-  constexprs = dict(T=16 * block, H=8, G=2, BLOCK_Q=block, BLOCK_K=block, NQ=16, NK=16,
-                    **launch_config(dtype_name, head_dim))
   pointer = {name: element for name in ("q_ptr", "k_ptr", "v_ptr", "do_ptr", "o_ptr", "dq_ptr",
                                         "dk_ptr", "dv_ptr")}
   pointer.update(lse_ptr="*fp32", delta_ptr="*fp32")
   results = {}
-  for kernel in (attention_fwd_kernel, attention_bwd_dq_kernel, attention_bwd_dkdv_kernel):
-    signature = {name: "constexpr" if name in constexprs else pointer.get(name, "*i32")
-                 for name in kernel.arg_names}
+  launch = launch or TritonLaunch.uniform(block, block, num_warps, num_stages)
+  kernels = (attention_fwd_kernel, attention_bwd_dq_kernel, attention_bwd_dkdv_kernel)
+  for kernel, (block_q, block_k, warps, stages) in zip(kernels, launch):
+    constexprs = dict(T=16 * max(block_q, block_k), H=8, G=2, BLOCK_Q=block_q, BLOCK_K=block_k,
+                      NQ=16 * max(block_q, block_k) // block_q,
+                      NK=16 * max(block_q, block_k) // block_k, CODE=code,
+                      **launch_config(dtype_name, head_dim))
+    signature = {arg: "constexpr" if arg in constexprs else pointer.get(arg, "*i32")
+                 for arg in kernel.arg_names}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs),
                               target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages))
-    results[kernel.fn.__name__] = (len(compiled.asm["cubin"]), compiled.metadata.shared)
+                              options=dict(num_warps=warps, num_stages=stages))
+    try:
+      sass = compiled.asm["sass"]
+      spills = sum(1 for line in sass.splitlines() if "\tSTL" in line or " STL" in line)
+    except Exception:  # pylint: disable=broad-except  (no nvdisasm)
+      spills = -1
+    results[kernel.fn.__name__] = (len(compiled.asm["cubin"]), compiled.metadata.shared, spills)
   return results

@@ -30,6 +30,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (see
 import functools  # noqa: E402
 import importlib  # noqa: E402
 import inspect  # noqa: E402
+import json  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -317,11 +318,16 @@ def test_an_incomplete_plan_is_caught():
 # --- the jax wrapper, with jax_triton replaced by a pure_callback stand-in ------------------------
 
 
+LAUNCHES: list = []
+
+
 def _stand_in_triton_call(*args, kernel, grid, out_type=None, num_warps=None, num_stages=None,
                           **kwargs):
   """jax_triton.triton_call's contract: array args, then one pointer per output; kwargs are
-  constexprs. Runs the kernel under the interpreter on the host through jax.pure_callback."""
-  del num_warps, num_stages
+  constexprs. Runs the kernel under the interpreter on the host through jax.pure_callback.
+  Records (kernel name, grid, constexprs, num_warps) of every launch in LAUNCHES."""
+  LAUNCHES.append((kernel.fn.__name__, grid, dict(kwargs), num_warps))
+  del num_stages
   outs = out_type if out_type is not None else kwargs.pop("out_shape")
   single = not isinstance(outs, (tuple, list))
   outs = (outs,) if single else tuple(outs)
@@ -371,23 +377,70 @@ def test_triton_attention_wrapper_matches_xla_attention(wrapper, meta, dtype="fl
   assert_close(got, reference(q, k, v, do, meta, spec), dtype, f"wrapper {dtype}")
 
 
+@pytest.mark.parametrize("attention,code", [("tg", 1), ("mix(tg_nomask,tg)", -1)])
+def test_default_launch_tiles_each_kernel_its_own_way(wrapper, meta, attention, code):
+  """Default `TritonLaunch`: forward, dq and dk/dv each get their own tiles, warps and plan;
+  a single attention type reaches the kernels as the CODE constexpr, a hybrid as -1."""
+  spec = parse_attention(attention)
+  q, k, v, do = inputs(meta, H, 2, D, "float32", seed=5)
+  jmeta = RowMetadata(*map(jnp.asarray, meta))
+  LAUNCHES.clear()
+  o, vjp = jax.vjp(lambda q, k, v: wrapper.triton_attention(q, k, v, jmeta, spec), q, k, v)
+  got = tuple(np.asarray(x, np.float32) for x in (o, *vjp(jnp.asarray(do))))
+  assert_close(got, reference(q, k, v, do, meta, spec), "float32", f"default launch {attention}")
+  launch = wrapper.TritonLaunch()
+  seen = {name: (constexprs["BLOCK_Q"], constexprs["BLOCK_K"], warps, constexprs["CODE"])
+          for name, _, constexprs, warps in LAUNCHES}
+  T = meta.kind.shape[-1]
+  fit = lambda b: min(b, max(16, 1 << (T - 1).bit_length()))
+  assert seen == {
+      f"attention_{name}": (fit(one.block_q), fit(one.block_k), one.num_warps, code)
+      for name, one in zip(("fwd_kernel", "bwd_dq_kernel", "bwd_dkdv_kernel"), launch)}
+  assert len({(q_, k_) for q_, k_, _, _ in seen.values()}) == 3  # three different tilings
+
+
 # --- the kernels compile for a real GPU (no GPU needed) -------------------------------------------
+
+
+def _run_compiler(code: str, timeout: int) -> str:
+  """stdout of `code` run with Triton's real compiler (a subprocess: this process imported the
+  kernels interpreted)."""
+  env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  result = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+  assert result.returncode == 0, f"compile for sm_90 failed:\n{result.stderr[-3000:]}"
+  return result.stdout
 
 
 def test_kernels_compile_to_cuda_binaries_for_sm90():
   """Triton's real compiler (front end → TTGIR → PTX → bundled ptxas) accepts the kernels for
-  sm_90 (H100/H200) with bf16 inputs: catches what the interpreter lets through. A subprocess,
-  because this process imported the kernels interpreted."""
-  code = ("from pallas_kernels import triton_kernels as tk\n"
-          "for name, (cubin, shared) in tk.compile_for_gpu(90, 'bfloat16', 64).items():\n"
-          "  assert cubin > 0, name\n"
-          "  print(name, cubin, shared)\n")
-  env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  result = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=300, check=False)
-  assert result.returncode == 0, f"compile for sm_90 failed:\n{result.stderr[-3000:]}"
-  assert len(result.stdout.splitlines()) == 3, result.stdout
+  sm_90 (H100/H200) with bf16 inputs: catches what the interpreter lets through."""
+  out = _run_compiler("from pallas_kernels import triton_kernels as tk\n"
+                      "results = tk.compile_for_gpu(90, 'bfloat16', 64)\n"
+                      "for name, (cubin, shared, _) in results.items():\n"
+                      "  assert cubin > 0, name\n"
+                      "  print(name, cubin, shared)\n", timeout=300)
+  assert len(out.splitlines()) == 3, out
+
+
+def test_default_launch_compiles_without_register_spills_at_head_dim_128():
+  """The default `TritonLaunch` (per-kernel tiles) compiles for sm_90, bf16, head dim 128, for one
+  attention type (CODE constexpr) and for hybrids (CODE = -1), with no local-memory stores in the
+  SASS; 64×64 tiles with 4 warps for all three kernels (the old default) do spill."""
+  out = _run_compiler(
+      "import json\n"
+      "from pallas_kernels import triton_kernels as tk\n"
+      "spills = lambda r: sorted(s for _, _, s in r.values())\n"
+      "print(json.dumps([spills(tk.compile_for_gpu(90, 'bfloat16', 128, code=code,\n"
+      "                                           launch=tk.TritonLaunch())) for code in (-1, 1)]\n"
+      "                 + [spills(tk.compile_for_gpu(90, 'bfloat16', 128, block=64))]))\n",
+      timeout=600)
+  hybrid, single, old = json.loads(out)
+  if -1 in hybrid + old:
+    pytest.skip("Triton produced no SASS (nvdisasm missing): spills cannot be counted")
+  assert hybrid == single == [0, 0, 0]
+  assert min(old[1:]) > 0  # the backward kernels spill with 64×64 tiles and 4 warps
 
 
 def test_missing_tma_tf32_is_defined_only_when_absent(wrapper, monkeypatch):
