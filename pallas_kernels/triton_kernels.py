@@ -182,7 +182,9 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
       kb, b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -2)
   k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
   v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
-  ki, ks, kk, kp = k_index[None, :], k_segment[None, :], k_kind[None, :], k_pop[None, :]
+  # Tiles are computed transposed, [BLOCK_K, BLOCK_Q] (keys down), so every matmul has the
+  # resident key block as its M dimension (Hopper's warpgroup MMA needs M >= 64).
+  ki, ks, kk, kp = k_index[:, None], k_segment[:, None], k_kind[:, None], k_pop[:, None]
 
   dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
   dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
@@ -199,14 +201,14 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
       do = tl.load(do_ptr + q_offsets, mask=q_tile, other=0.0)
       lse = tl.load(lse_ptr + bh * T + q_index, mask=q_valid, other=0.0)
       delta = tl.load(delta_ptr + bh * T + q_index, mask=q_valid, other=0.0)
-      mask = tile_mask(q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None],
-                       ki, ks, kk, kp, code)
-      s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * SCALE
-      p = tl.where(mask, tl.exp(s - lse[:, None]), 0.0)  # [BLOCK_Q, BLOCK_K]
-      dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-      dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-      ds = p * (dp - delta[:, None])
-      dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+      mask_t = tile_mask(q_index[None, :], q_segment[None, :], q_kind[None, :], q_pop[None, :],
+                         ki, ks, kk, kp, code)  # [BLOCK_K, BLOCK_Q]
+      s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * SCALE
+      p_t = tl.where(mask_t, tl.exp(s_t - lse[None, :]), 0.0)
+      dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+      dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+      ds_t = p_t * (dp_t - delta[None, :])
+      dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
   tl.store(dk_ptr + kv_offsets, (dk * SCALE).to(dk_ptr.dtype.element_ty), mask=kv_tile)
   tl.store(dv_ptr + kv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_tile)
 
@@ -240,14 +242,15 @@ class TritonLaunch(NamedTuple):
   """Launch of the forward, dq and dk/dv kernels (each may tile differently: the forward and dq
   kernels keep a query block resident and stream key blocks, dk/dv the reverse).
 
-  The default keeps every kernel free of register spills on sm_90 at head dim 128 with bfloat16
-  (SASS of `compile_for_gpu`: 0 local loads/stores; 64×64 tiles with 4 warps spill
-  194 (dq) and 249 (dk/dv) registers). Speed on a GPU: `benchmarks/attention_bench.py`.
+  The default compiles for sm_90 at head dim ≤ 128 with bfloat16 to warpgroup MMAs (HGMMA) in all
+  three kernels and without register spills (SASS of `compile_for_gpu`: no local stores; for
+  hybrids, whose mask is not folded, dk/dv stores 12), where 64×64 tiles with 4 warps for all
+  three spill 45 / 194 / 238 stores. Speed on a GPU: `benchmarks/attention_bench.py`.
   """
 
   fwd: KernelLaunch = KernelLaunch(64, 64, 8, 2)
   dq: KernelLaunch = KernelLaunch(64, 32, 8, 2)
-  dkdv: KernelLaunch = KernelLaunch(32, 64, 8, 2)
+  dkdv: KernelLaunch = KernelLaunch(16, 64, 8, 2)
 
   @classmethod
   def uniform(cls, block_q: int, block_k: int, num_warps: int = 4,
