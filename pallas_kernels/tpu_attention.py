@@ -60,19 +60,28 @@ class _Config:
   kv_repeat: int  # R = H / G
   scale: float
   interpret: bool
+  # The attention code of every head when there is one (a trace-time constant, so the tile mask
+  # reduces to that type's expression); -1 for hybrids (read per head from scalar memory).
+  static_code: int = -1
 
 
 # --- tile math shared by the three kernels --------------------------------------------------------
 
 
+def _head_code(cfg: _Config, codes_ref, h):
+  """The code of head h: the static one if all heads share it, else from scalar memory."""
+  return cfg.static_code if cfg.static_code >= 0 else codes_ref[h]
+
+
 def _tile_mask(code, q0, qmeta_ref, k0, kmeta_ref):
-  """`attends` on one tile: query metadata [bq, 1] vs key metadata [1, bk] -> bool [bq, bk]."""
+  """`attends` on one tile: query metadata [bq, 1] vs key metadata [1, bk] -> bool [bq, bk].
+  A Python int `code` is passed through as is (folded at trace time)."""
   shape = (qmeta_ref.shape[1], kmeta_ref.shape[2])
   q_index = q0 + jax.lax.broadcasted_iota(jnp.int32, shape, 0)  # 2-D iotas (TPU-friendly)
   k_index = k0 + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
   query = TokenMeta(q_index, qmeta_ref[0], qmeta_ref[1], qmeta_ref[2])
   key = TokenMeta(k_index, kmeta_ref[0], kmeta_ref[1], kmeta_ref[2])
-  return attends(query, key, jnp.full((1, 1), code, jnp.int32))
+  return attends(query, key, code if isinstance(code, int) else jnp.full((1, 1), code, jnp.int32))
 
 
 def _logits(q, k, scale):
@@ -112,7 +121,8 @@ def _forward_kernel(codes_ref, group_ref, count_ref, visit_ref,  # scalar prefet
     v = v_ref[...]
     s = _logits(q_ref[...], k_ref[...], cfg.scale)
     if masked:
-      mask = _tile_mask(codes_ref[h], i * cfg.block_q, qmeta_ref, kb * cfg.block_k, kmeta_ref)
+      mask = _tile_mask(_head_code(cfg, codes_ref, h), i * cfg.block_q, qmeta_ref,
+                        kb * cfg.block_k, kmeta_ref)
       s = jnp.where(mask, s, MASK_VALUE)
     m_prev = m_scr[...]
     m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
@@ -230,8 +240,8 @@ def _dq_kernel(codes_ref, group_ref, count_ref, visit_ref,
 
   def tile(masked: bool):
     k, do = k_ref[...], do_ref[...]
-    p = _probs(cfg, codes_ref[h], q_ref[...], k, lse_ref[...], masked, i * cfg.block_q,
-               qmeta_ref, kb * cfg.block_k, kmeta_ref)
+    p = _probs(cfg, _head_code(cfg, codes_ref, h), q_ref[...], k, lse_ref[...], masked,
+               i * cfg.block_q, qmeta_ref, kb * cfg.block_k, kmeta_ref)
     dp = jax.lax.dot_general(do, v_ref[...], (((1,), (1,)), ((), ())),
                              preferred_element_type=jnp.float32)
     ds = p * (dp - delta_ref[...])
@@ -259,8 +269,8 @@ def _dkv_kernel(codes_ref, group_ref, count_ref, visit_ref,
 
   def tile(masked: bool):
     q, do = q_ref[...], do_ref[...]
-    p = _probs(cfg, codes_ref[h], q, k_ref[...], lse_ref[...], masked, qb * cfg.block_q,
-               qmeta_ref, j * cfg.block_k, kmeta_ref)
+    p = _probs(cfg, _head_code(cfg, codes_ref, h), q, k_ref[...], lse_ref[...], masked,
+               qb * cfg.block_q, qmeta_ref, j * cfg.block_k, kmeta_ref)
     dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
     dp = jax.lax.dot_general(do, v_ref[...], (((1,), (1,)), ((), ())),
                              preferred_element_type=jnp.float32)
@@ -390,7 +400,8 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
   fields = jnp.stack([meta.segment, meta.kind, meta.pop], axis=1).astype(jnp.int32)  # [B, 3, Tp]
   qmeta, kmeta = fields[..., :, None], fields[..., None, :]
   plan = _flat_plan(block_plan.plan_groups(meta, codes_C, bq, bk, jnp), Tp // bk, Tp // bq)
-  cfg = _Config(bq, bk, len(codes_C), H // G, float(D) ** -0.5, bool(interpret))
+  cfg = _Config(bq, bk, len(codes_C), H // G, float(D) ** -0.5, bool(interpret),
+                int(codes_C[0]) if len(codes_C) == 1 else -1)
   codes = jnp.asarray(np.asarray(codes_C, np.int32)[group_H])
   group = jnp.asarray(group_H)
 
