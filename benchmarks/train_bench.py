@@ -16,7 +16,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -25,6 +24,7 @@ from slm_jax import config_builder  # noqa: E402
 from slm_jax.configurations import resolve  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.data.loader import BatchIterator, PackedDataset  # noqa: E402
+from slm_jax.model.attention import resolve_attention_impl  # noqa: E402
 from slm_jax.model.decoder import Decoder  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from slm_jax.train.optimizer import make_optimizer  # noqa: E402
@@ -63,7 +63,9 @@ def main() -> int:
   args = parser.parse_args()
   documents = embedded_corpus("train", 600, seed=0)
   tokenizer = make_tokenizer("word", words=[w for d in documents for t in d for w in t.leaves()])
-  print(f"backend {jax.default_backend()}, {args.steps} timed steps each, scale {args.scale}")
+  impl = config_builder.build("tgtree", args.scale).model.attention_impl
+  print(f"backend {jax.default_backend()}, {args.steps} timed steps each, scale {args.scale}, "
+        f"attention_impl={impl} → {resolve_attention_impl(impl)}")
   print("| configuration | attention | tokens/s | ratio to causal |\n|---|---|---|---|")
   results = {}
   for name in args.names.split(","):
