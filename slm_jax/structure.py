@@ -247,8 +247,6 @@ def _row_metadata_numpy(kind_in: np.ndarray, segment_in: np.ndarray) -> RowMetad
   never = n + length
   pop_dtype = i32 if never < 2**31 else np.int64
   index = np.arange(n, dtype=pop_dtype)
-  # pop is computed in flat positions, NEVER meaning "not popped"; the end turns both into row
-  # indices (subtract the row start, cap at length)
   new_run = np.empty(n, bool)
   new_run[:1] = True
   np.not_equal(segment[1:], segment[:-1], out=new_run[1:])
