@@ -162,6 +162,25 @@ def forward_and_grad(attend):
   return forward, backward
 
 
+def time_fwd_bwd(attend, q, k, v, do, repeats: int) -> tuple[float, float]:
+  """Median seconds of attend's jitted forward and of its forward + backward (grads of q, k, v)."""
+  fwd, bwd = forward_and_grad(attend)
+  return timed(fwd, q, k, v, repeats=repeats), timed(bwd, q, k, v, do, repeats=repeats)
+
+
+def bench_inputs(rows: "Rows", T: int, args, dtype, rng):
+  """(kinds, segment, metadata, q, k, v, do) of the first --tokens / T packed rows of length T;
+  q, k, v random in `dtype`, the cotangent do in float32."""
+  kinds, segment = rows(T)
+  B = max(1, min(len(kinds), args.tokens // T))
+  kinds, segment = kinds[:B], segment[:B]
+  meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds, segment)))
+  make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
+  H, G, D = args.heads, args.kv_heads, args.head_dim
+  q, k, v, do = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D), make(B, T, H, D)
+  return kinds, segment, meta, q, k, v, do.astype(jnp.float32)
+
+
 def causal_baseline(backend: str, dtype):
   """jax.nn.dot_product_attention(causal) with the backend's best implementation, and its name."""
   if backend == "gpu":
@@ -216,16 +235,9 @@ def structural_kernel(backend: str, block_q: int, block_k: int, launch=None):
 
 def tune_triton(rows: "Rows", T: int, args, dtype):
   """The fastest `triton_launches()` profile for tg forward+backward at length T; prints each."""
-  kinds, segment = rows(T)
-  B = max(1, min(len(kinds), args.tokens // T))
-  meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds[:B], segment[:B])))
-  rng = np.random.default_rng(1)
-  make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
-  H, G, D = args.heads, args.kv_heads, args.head_dim
-  q, k, v = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D)
-  do = make(B, T, H, D).astype(jnp.float32)
+  kinds, _, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, np.random.default_rng(1))
   spec = parse_attention("tg")
-  print(f"\n### Triton launch profiles, tg at T={T}, B={B}\n")
+  print(f"\n### Triton launch profiles, tg at T={T}, B={len(kinds)}\n")
   print("| profile | fwd ms | fwd+bwd ms |")
   print("|---|---|---|")
   profiles = triton_launches()
@@ -233,9 +245,8 @@ def tune_triton(rows: "Rows", T: int, args, dtype):
   for name, launch in profiles.items():
     kernel, _ = structural_kernel("gpu", 0, 0, launch)
     try:
-      fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
-      t_f = timed(fwd, q, k, v, repeats=args.repeats)
-      t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
+      t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec), q, k, v, do,
+                              args.repeats)
     except Exception as error:  # pylint: disable=broad-except  (e.g. out of shared memory)
       print(f"| {name} | failed: {type(error).__name__}: {str(error)[:120]} | – |")
       continue
@@ -272,16 +283,9 @@ def speed_table(rows: Rows, lengths, args, backend: str):
   print("|---|---|---|---|---|---|---|---|" + ("---|---|" if check else ""))
   rng = np.random.default_rng(0)
   for T in lengths:
-    kinds, segment = rows(T)
-    B = max(1, min(len(kinds), args.tokens // T))
-    kinds, segment = kinds[:B], segment[:B]
-    meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds, segment)))
-    make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
-    q, k, v, do = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D), make(B, T, H, D)
-    do = do.astype(jnp.float32)
-    fwd, bwd = forward_and_grad(baseline)
-    base_f, base_b = timed(fwd, q, k, v, repeats=args.repeats), timed(
-        bwd, q, k, v, do, repeats=args.repeats)
+    kinds, segment, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, rng)
+    B = len(kinds)
+    base_f, base_b = time_fwd_bwd(baseline, q, k, v, do, args.repeats)
     print(f"| {T} | {B} | causal (baseline) | {base_f * 1e3:.2f} | 1.00 | {base_b * 1e3:.2f} | "
           f"1.00 | –{' | – | –' if check else ''} |")
     if kernel is None:
@@ -289,8 +293,8 @@ def speed_table(rows: Rows, lengths, args, backend: str):
     for attention in ATTENTIONS:
       spec = parse_attention(attention)
       fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
-      t_f = timed(fwd, q, k, v, repeats=args.repeats)
-      t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
+      t_f, t_b = timed(fwd, q, k, v, repeats=args.repeats), timed(bwd, q, k, v, do,
+                                                                  repeats=args.repeats)
       empty, _, _ = tile_fractions(kinds, segment, attention, *blocks, H)
       errors = ""
       if check:
@@ -302,9 +306,8 @@ def speed_table(rows: Rows, lengths, args, backend: str):
       print(f"| {T} | {B} | {attention} | {t_f * 1e3:.2f} | {t_f / base_f:.2f} | "
             f"{t_b * 1e3:.2f} | {t_b / base_b:.2f} | {empty:.1%}{errors} |", flush=True)
       if T in args.xla_lengths:  # the dense-mask reference, as the paper's FlexAttention setup
-        fwd, bwd = forward_and_grad(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec))
-        t_f = timed(fwd, q, k, v, repeats=args.repeats)
-        t_b = timed(bwd, q, k, v, do, repeats=args.repeats)
+        t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec),
+                                q, k, v, do, args.repeats)
         print(f"| {T} | {B} | {attention} (xla_attention, dense mask) | {t_f * 1e3:.2f} | "
               f"{t_f / base_f:.2f} | {t_b * 1e3:.2f} | {t_b / base_b:.2f} | –"
               f"{' | – | –' if check else ''} |", flush=True)
