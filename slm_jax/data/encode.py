@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence as SequenceT
 
-import numpy as np
-
-from slm_jax.kinds import Kind
 from slm_jax.linearize import Sequence, base_sequence, derive, document_key
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
-_NO_BRACKETS = ("lin0", "pause1", "pause2")  # schemes without ONT/CNT tokens
+# Schemes that drop bracket tokens: the base is cut to the kept ones (by `derive` itself) before
+# tokenizing, so dropped brackets are never tokenized.
+_KEPT_BEFORE_TOKENIZING = {"lin0": "lin0", "pause1": "lin0", "pause2": "lin0",
+                           "lin1_noont": "lin1_noont"}
 
 
 def encode_document(document: SequenceT[Tree], tokenizer: Tokenizer, linearization: str,
@@ -31,11 +31,8 @@ def encode_base(base: Sequence, tokenizer: Tokenizer, linearization: str,
   """`encode_document` of the document whose word-level lin1 base is `base` (prepared data
   stores bases). Schemes that drop brackets never tokenize them."""
   doc_key = document_key(base) if linearization == "lin1_shuf" else 0
-  kinds = base.kinds
-  if linearization in _NO_BRACKETS:
-    base = base.take(np.flatnonzero((kinds != Kind.ONT) & (kinds != Kind.CNT)))
-  elif linearization == "lin1_noont":
-    base = base.take(np.flatnonzero(kinds != Kind.ONT))
+  if linearization in _KEPT_BEFORE_TOKENIZING:
+    base = derive(base, _KEPT_BEFORE_TOKENIZING[linearization])
   ids, _, word_index = tokenizer.encode_symbols(base.symbols(), base.kinds)
   pieces = dataclasses.replace(base.take(word_index), tokens=ids)
   return derive(pieces, linearization, seed=seed, doc_key=doc_key,
