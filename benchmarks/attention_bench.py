@@ -41,12 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 from pallas_kernels.block_plan import (EMPTY, FULL, pad_metadata, padded_length,  # noqa: E402
                                        plan_blocks)
+from slm_jax.configurations import ATTENTIONS  # noqa: E402
 from slm_jax.data.packing import pack_documents  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model.attention import xla_attention  # noqa: E402
 from slm_jax.structure import RowMetadata, dense_mask, parse_attention, row_metadata  # noqa: E402
-
-ATTENTIONS = ("causal", "tg", "tg_nomask", "tg_nomask_aug", "mix(tg_nomask,tg)", "mix(causal,tg)")
 
 
 def load_documents(gum: str | None):

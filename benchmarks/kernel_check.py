@@ -26,14 +26,13 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slm_jax.configurations import ATTENTIONS  # noqa: E402
 from slm_jax.corpus.treebank import generate_documents  # noqa: E402
 from slm_jax.data.packing import pack_documents, stack_rows  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model import attention as attention_module  # noqa: E402
 from slm_jax.structure import RowMetadata, parse_attention, row_metadata  # noqa: E402
 
-ATTENTIONS = ("causal", "tg", "tg_nomask", "tg_nomask_aug", "mix(tg_nomask,tg)",
-              "mix(causal,tg)")
 # (output, gradients); float32 on an accelerator allows TF32 matmuls (XLA's default precision).
 TOLERANCE = {"float32": (2e-2, 2e-2), "bfloat16": (1e-2, 2e-2)}
 CPU_FLOAT32_TOLERANCE = (1e-5, 1e-5)

@@ -37,6 +37,8 @@ _TABLE = (  # name, linearization, attention (SPEC §5 order)
 )
 
 CONFIGURATIONS = {name: Configuration(name, lin, parse_attention(att)) for name, lin, att in _TABLE}
+# Every attention of the table, in table order: the four types, then the two hybrids.
+ATTENTIONS = tuple(dict.fromkeys(att for _, _, att in _TABLE))
 
 
 def check_combination(linearization: str, attention: AttentionSpec) -> None:
