@@ -33,6 +33,8 @@ def setup(attention: str, linearization: str = "lin2", seed: int = 0):
                        n_kv_heads=2, compute_dtype=jnp.float32, init_std=0.3,
                        attention=attention)
   model = Decoder(config, rngs=nnx.Rngs(seed))
+  # A final-norm weight away from 1, so applying that norm twice cannot go unnoticed.
+  model.final_norm.weight[...] = jnp.linspace(0.5, 2.0, config.d_model)
   sequences = [encode_document(d, TOKENIZER, linearization) for d in DOCUMENTS]
   reference = Scorer(model, TOKENIZER, configuration).logprobs(sequences)
   return model, configuration, sequences, reference

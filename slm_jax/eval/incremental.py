@@ -99,10 +99,11 @@ def _mask(codes_H, q_index, q_kind, key_kind, key_pop):
   return attends(query, key, jnp.asarray(codes_H)[:, None, None])
 
 
-def _head(model: Decoder, x_MD):
-  """Next-token log-probabilities [M, V] from the last hidden states [M, D]."""
-  logits = model.logits(model.final_norm(x_MD[:, None]))[:, 0]
-  return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+def _head(model: Decoder, x_MD, *, normed: bool = False):
+  """Next-token log-probabilities [M, V] from the last residual-stream states [M, D] (or from
+  states that already went through the final norm, as `Decoder.hidden` returns, if `normed`)."""
+  h_M1D = x_MD[:, None] if normed else model.final_norm(x_MD[:, None])
+  return jax.nn.log_softmax(model.logits(h_M1D)[:, 0].astype(jnp.float32), axis=-1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3, 4, 5))

@@ -144,4 +144,4 @@ def _last_logprobs(graphdef, params, tokens_MS, meta: Any, last_M):
   model = nnx.merge(graphdef, params)
   h = model.hidden(model.embed(tokens_MS), meta)
   h_last = jnp.take_along_axis(h, last_M[:, None, None], axis=1)
-  return _head(model, h_last[:, 0])
+  return _head(model, h_last[:, 0], normed=True)  # `hidden` ends with the final norm
