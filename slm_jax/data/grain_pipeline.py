@@ -100,7 +100,7 @@ class MakeBatch(grain.transforms.Map):
   def map(self, element: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     batch = Batch.from_rows(element["tokens"], element["kinds"], element["segment"],
                             self.configuration)
-    return {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+    return batch.as_dict()
 
 
 # --- packing -------------------------------------------------------------------------------------

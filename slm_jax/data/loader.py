@@ -41,7 +41,8 @@ class Batch:
                meta.position, meta.depth, meta.pop, targets)
 
   def as_dict(self) -> dict[str, np.ndarray]:
-    return dataclasses.asdict(self)
+    """The fields by name, the arrays themselves (`dataclasses.asdict` would deep-copy them)."""
+    return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
   def pad_rows(self, multiple: int) -> "Batch":
     """This batch plus all-padding rows (segment 0, token 0, no targets; metadata from
