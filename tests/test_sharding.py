@@ -55,9 +55,10 @@ _CHILD = textwrap.dedent("""
     from slm_jax.train import sharding, trainer
     from tests.test_train import small_config
     workdir, fsdp, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    overrides = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {{}}
     cfg = small_config("tgnomask_mix_tg", steps=steps, **{{"mesh.fsdp": fsdp,
                        "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2,
-                       "eval.batch_size": 6}})
+                       "eval.batch_size": 6, **overrides}})
     seen = {{}}
     make = trainer.make_train_step
     def spying_make(*args, **kwargs):  # records where the trainer really put params and batches
@@ -78,11 +79,13 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _child(tmp_path, workdir, fsdp: int, steps: int) -> tuple[dict, str]:
+def _child(tmp_path, workdir, fsdp: int, steps: int, overrides: dict | None = None
+           ) -> tuple[dict, str]:
   script = tmp_path / "child.py"
   script.write_text(_CHILD.format(root=str(ROOT)))
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  done = subprocess.run([sys.executable, str(script), str(workdir), str(fsdp), str(steps)],
+  done = subprocess.run([sys.executable, str(script), str(workdir), str(fsdp), str(steps),
+                         json.dumps(overrides or {})],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
   shards = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("SHARDS "))[7:])
@@ -114,3 +117,29 @@ def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
   assert shards["blocks/0/attn/o/kernel"] == [64, 64 // fsdp]
   assert shards["embed_tokens/embedding"] == [480 // fsdp, 64]
   assert shards["final_norm/weight"] == [64]  # replicated
+
+
+def test_batch_layout_pads_micro_batches_to_the_devices():
+  assert sharding.batch_layout(8, 2, 4) == (8, 2, 4, 8)  # splits: used as is
+  # the 1b config's 1014 rows in 169 micro-batches of 6 on 8 devices: 127 micro-batches of 8
+  assert sharding.batch_layout(1014, 169, 8) == (1014, 127, 8, 1016)
+  assert sharding.batch_layout(6, 1, 4) == (6, 1, 8, 8)
+  for rows, accumulation, devices in [(66, 3, 4), (1014, 169, 32), (10, 5, 3)]:
+    layout = sharding.batch_layout(rows, accumulation, devices)
+    assert layout.micro_rows % devices == 0 and layout.padded_rows >= rows
+    assert layout.padded_rows == layout.accumulation * layout.micro_rows
+    assert layout.padded_rows - rows < layout.micro_rows  # less than one micro-batch of padding
+
+
+def test_batch_that_does_not_split_over_four_devices_trains_as_on_one(tmp_path):
+  """12 rows in 2 micro-batches of 6 on 4 devices run as 2 micro-batches of 8, 4 rows of
+  padding without targets: the same losses as one device."""
+  overrides = {"train.global_batch": 12, "optimizer.grad_accum_steps": 2}
+  single = tmp_path / "single"
+  trainer.train(small_config("tgnomask_mix_tg", steps=3, **{
+      "train.checkpoint_every": 3, "eval.batch_size": 6, **overrides}), single)
+  shards, out = _child(tmp_path, tmp_path / "sharded", 1, steps=3, overrides=overrides)
+  assert "2 micro-batches of 8 rows, 4 of them padding" in out
+  assert shards["batch"] == [16 // 4, 128]
+  np.testing.assert_allclose([l for _, l in losses(tmp_path / "sharded")],
+                             [l for _, l in losses(single)], rtol=2e-5)

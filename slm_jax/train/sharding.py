@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -152,15 +152,42 @@ def batch_divisor(mesh: Mesh) -> int:
   return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
 
 
-def check_batch(rows: int, accumulation: int, mesh: Mesh, what: str = "train.global_batch"
-                ) -> None:
-  """Each micro-batch must split evenly over the devices."""
-  divisor = batch_divisor(mesh)
-  micro = rows // max(accumulation, 1)
-  if rows % max(accumulation, 1) or micro % divisor:
+class BatchLayout(NamedTuple):
+  """How a global batch of `rows` runs on a mesh: `accumulation` micro-batches of `micro_rows`
+  (a multiple of the devices), the global batch padded with target-free rows to `padded_rows`."""
+
+  rows: int
+  accumulation: int
+  micro_rows: int
+  padded_rows: int
+
+
+def batch_layout(rows: int, accumulation: int, divisor: int,
+                 what: str = "train.global_batch") -> BatchLayout:
+  """The layout of `rows` rows in `accumulation` micro-batches on `divisor` devices.
+
+  When rows / accumulation splits over the devices it is used as is. Otherwise the micro-batch
+  is rounded up to a multiple of the devices and the accumulation reduced to the fewest
+  micro-batches that hold every row; the last rows are padding. Padding rows hold no targets and
+  the gradient is normalized by the target count, so the update equals the unpadded one.
+  """
+  accumulation = max(accumulation, 1)
+  if rows % accumulation:
     raise MeshError(f"{what}={rows} with optimizer.grad_accum_steps={accumulation} gives "
-                    f"micro-batches of {rows / max(accumulation, 1):g} rows, not a multiple of the "
-                    f"{divisor} devices of mesh {dict(mesh.shape)}")
+                    f"micro-batches of {rows / accumulation:g} rows; the global batch must be "
+                    "a multiple of the accumulation steps")
+  micro = rows // accumulation
+  if micro % divisor == 0:
+    return BatchLayout(rows, accumulation, micro, rows)
+  micro = -(-micro // divisor) * divisor
+  accumulation = -(-rows // micro)
+  return BatchLayout(rows, accumulation, micro, accumulation * micro)
+
+
+def check_batch(rows: int, accumulation: int, mesh: Mesh, what: str = "train.global_batch"
+                ) -> BatchLayout:
+  """`batch_layout` on `mesh`'s devices."""
+  return batch_layout(rows, accumulation, batch_divisor(mesh), what)
 
 
 def global_batch(batch: dict[str, np.ndarray], mesh: Mesh, host_local: bool) -> dict[str, Any]:

@@ -75,12 +75,16 @@ def save_config(cfg: Any, workdir: pathlib.Path) -> None:
   (workdir / CONFIG_FILE).write_text(cfg.to_json_best_effort(indent=2))
 
 
-def _device_batch(batch, mesh=None, host_local: bool = False) -> dict[str, jax.Array]:
-  """A host batch as device arrays, rows split over the mesh (padding rows added to evaluation
-  batches that do not split evenly: they hold no targets)."""
+def _device_batch(batch, mesh=None, host_local: bool = False,
+                  padded_rows: int | None = None) -> dict[str, jax.Array]:
+  """A host batch as device arrays, rows split over the mesh. Rows without targets pad it to
+  `padded_rows` (a training `BatchLayout`; this host's share if host_local), else (evaluation)
+  to a multiple of the devices."""
   if mesh is None:
     return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
-  if not host_local:
+  if padded_rows is not None:
+    batch = batch.pad_rows(padded_rows // jax.process_count() if host_local else padded_rows)
+  elif not host_local:
     batch = batch.pad_rows(sharding.batch_divisor(mesh))
   return sharding.global_batch(batch.as_dict(), mesh, host_local)
 
@@ -147,7 +151,12 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         flush=True)
 
   mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
-  sharding.check_batch(cfg.train.global_batch, cfg.optimizer.grad_accum_steps, mesh)
+  layout = sharding.check_batch(cfg.train.global_batch, cfg.optimizer.grad_accum_steps, mesh)
+  if layout.padded_rows != layout.rows:
+    print(f"batch: {layout.rows} rows do not split into {cfg.optimizer.grad_accum_steps} "
+          f"micro-batches over {sharding.batch_divisor(mesh)} devices; running "
+          f"{layout.accumulation} micro-batches of {layout.micro_rows} rows, "
+          f"{layout.padded_rows - layout.rows} of them padding without targets", flush=True)
   mconfig = model_config(cfg, tokenizer.vocab_size)
   model = Decoder(mconfig, rngs=nnx.Rngs(cfg.train.seed))
   graphdef, params = nnx.split(model, nnx.Param)
@@ -179,7 +188,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
       print(f"resumed from step {start_step} ({checkpointer.directory})", flush=True)
 
   writer = MetricsWriter(workdir, resume_step=start_step, enabled=lead)
-  train_step = make_train_step(graphdef, tx, cfg.optimizer.grad_accum_steps,
+  train_step = make_train_step(graphdef, tx, layout.accumulation,
                                (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
                                 sharding.replicated(mesh)))
   eval_step = make_eval_step(graphdef)
@@ -194,7 +203,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
 
   try:
     for step in range(start_step, total_steps):
-      batch = _device_batch(next(batches), mesh, batches.host_local)
+      batch = _device_batch(next(batches), mesh, batches.host_local, layout.padded_rows)
       params, opt_state, sums = train_step(params, opt_state, batch)
       loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
       if not math.isfinite(loss):
