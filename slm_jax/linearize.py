@@ -31,6 +31,8 @@ SCHEMES = ("lin0", "lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shu
            "pause2")
 # Schemes whose token sequence determines the tree (delinearize works for these).
 INVERTIBLE_SCHEMES = ("lin1", "lin2", "lin3")
+# Schemes without bracket tokens: words (and pauses) only.
+TERMINAL_SCHEMES = ("lin0", "pause1", "pause2")
 # Schemes that keep the tree's bracket structure in their kinds (metadata depth/pop are the tree's).
 TREE_SCHEMES = ("lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shuf")
 

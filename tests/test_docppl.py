@@ -139,10 +139,9 @@ def test_tg_does_not_score_cnt2(tokenizer):
 def test_real_scorer_one_proposal_per_sentence_is_the_document_score():
   """With one proposal (the gold tree) per sentence, Σ_i log p(z_i | ẑ_<i) is the document's
   log-probability: compare with the real Scorer's own `score` of the whole document."""
-  scorer_module = pytest.importorskip(
-      "slm_jax.eval.scorer", reason="slm_jax/eval/scorer.py (written concurrently) is absent")
   from flax import nnx
 
+  from slm_jax.eval import scorer as scorer_module
   from slm_jax.model.config import ModelConfig
   from slm_jax.model.decoder import Decoder
   docs = embedded_corpus("test", 1, min_sentences=3, max_sentences=3)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence as SequenceT
 
-from slm_jax.linearize import Sequence, base_sequence, derive, document_key
+from slm_jax.linearize import TERMINAL_SCHEMES, Sequence, base_sequence, derive, document_key
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
 # Schemes that drop bracket tokens: the base is cut to the kept ones (by `derive` itself) before
 # tokenizing, so dropped brackets are never tokenized.
-_KEPT_BEFORE_TOKENIZING = {"lin0": "lin0", "pause1": "lin0", "pause2": "lin0",
-                           "lin1_noont": "lin1_noont"}
+_KEPT_BEFORE_TOKENIZING = {**{s: "lin0" for s in TERMINAL_SCHEMES}, "lin1_noont": "lin1_noont"}
 
 
 def encode_document(document: SequenceT[Tree], tokenizer: Tokenizer, linearization: str,

@@ -31,13 +31,10 @@ from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
 from slm_jax.eval.proposals import NoProposals, ProposalSource
 from slm_jax.kinds import Kind
-from slm_jax.linearize import Sequence as LinSequence
+from slm_jax.linearize import TERMINAL_SCHEMES, Sequence as LinSequence
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
-
-TERMINAL_FORMAT = ("lin0", "pause1", "pause2", "lin1_shuf")
-
 
 def scoring_linearization(configuration: Configuration) -> str:
   """The scheme a model is scored in: its own, except Tree-Shuffle, scored as terminals (lin0)."""
@@ -46,8 +43,9 @@ def scoring_linearization(configuration: Configuration) -> str:
 
 
 def is_tree_model(configuration: Configuration) -> bool:
-  """True when evaluation marginalizes over proposal trees."""
-  return configuration.linearization not in TERMINAL_FORMAT
+  """True when evaluation marginalizes over proposal trees: every tree scheme but Tree-Shuffle,
+  whose shuffled brackets are no targets (it is scored in the terminal format)."""
+  return configuration.linearization not in TERMINAL_SCHEMES + ("lin1_shuf",)
 
 
 def counted_tokens(kinds_T: np.ndarray, configuration: Configuration) -> np.ndarray:

@@ -42,10 +42,11 @@ import dataclasses
 import numpy as np
 
 from slm_jax.kinds import PTB_LABELS, Kind
+from slm_jax.linearize import TREE_SCHEMES
 from slm_jax.tokenizer import Tokenizer
 
 START, AFTER_ONT, AFTER_WORD, AFTER_CLOSE, DONE = range(5)  # `last` codes
-BEAM_LINEARIZATIONS = ("lin1", "lin2", "lin3", "lin1_noont", "lin1_merge")
+BEAM_LINEARIZATIONS = tuple(s for s in TREE_SCHEMES if s != "lin1_shuf")
 _COPIES = {"lin1": 1, "lin2": 2, "lin3": 3, "lin1_noont": 1, "lin1_merge": 1}
 
 

@@ -31,13 +31,12 @@ from flax import nnx
 from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
 from slm_jax.kinds import Kind
-from slm_jax.linearize import Sequence
+from slm_jax.linearize import TERMINAL_SCHEMES, Sequence
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import RowMetadata, row_metadata, target_mask
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
-TERMINAL_SCHEMES = ("lin0", "pause1", "pause2")
 
 
 def length_bucket(n: int) -> int:

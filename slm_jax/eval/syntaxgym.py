@@ -285,8 +285,8 @@ def prefix_logprob_fn(scorer, **beam_options) -> PrefixFn:
   pieces and its trailing pauses). Other tree models: `BeamSearcher(scorer, **beam_options)`.
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
-  lin = scorer.configuration.linearization
-  if lin in ("lin0", "pause1", "pause2", "lin1_shuf"):
+  from slm_jax.eval.docppl import is_tree_model  # pylint: disable=g-import-not-at-top
+  if not is_tree_model(scorer.configuration):
     return lambda sentences: [np.cumsum(w) for w in scorer.terminal_word_logprobs(sentences)]
   return _beam_prefix_fn(BeamSearcher(scorer, scorer.tokenizer, scorer.configuration,
                                       **beam_options))
