@@ -40,7 +40,6 @@ from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.eval.beam import BeamSearcher  # noqa: E402
 from slm_jax.eval.incremental import IncrementalDecoder  # noqa: E402
 from slm_jax.eval.recompute import RecomputeDecoder  # noqa: E402
-from slm_jax.eval.scorer import length_bucket  # noqa: E402
 from slm_jax.kinds import Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
@@ -87,8 +86,9 @@ def main() -> int:
   options = dict(beam=args.beam, fast_track=args.fast_track)
   rows = []
   results = {}
-  slots = length_bucket(1 + max(6 * sum(len(tokenizer.encode_word(w)) for w in s)
-                                for s in [warmup] + timed))
+  sizing = BeamSearcher(model, tokenizer, configuration, decoder_cls=IncrementalDecoder,
+                        **options)
+  slots = max(sizing.slots(s) for s in [warmup] + timed)
   compiled = {}
   baseline = timed[:args.recompute_sentences]
   runs = [("kv-cache", IncrementalDecoder, timed), ("recompute", RecomputeDecoder, baseline)]

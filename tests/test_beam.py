@@ -249,3 +249,15 @@ def test_top_k_is_the_stable_sort_prefix(values, k, seed):
   index = index[np.random.default_rng(seed).random(len(index)) < 0.8]  # any increasing subset
   expected = index[np.argsort(-values[index], kind="stable")[:k]]
   np.testing.assert_array_equal(_top_k(values, index, k), expected)
+
+
+def test_the_decoder_cache_only_grows():
+  """Sentences of any length share the live cache while it is large enough; a longer one
+  replaces it with a larger cache."""
+  configuration = CONFIGURATIONS["tg"]
+  searcher = BeamSearcher(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER,
+                          configuration, beam=4, fast_track=0)
+  large = searcher.decoder(32)
+  assert searcher.decoder(16) is large and searcher.decoder(32) is large
+  larger = searcher.decoder(64)
+  assert larger is not large and larger.max_len == 64 and searcher.decoder(8) is larger

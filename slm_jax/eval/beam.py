@@ -111,7 +111,9 @@ class BeamSearcher:
     self._decoders: dict[int, Any] = {}
 
   def decoder(self, max_len: int):
-    """The decoder used for sentences needing `max_len` cache slots (built on first use)."""
+    """A decoder with at least `max_len` cache slots: the live one if it is large enough (a
+    cache only grows, so sentences of different lengths share one compiled size), else a new
+    one of `max_len` slots (or `decoder_len`, when fixed)."""
     if self.decoder_len is not None:
       if self.decoder_len < max_len:
         raise ValueError(f"decoder_len={self.decoder_len} < {max_len} slots needed")
@@ -120,14 +122,20 @@ class BeamSearcher:
       if self._fixed.max_len < max_len:
         raise ValueError(f"decoder max_len={self._fixed.max_len} < {max_len} needed")
       return self._fixed
-    if max_len not in self._decoders:
-      self._decoders.clear()  # one cache alive at a time
-      self._decoders[max_len] = self.decoder_cls(self.model, self.configuration,
-                                                 max_len=max_len, batch=self.capacity)
+    live = next(iter(self._decoders.values()), None)
+    if live is not None and live.max_len >= max_len:
+      return live
+    self._decoders = {max_len: self.decoder_cls(self.model, self.configuration, max_len=max_len,
+                                                batch=self.capacity)}  # one cache alive at a time
     return self._decoders[max_len]
 
   def cap(self, terminal_tokens: int) -> int:
     return int(max(math.ceil(self.max_len_factor * terminal_tokens), self.min_len))
+
+  def slots(self, words: SequenceT[str], prefix_len: int = 1) -> int:
+    """Cache slots a search of `words` after a prefix of `prefix_len` tokens asks for."""
+    pieces = sum(len(self.tokenizer.encode_word(w)) for w in words)
+    return length_bucket(prefix_len + self.cap(pieces))
 
   def search(self, words: SequenceT[str], *, complete: bool = True, prefix_ids=None,
              prefix_kinds=None) -> BeamResult:
@@ -141,7 +149,7 @@ class BeamSearcher:
     if prefix_ids is None:
       prefix_ids, prefix_kinds = [tok.bos_id], [int(Kind.BOS)]
     prefix_len = len(prefix_ids)
-    decoder = self.decoder(length_bucket(prefix_len + cap))
+    decoder = self.decoder(self.slots(words, prefix_len))
     decoder.start(prefix_ids, prefix_kinds)
     n = decoder.batch  # >= capacity
     state = GrammarState.initial(n, cap + 2)

@@ -230,10 +230,6 @@ class BeamProposals(ProposalSource):
       raise NoProposals("an empty sentence has no tree")
     searcher = self.searcher
     pieces = [searcher.tokenizer.encode_word(w) for w in words]
-    if searcher.model is not None:  # grow one cache size only: no rebuild per length bucket
-      from slm_jax.eval.scorer import length_bucket  # pylint: disable=g-import-not-at-top
-      needed = length_bucket(1 + searcher.cap(sum(map(len, pieces))))
-      searcher.decoder_len = max(searcher.decoder_len or 0, needed)
     result = self.last = searcher.search(words, complete=True)
     self.stats["complete"] += len(result.complete)
     expected = np.fromiter(itertools.chain.from_iterable(pieces), np.int64)

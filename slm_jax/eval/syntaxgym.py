@@ -293,15 +293,14 @@ def prefix_logprob_fn(scorer, **beam_options) -> PrefixFn:
 
 
 def _beam_prefix_fn(searcher) -> PrefixFn:
-  """Prefix log-probabilities by beam search; one cache size (the longest sentence's) for all."""
-  from slm_jax.eval.scorer import length_bucket  # pylint: disable=g-import-not-at-top
+  """Prefix log-probabilities by beam search; the longest sentence goes first, so its cache size
+  serves them all (`BeamSearcher.decoder` reuses a cache large enough)."""
 
   def prefixes(sentences):
-    if searcher.model is not None and sentences:
-      pieces = max(sum(len(searcher.tokenizer.encode_word(w)) for w in s) for s in sentences)
-      needed = length_bucket(1 + searcher.cap(pieces))
-      searcher.decoder_len = max(searcher.decoder_len or 0, needed)
-    return [searcher.search(s, complete=False).prefix_logprobs for s in sentences]
+    longest_first = sorted(range(len(sentences)), key=lambda i: -searcher.slots(sentences[i]))
+    found = {i: searcher.search(sentences[i], complete=False).prefix_logprobs
+             for i in longest_first}
+    return [found[i] for i in range(len(sentences))]
 
   return prefixes
 
