@@ -15,6 +15,7 @@ from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval.blimp import (NUM_PARADIGMS, PAIRS_PER_PARADIGM, evaluate_blimp, load_blimp,
                                 sentence_log_probs, word_tokenize)
 from slm_jax.eval.proposals import BeamProposals, FlatProposals, ProposalSource
+from slm_jax.eval.syntaxgym import tokenize_region
 from slm_jax.ptb import parse_trees
 from slm_jax.tokenizer import make_tokenizer
 
@@ -55,6 +56,9 @@ def test_word_tokenize_is_ptb_style():
                                                       "said", "."]
   assert word_tokenize("They can't, or cannot; we'll see!") == [
       "They", "ca", "n't", ",", "or", "can", "not", ";", "we", "'ll", "see", "!"]
+  # brackets as PTB leaves, like the trees models train on (one tokenizer for every evaluator)
+  assert word_tokenize("I go (really).") == ["I", "go", "-LRB-", "really", "-RRB-", "."]
+  assert tokenize_region("it (really) is") == ["it", "-LRB-", "really", "-RRB-", "is"]
 
 
 def write_blimp(directory, pairs_by_uid):

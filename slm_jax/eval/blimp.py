@@ -19,7 +19,6 @@ import collections
 import dataclasses
 import json
 import pathlib
-import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -29,35 +28,16 @@ from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, is_tree_mo
                                  make_sequence, scoring_linearization, sentence_ids,
                                  sequence_scores)
 from slm_jax.eval.proposals import ProposalSource
+from slm_jax.parse.splitting import ptb_words
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
 NUM_PARADIGMS = 67
 PAIRS_PER_PARADIGM = 1000
 
-# PTB-style word tokenization (a compact Treebank tokenizer): quotes, punctuation, clitics.
-_RULES = [
-    (re.compile(r'^"'), "``"), (re.compile(r"(``)"), r" \1 "),
-    (re.compile(r'([ (\[{<])"'), r"\1 `` "),
-    (re.compile(r"([:,])([^\d])"), r" \1 \2"), (re.compile(r"([:,])$"), r" \1 "),
-    (re.compile(r"\.\.\."), " ... "), (re.compile(r"[;@#$%&]"), r" \g<0> "),
-    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "), (re.compile(r"[?!]"), r" \g<0> "),
-    (re.compile(r"([^'])' "), r"\1 ' "), (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> "),
-    (re.compile(r"--"), " -- "), (re.compile(r'"'), " '' "),
-    (re.compile(r"(\S)(\'\')"), r"\1 \2 "),
-    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
-    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
-    (re.compile(r"(?i)\b(can)(not)\b"), r" \1 \2 "), (re.compile(r"(?i)\b(gon)(na)\b"), r" \1 \2 "),
-    (re.compile(r"(?i)\b(wan)(na)\b"), r" \1 \2 "),
-]
-
-
 def word_tokenize(text: str) -> list[str]:
   """PTB-style words: `"Don't go," she said.` -> `` Do n't go , '' she said .`."""
-  text = " " + text.strip() + " "
-  for pattern, replacement in _RULES:
-    text = pattern.sub(replacement, text)
-  return text.split()
+  return ptb_words(text)
 
 
 @dataclasses.dataclass

@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence as SequenceT
 
 import numpy as np
 
+from slm_jax.parse.splitting import ptb_words
+
 _LOG = logging.getLogger(__name__)
 
 EXCLUDED_SUITES = ("fgd-embed3", "fgd-embed4", "nn-nv-rpl")
@@ -130,22 +132,9 @@ def load_suites(suites_dir: str | pathlib.Path,
   return [load_suite(p) for p in paths]
 
 
-_TOKEN_RULES = [  # PTB-style splits (Treebank tokenizer subset)
-    (re.compile(r'^"'), "`` "), (re.compile(r'(\s)"'), r"\1 `` "), (re.compile(r'"'), " '' "),
-    (re.compile(r"([,;:@#$%&?!()\[\]{}])"), r" \1 "),
-    (re.compile(r"([^.])(\.)(\s*)$"), r"\1 \2\3"),
-    (re.compile(r"(?i)([a-z])(n't)\b"), r"\1 \2"),
-    (re.compile(r"(?i)([a-z])('s|'re|'ve|'ll|'d|'m)\b"), r"\1 \2"),
-    (re.compile(r"(?i)(s)(')(\s|$)"), r"\1 \2\3"),
-]
-
-
 def tokenize_region(text: str) -> list[str]:
   """PTB-style words of one region's text (punctuation and clitics split off; "" → [])."""
-  text = text.strip()
-  for pattern, replacement in _TOKEN_RULES:
-    text = pattern.sub(replacement, text)
-  return text.split()
+  return ptb_words(text.strip())
 
 
 # ---- formulas

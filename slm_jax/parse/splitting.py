@@ -48,6 +48,20 @@ def escape_word(word: str) -> str:
   return "".join(word.split()) or "_"
 
 
+_TREEBANK = None  # one NLTK TreebankWordTokenizer, built on first use
+
+
+def ptb_words(text: str) -> list[str]:
+  """PTB leaves of one sentence or fragment (NLTK's Treebank tokenizer, brackets as -LRB- …):
+  the word tokenization of every text the evaluators score (BLiMP sentences, SyntaxGym regions),
+  as `Splitter.tokenize` gives parsed corpora."""
+  global _TREEBANK
+  if _TREEBANK is None:
+    from nltk.tokenize import TreebankWordTokenizer  # pylint: disable=g-import-not-at-top
+    _TREEBANK = TreebankWordTokenizer()
+  return [escape_word(word) for word in _TREEBANK.tokenize(text, convert_parentheses=True)]
+
+
 class Splitter:
   """Text → sentences of PTB tokens (see the module docstring for the choice of tools)."""
 
