@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from slm_jax.train.sharding import path_string
+
 # A parameter is exempt from weight decay when a component of its path matches this (lowercased).
 NO_DECAY_PATTERN = re.compile(r"embed|norm|^bias$|^scale$|^ln(_|\d|$)")
 
@@ -57,16 +59,6 @@ def make_schedule(opt_cfg: Any, total_steps: int) -> optax.Schedule:
                        getattr(opt_cfg, "warmup_start_lr", 0.0))
 
 
-def _path_names(path) -> list[str]:
-  names = []
-  for key in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        names.append(str(getattr(key, attr)).lower())
-        break
-  return names
-
-
 def decays(path, leaf) -> bool:
   """True for a weight matrix: ≥ 2 dims and no path component matching `NO_DECAY_PATTERN`.
 
@@ -75,7 +67,7 @@ def decays(path, leaf) -> bool:
   """
   if getattr(leaf, "ndim", 0) < 2:
     return False
-  return not any(NO_DECAY_PATTERN.search(name) for name in _path_names(path))
+  return not any(NO_DECAY_PATTERN.search(name) for name in path_string(path).lower().split("/"))
 
 
 def decay_mask(params: Any) -> Any:

@@ -98,15 +98,7 @@ def make_mesh(data: int = -1, fsdp: int = 1, devices=None) -> Mesh:
 
 def path_string(path) -> str:
   """'/'-joined keys of a pytree path: `blocks/0/attn/q/kernel`."""
-  parts = []
-  for key in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        parts.append(str(getattr(key, attr)))
-        break
-    else:
-      parts.append(str(key))
-  return "/".join(parts)
+  return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh,
