@@ -31,6 +31,9 @@ SCHEMES = ("lin0", "lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shu
            "pause2")
 # Schemes whose token sequence determines the tree (delinearize works for these).
 INVERTIBLE_SCHEMES = ("lin1", "lin2", "lin3")
+# The kinds of the tokens one closing becomes in each scheme with closings (lin1_shuf: lin1's).
+CLOSING_KINDS = {"lin1": (_CNT,), "lin2": (_CNT1, _CNT2), "lin3": (_CNT, _CNT2, _CNT2),
+                 "lin1_noont": (_CNT,), "lin1_merge": (_CNT,), "lin1_shuf": (_CNT,)}
 # Schemes without bracket tokens: words (and pauses) only.
 TERMINAL_SCHEMES = ("lin0", "pause1", "pause2")
 # Schemes that keep the tree's bracket structure in their kinds (metadata depth/pop are the tree's).
@@ -189,10 +192,9 @@ def derive(base: Sequence, scheme: str, *, seed: int = 0, doc_key: int | None = 
     return base
   if scheme == "lin0":
     return base.take(np.flatnonzero((kinds != _ONT) & ~is_closing))
-  if scheme == "lin2":
-    return _with_copies(base, is_closing, 1, _CNT2, first_kind=_CNT1)
-  if scheme == "lin3":  # the first copy stays CNT
-    return _with_copies(base, is_closing, 2, _CNT2)
+  if scheme in ("lin2", "lin3"):
+    first, *copies = CLOSING_KINDS[scheme]
+    return _with_copies(base, is_closing, len(copies), _CNT2, first_kind=first)
   if scheme == "lin1_noont":
     return base.take(np.flatnonzero(kinds != _ONT))
   if scheme == "lin1_merge":
@@ -223,8 +225,8 @@ def delinearize(symbols: SequenceT[str], kinds: SequenceT[int], scheme: str) -> 
   """
   if scheme not in INVERTIBLE_SCHEMES:
     raise ValueError(f"{scheme} is not one-to-one; delinearize supports {INVERTIBLE_SCHEMES}")
-  copies = {"lin1": 1, "lin2": 2, "lin3": 3}[scheme]
-  first_kind = Kind.CNT1 if scheme == "lin2" else Kind.CNT
+  copies = len(CLOSING_KINDS[scheme])
+  first_kind = Kind(CLOSING_KINDS[scheme][0])
   sentences: list[Tree] = []
   open_nodes: list[tuple[str, list]] = []  # (label, children) of open constituents
   pending_copies = 0

@@ -42,12 +42,11 @@ import dataclasses
 import numpy as np
 
 from slm_jax.kinds import PTB_LABELS, Kind
-from slm_jax.linearize import TREE_SCHEMES
+from slm_jax.linearize import CLOSING_KINDS, TREE_SCHEMES
 from slm_jax.tokenizer import Tokenizer
 
 START, AFTER_ONT, AFTER_WORD, AFTER_CLOSE, DONE = range(5)  # `last` codes
 BEAM_LINEARIZATIONS = tuple(s for s in TREE_SCHEMES if s != "lin1_shuf")
-_COPIES = {"lin1": 1, "lin2": 2, "lin3": 3, "lin1_noont": 1, "lin1_merge": 1}
 
 
 @dataclasses.dataclass
@@ -87,7 +86,8 @@ class Grammar:
     unknown = [l for l in self.labels if l not in PTB_LABELS]
     if unknown or not self.labels:
       raise ValueError(f"labels must be a non-empty subset of the 26 PTB labels, got {unknown}")
-    self.copies = _COPIES[linearization]
+    self.closing = CLOSING_KINDS[linearization]  # kinds of one closing's tokens
+    self.copies = len(self.closing)
     self.cnt2_scored = cnt2_scored
     self.max_open = max_open
     self.tree = linearization in ("lin1", "lin2", "lin3")
@@ -200,12 +200,11 @@ class Grammar:
     is_close = (slot >= self.n_ont) & (slot < self.word_slot)
     is_word = slot == self.word_slot
     ids[:, 0] = first_ids
-    first_close = {1: Kind.CNT, 2: Kind.CNT1, 3: Kind.CNT}[self.copies]
-    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, first_close], word_kind)
+    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, self.closing[0]], word_kind)
     scored[:, 0] = True
     if self.copies > 1:
       ids[is_close, 1:self.copies] = first_ids[is_close, None]
-      kinds[is_close, 1:self.copies] = Kind.CNT2
+      kinds[is_close, 1:self.copies] = self.closing[1:]
       scored[is_close, 1:self.copies] = self.cnt2_scored
       count[is_close] = self.copies
     if len(word_ids) > 1:
