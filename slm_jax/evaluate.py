@@ -179,13 +179,9 @@ def _source_stats(source: ProposalSource | None) -> dict:
 
 def _check_beam_runs(workdirs: Sequence[str]) -> None:
   """Refuses, before any scoring, runs whose linearization beam proposals cannot invert."""
-  import dataclasses
-  import json
-  from slm_jax.configurations import resolve
+  from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
   for workdir in workdirs:
-    cfg = json.loads((pathlib.Path(workdir) / "config.json").read_text())["configuration"]
-    conf = resolve(linearization=cfg["linearization"], attention=cfg["attention"])
-    conf = dataclasses.replace(conf, name=cfg.get("name", conf.name))
+    _, conf = run_config(workdir)
     if is_tree_model(conf):
       try:
         check_beam_proposals(conf)
@@ -302,11 +298,9 @@ def bootstrap_all(names: list[str], arrays: list[dict], resamples: int) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   started = time.time()
-  from slm_jax.train.loading import load_run  # noqa: F401  (fail early on a broken install)
+  from slm_jax.train.loading import run_config  # fails early on a broken install
   import json
-  import ml_collections
-  first_cfg = ml_collections.ConfigDict(json.loads(
-      (pathlib.Path(args.workdir[0]) / "config.json").read_text()))
+  first_cfg, _ = run_config(args.workdir[0])
   data: dict[str, Any] = {}
   settings: dict[str, Any] = {"tasks": ",".join(args.tasks), "max_items": args.max_items,
                               "proposals_K": args.proposals}

@@ -34,8 +34,8 @@ class LoadedRun:
   workdir: pathlib.Path
 
 
-def load_run(workdir: str | pathlib.Path, step: int | None = None) -> LoadedRun:
-  """The model of `workdir` at its newest readable checkpoint."""
+def run_config(workdir: str | pathlib.Path) -> tuple[Any, Configuration]:
+  """The saved config of training workdir `workdir` and its configuration (no model loaded)."""
   workdir = pathlib.Path(workdir)
   config_path = workdir / CONFIG_FILE
   if not config_path.exists():
@@ -43,7 +43,13 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> LoadedRun:
   cfg = ml_collections.ConfigDict(json.loads(config_path.read_text()))
   configuration = resolve(linearization=cfg.configuration.linearization,
                           attention=cfg.configuration.attention)
-  configuration = dataclasses.replace(configuration, name=cfg.configuration.name)
+  return cfg, dataclasses.replace(configuration, name=cfg.configuration.name)
+
+
+def load_run(workdir: str | pathlib.Path, step: int | None = None) -> LoadedRun:
+  """The model of `workdir` at its newest readable checkpoint."""
+  workdir = pathlib.Path(workdir)
+  cfg, configuration = run_config(workdir)
   tokenizer = Tokenizer.load(workdir / SPEC_FILE_NAME)
   model = Decoder(model_config(cfg, tokenizer.vocab_size), rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
