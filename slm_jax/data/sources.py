@@ -73,8 +73,10 @@ def load_corpus(data_cfg: Any) -> Corpus:
                    "arrayrecord or parquet")
 
 
-def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path) -> Tokenizer:
-  """The run's tokenizer: the workdir copy if there is one, else built and saved there."""
+def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path, *,
+                            save: bool = True) -> Tokenizer:
+  """The run's tokenizer: the workdir copy if there is one, else built (the same on every host)
+  and saved there if `save` (one host of a multi-host run)."""
   saved = workdir / SPEC_FILE_NAME
   if saved.exists():
     return Tokenizer.load(saved)
@@ -89,6 +91,7 @@ def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path
     tokenizer = make_tokenizer("hf", path=data_cfg.tokenizer_path)
   else:
     tokenizer = make_tokenizer(data_cfg.tokenizer)
-  workdir.mkdir(parents=True, exist_ok=True)
-  tokenizer.save(saved)
+  if save:
+    workdir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(saved)
   return tokenizer

@@ -142,7 +142,7 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
   configuration = resolve(linearization=cfg.configuration.linearization,
                           attention=cfg.configuration.attention)
   corpus = load_corpus(cfg.data)
-  tokenizer = load_or_build_tokenizer(cfg.data, corpus, workdir)
+  tokenizer = load_or_build_tokenizer(cfg.data, corpus, workdir, save=lead)
   batches = _train_stream(cfg, corpus, tokenizer, configuration)
   eval_data = (PackedDataset(corpus.evaluation, tokenizer, configuration, cfg.data.seq_len,
                              seed=cfg.data.linearization_seed) if corpus.evaluation else None)
