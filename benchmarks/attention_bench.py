@@ -12,7 +12,7 @@ Timed (median of --repeats, compile excluded), forward and forward+backward (gra
   causal          jax.nn.dot_product_attention(is_causal=True), the backend's best implementation
                   (cudnn on GPU when it accepts the inputs, else XLA's choice)
   every structural type (and causal with segments) with our fused kernel:
-                  TPU: pallas_kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
+                  TPU: slm_jax.kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
                   CPU (--cpu-small): the Pallas kernel in interpret mode at small T (times are the
                   interpreter's, not meaningful), plus max |error| vs xla_attention
   --tune-triton (GPU, default on): first time a few Triton launch profiles (per-kernel tiles,
@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pathlib
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -39,13 +37,14 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pallas_kernels.block_plan import (EMPTY, FULL, pad_metadata, padded_length,  # noqa: E402
+from slm_jax.kernels.block_plan import (EMPTY, FULL, pad_metadata, padded_length,  # noqa: E402
                                        plan_blocks)
 from slm_jax.configurations import ATTENTIONS  # noqa: E402
 from slm_jax.data.packing import pack_documents  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model.attention import xla_attention  # noqa: E402
 from slm_jax.structure import RowMetadata, dense_mask, parse_attention, row_metadata  # noqa: E402
+from slm_jax.benchtools import median_of, parser as make_parser  # noqa: E402
 
 
 def load_documents(gum: str | None):
@@ -92,11 +91,11 @@ class Rows:
 
 
 def tile_kinds(kinds, segment, attention: str, block_q: int, block_k: int, heads: int):
-  """The plan's tile kinds [N, H, Q, K] of packed rows (planner on the host, numpy) and meta."""
+  """The plan's tile kinds [N, H, I, J] of packed rows (planner on the host, numpy) and meta."""
   T = kinds.shape[-1]
   meta = pad_metadata(row_metadata(kinds, segment), padded_length(T, block_q, block_k), xp=np)
   plan = plan_blocks(meta, parse_attention(attention).head_codes(heads), block_q, block_k, xp=np)
-  return np.asarray(plan.kind_BHQK), meta
+  return np.asarray(plan.kind_BHIJ), meta
 
 
 def tile_fractions(kinds, segment, attention: str, block_q: int, block_k: int, heads: int):
@@ -142,13 +141,7 @@ def plan_table(rows: Rows, lengths, block_q: int, block_k: int, heads: int, max_
 
 def timed(fn, *args, repeats: int) -> float:
   """Median seconds of fn(*args) after one warm-up (compile) call."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return median_of(repeats, lambda: fn(*args))[0]
 
 
 def forward_and_grad(attend):
@@ -175,8 +168,8 @@ def bench_inputs(rows: "Rows", T: int, args, dtype, rng):
   kinds, segment = kinds[:B], segment[:B]
   meta = RowMetadata(*(jnp.asarray(x) for x in row_metadata(kinds, segment)))
   make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
-  H, G, D = args.heads, args.kv_heads, args.head_dim
-  q, k, v, do = make(B, T, H, D), make(B, T, G, D), make(B, T, G, D), make(B, T, H, D)
+  H, G, K = args.heads, args.kv_heads, args.head_dim
+  q, k, v, do = make(B, T, H, K), make(B, T, G, K), make(B, T, G, K), make(B, T, H, K)
   return kinds, segment, meta, q, k, v, do.astype(jnp.float32)
 
 
@@ -201,13 +194,13 @@ def triton_launches() -> dict:
   """Launch profiles tried by --tune-triton (the first is the default). Register spills in the
   sm_90 SASS at head dim 128 for tg (`triton_kernels.compile_for_gpu`, local stores fwd / dq /
   dk-dv): default and tall 0 / 0 / 0; stages3 0 / 0 / 7; dkdv32 0 / 0 / 10; old 39 / 143 / 219."""
-  from pallas_kernels.triton_kernels import (  # pylint: disable=g-import-not-at-top
-      KernelLaunch as K, TritonLaunch)
+  from slm_jax.kernels.triton_kernels import (  # pylint: disable=g-import-not-at-top
+      KernelLaunch as L, TritonLaunch)
   return {
       "default": TritonLaunch(),
-      "stages3": TritonLaunch(K(64, 64, 8, 3), K(64, 32, 8, 3), K(16, 64, 8, 3)),
-      "tall": TritonLaunch(K(128, 32, 8, 2), K(128, 16, 8, 2), K(16, 64, 8, 2)),
-      "dkdv32": TritonLaunch(K(64, 64, 8, 2), K(64, 32, 8, 2), K(32, 64, 8, 2)),
+      "stages3": TritonLaunch(L(64, 64, 8, 3), L(64, 32, 8, 3), L(16, 64, 8, 3)),
+      "tall": TritonLaunch(L(128, 32, 8, 2), L(128, 16, 8, 2), L(16, 64, 8, 2)),
+      "dkdv32": TritonLaunch(L(64, 64, 8, 2), L(64, 32, 8, 2), L(32, 64, 8, 2)),
       "old": TritonLaunch.uniform(64, 64, 4, 2),
   }
 
@@ -216,12 +209,12 @@ def structural_kernel(backend: str, block_q: int, block_k: int, launch=None):
   """(fn(q, k, v, meta, spec), name) of our fused kernel on this backend, or (None, why).
   Pallas uses block_q × block_k; Triton uses `launch` (a TritonLaunch; None: its default)."""
   if backend == "tpu" or backend == "cpu":
-    from pallas_kernels.tpu_attention import pallas_attention  # pylint: disable=g-import-not-at-top
+    from slm_jax.kernels.tpu_attention import pallas_attention  # pylint: disable=g-import-not-at-top
     name = "pallas_tpu" + (" (interpret)" if backend == "cpu" else "")
     return (lambda q, k, v, m, s: pallas_attention(q, k, v, m, s, block_q=block_q,
                                                    block_k=block_k)), name
   try:
-    from pallas_kernels.triton_attention import (  # pylint: disable=g-import-not-at-top
+    from slm_jax.kernels.triton_attention import (  # pylint: disable=g-import-not-at-top
         TritonLaunch, triton_attention)
   except Exception as error:  # pylint: disable=broad-except  (ImportError without jax-triton)
     return None, f"triton_attention not importable ({type(error).__name__}: {error})"
@@ -258,15 +251,15 @@ def tune_triton(rows: "Rows", T: int, args, dtype):
 
 def speed_table(rows: Rows, lengths, args, backend: str):
   dtype = jnp.bfloat16 if backend != "cpu" else jnp.float32
-  H, G, D = args.heads, args.kv_heads, args.head_dim
+  H, G, K = args.heads, args.kv_heads, args.head_dim
   baseline, baseline_name = causal_baseline(backend, dtype)
   launch = None  # Triton: its default TritonLaunch
   blocks = (args.block_q, args.block_k)
   if backend == "gpu":
     try:
-      importlib.import_module("pallas_kernels.triton_attention")
+      importlib.import_module("slm_jax.kernels.triton_attention")
       launch = tune_triton(rows, lengths[0], args, dtype) if args.tune_triton else None
-      launch = launch or importlib.import_module("pallas_kernels.triton_kernels").TritonLaunch()
+      launch = launch or importlib.import_module("slm_jax.kernels.triton_kernels").TritonLaunch()
       blocks = (launch.fwd.block_q, launch.fwd.block_k)
     except ImportError as error:
       print(f"note: no Triton kernel ({error})")
@@ -274,7 +267,7 @@ def speed_table(rows: Rows, lengths, args, backend: str):
   if kernel is None:
     print(f"note: no structural kernel on {backend}: {kernel_name}")
   print(f"\n### Speed on {backend} ({jax.devices()[0].device_kind}), {jnp.dtype(dtype).name}, "
-        f"H={H}, G={G}, head dim {D}; causal = {baseline_name}; structural = {kernel_name}; "
+        f"H={H}, G={G}, head dim {K}; causal = {baseline_name}; structural = {kernel_name}; "
         f"blocks {blocks[0]}×{blocks[1]}\n")
   check = " | max err fwd | max err grads" if backend == "cpu" else ""
   print(f"| T | B | attention | fwd ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal | "
@@ -313,9 +306,8 @@ def speed_table(rows: Rows, lengths, args, backend: str):
 
 
 def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  from tests.shared_data import shared_data_dir  # pylint: disable=g-import-not-at-top
+  parser = make_parser(__doc__)
+  from slm_jax.cli import shared_data_dir  # pylint: disable=g-import-not-at-top
   shared = shared_data_dir()
   backend = jax.default_backend()
   parser.add_argument("--gum", default=str(shared / "gum" / "const") if shared else None)

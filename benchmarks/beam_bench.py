@@ -4,7 +4,9 @@
                                   [--recompute-sentences 1] [--d-model 128] [--layers 2]
 
 One process, the same model, the same sentences (embedded-treebank validation sentences of
-`--min-words`..`--max-words` words), the same search (b = 300, fast track 30, cap max(6L, 10)):
+`--min-words`..`--max-words` words), the same search (b = 300, fast track 30 in union with the
+sub-beam, depth-first continuation while a structural hypothesis beats the b-th word hypothesis,
+cap max(6L, 10); SPEC §9):
   kv-cache      `IncrementalDecoder`: each step feeds one token per fed hypothesis against the
                 cache (only those rows are computed)
   recompute     `RecomputeDecoder`: each step re-runs the full forward pass over the whole
@@ -12,7 +14,9 @@ One process, the same model, the same sentences (embedded-treebank validation se
   recompute-all `RecomputeDecoder(all_rows=True)`: the naive batch — every step re-runs every
                 row of the beam's buffer at the longest prefix
 Both decoders compile every shape variant first (`precompile`) and search one untimed sentence.
-Prints a table of words/s and the speed-up (overall, and on the sentences both decoded), and
+Prints a table of words/s, decoder steps/s and ms per step (a step = one batched decoder call
+over the fed hypotheses: the unit the search rules must not slow down), the speed-up (overall,
+and on the sentences both decoded), and
 checks that all give the same prefix log-probabilities (the baselines run on the first
 `--recompute-sentences` sentences only: they are slow). The model has random weights (speed does
 not depend on training; the beam work per word is bounded by the fast track filling the word
@@ -42,7 +46,9 @@ from slm_jax.eval.incremental import IncrementalDecoder  # noqa: E402
 from slm_jax.eval.recompute import RecomputeDecoder  # noqa: E402
 from slm_jax.kinds import Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
+from slm_jax.model.decoder import param_count  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
+from slm_jax.benchtools import parser as make_parser  # noqa: E402
 
 
 def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[np.ndarray]]:
@@ -57,8 +63,7 @@ def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[
 
 
 def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = make_parser(__doc__)
   parser.add_argument("--config", default="tgtree")
   parser.add_argument("--sentences", type=int, default=4)
   parser.add_argument("--recompute-sentences", type=int, default=1)
@@ -112,12 +117,14 @@ def main() -> int:
   diff = max(float(np.max(np.abs(a - b))) for name, (prefixes, _) in results.items()
              for a, b in zip(kv_prefixes[:shared], prefixes))
   print(f"config {args.config} ({configuration.linearization}, {configuration.attention.name}); "
-        f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size}; "
+        f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size} "
+        f"({param_count(model.config) / 1e6:.1f}M parameters); "
         f"beam {args.beam} + fast track {args.fast_track}; backend {jax.default_backend()}")
   print(f"{'decoder':<13} {'sents':>5} {'words':>5} {'steps':>6} {'seconds':>8} {'words/s':>8} "
-        f"{'steps/s':>8}")
+        f"{'steps/s':>8} {'ms/step':>8}")
   for name, n, words, steps, seconds, wps, sps in rows:
-    print(f"{name:<13} {n:>5} {words:>5} {steps:>6} {seconds:>8.2f} {wps:>8.2f} {sps:>8.1f}")
+    print(f"{name:<13} {n:>5} {words:>5} {steps:>6} {seconds:>8.2f} {wps:>8.2f} {sps:>8.1f} "
+          f"{1000 / sps:>8.2f}")
   for name, (_, seconds) in list(results.items())[1:]:
     print(f"kv-cache speed-up over {name}: {sum(seconds) / sum(kv_seconds[:shared]):.1f}x on the "
           f"{shared} sentence(s) both decoded ({rows[0][5] / dict((r[0], r[5]) for r in rows)[name]:.1f}x "

@@ -15,7 +15,6 @@ status 1 if any row fails, 2 if no fused kernel is available on this backend.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 
@@ -32,6 +31,7 @@ from slm_jax.data.packing import pack_documents, stack_rows  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model import attention as attention_module  # noqa: E402
 from slm_jax.structure import RowMetadata, parse_attention, row_metadata  # noqa: E402
+from slm_jax.benchtools import parser as make_parser  # noqa: E402
 
 # (output, gradients); float32 on an accelerator allows TF32 matmuls (XLA's default precision).
 TOLERANCE = {"float32": (2e-2, 2e-2), "bfloat16": (1e-2, 2e-2)}
@@ -99,8 +99,7 @@ def check(impl: str, length: int, rows: int, heads: int, kv_heads: int, head_dim
 
 
 def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = make_parser(__doc__)
   parser.add_argument("--impl", default="auto",
                       help="auto (this backend's fused kernel), triton_gpu or pallas_tpu")
   parser.add_argument("--length", type=int, default=512)

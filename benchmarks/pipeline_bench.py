@@ -31,9 +31,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slm_jax.configurations import CONFIGURATIONS  # noqa: E402
+from slm_jax.data.documents import DocumentSource, prepare  # noqa: E402
 from slm_jax.data.grain_pipeline import PipelineOptions, build_iterator  # noqa: E402
 from slm_jax.kinds import Kind  # noqa: E402
-from slm_jax.prepare import DocumentSource, prepare  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from tests.shared_data import shared_data_dir  # noqa: E402
 
@@ -62,7 +62,7 @@ def measure(source: str, path: pathlib.Path, tokenizer, configuration: str, work
       next(iterator)
     packed, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-      packed += int((next(iterator).segment > 0).sum())
+      packed += int((next(iterator).meta.segment > 0).sum())
     return packed / (time.perf_counter() - start)
   finally:
     iterator.close()

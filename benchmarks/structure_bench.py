@@ -20,11 +20,9 @@ loop also starts from trees).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pathlib
 import sys
-import time
 
 import numpy as np
 
@@ -36,21 +34,11 @@ from slm_jax.data.packing import pack_documents, stack_rows  # noqa: E402
 from slm_jax.linearize import base_sequence, derive  # noqa: E402
 from slm_jax.structure import row_metadata  # noqa: E402
 from tests import oracle  # noqa: E402
-from tests.shared_data import shared_data_dir  # noqa: E402
-
-
-def best_of(repeats: int, fn):
-  best, result = float("inf"), None
-  for _ in range(repeats):
-    start = time.perf_counter()
-    result = fn()
-    best = min(best, time.perf_counter() - start)
-  return best, result
+from slm_jax.benchtools import best_of, parser as make_parser, shared_data_dir  # noqa: E402
 
 
 def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = make_parser(__doc__)
   shared = shared_data_dir()
   parser.add_argument("--gum", default=str(shared / "gum" / "const") if shared else None)
   parser.add_argument("--schemes", default="lin0,lin1,lin2,lin3,lin1_merge,pause2")

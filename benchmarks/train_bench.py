@@ -10,7 +10,6 @@ and the ratio to the causal configuration measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import time
@@ -21,7 +20,6 @@ from flax import nnx
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from slm_jax import config_builder  # noqa: E402
-from slm_jax.configurations import resolve  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.data.loader import BatchIterator, PackedDataset  # noqa: E402
 from slm_jax.model.attention import resolve_attention_impl  # noqa: E402
@@ -29,16 +27,16 @@ from slm_jax.model.decoder import Decoder  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from slm_jax.train.optimizer import make_optimizer  # noqa: E402
 from slm_jax.train.steps import make_train_step  # noqa: E402
-from slm_jax.train.trainer import _device_batch, model_config  # noqa: E402
+from slm_jax.train.trainer import _device_batch  # noqa: E402
+from slm_jax.benchtools import parser as make_parser  # noqa: E402
 
 
 def bench(name: str, scale: str, steps: int, documents, tokenizer) -> float:
-  cfg = config_builder.build(name, scale)
-  configuration = resolve(linearization=cfg.configuration.linearization,
-                          attention=cfg.configuration.attention)
+  cfg = config_builder.validate(config_builder.build(name, scale))
+  configuration = cfg.resolved
   data = PackedDataset(documents, tokenizer, configuration, cfg.data.seq_len)
   batches = BatchIterator(data, cfg.train.global_batch, seed=0)
-  model = Decoder(model_config(cfg, tokenizer.vocab_size), rngs=nnx.Rngs(0))
+  model = Decoder(cfg.model.replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
   params = nnx.to_pure_dict(params)
   tx = make_optimizer(cfg.optimizer, steps + 1, accumulate=False)
@@ -55,8 +53,7 @@ def bench(name: str, scale: str, steps: int, documents, tokenizer) -> float:
 
 
 def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = make_parser(__doc__)
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--scale", default="tiny")
   parser.add_argument("--names", default="tgtree,tg,tgnomask,tgnomask_mix_tg,tgtree_mix_tg")

@@ -7,7 +7,7 @@
 # launch/device_check.sh installs DIR/*.whl with `pip install --no-index --no-deps --target` when
 # DIR exists, so the machine's own jax, jaxlib, triton, flax, optax and orbax stay in charge.
 # jax-triton 0.4.1 declares triton>=3.7; with Triton 3.6 (PyTorch 2.11's pin) it works through the
-# TMA_TF32 shim in pallas_kernels/triton_attention.py (benchmarks/kernel_check.py verifies it).
+# TMA_TF32 shim in slm_jax/kernels/triton_attention.py (benchmarks/kernel_check.py verifies it).
 set -euo pipefail
 dir=${1:-.whl}
 python=${PYTHON:-python3}

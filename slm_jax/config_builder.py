@@ -1,8 +1,12 @@
 """The one config builder (`configs/<name>_<scale>.py` call it) and start-up validation.
 
 `build(name, scale)` gives a locked `ml_collections.ConfigDict` with sections `configuration`,
-`model`, `data`, `optimizer`, `train`, `eval`, `checkpoint` (plus the string `scale`); every config
-has exactly the keys listed in `build`. Scales: `tiny` (a few CPU minutes on the embedded corpus,
+`model`, `data`, `optimizer`, `train`, `eval`, `checkpoint`, `mesh` (plus the string `scale`).
+Each section is ONE frozen dataclass next to the code it configures (`SECTIONS`), whose
+`__post_init__` holds its rules; the schema (keys, types, optional values, keys that exist at
+one scale only) is read from those dataclasses (`slm_jax.sections`). `validate(cfg)` builds the
+typed `RunConfig` and reports every problem of every section at once, with did-you-mean hints for
+unknown keys; rules that join sections live in `RunConfig.__post_init__`. Scales: `tiny` (a few CPU minutes on the embedded corpus,
 explicit hyperparameters) and `100m`, `500m`, `1b` (SPEC §6 dims; peak LR and global batch from
 the Step Law, SPEC §7, for the configuration's training-token budget D).
 
@@ -26,22 +30,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
+import json
 import math
 from typing import Any, Sequence
 
 import ml_collections
+import numpy as np
 
-from slm_jax import configurations
-from slm_jax.structure import parse_attention
-from slm_jax.train.sharding import DISTRIBUTED_MODES
+from slm_jax import configurations, sections
+from slm_jax.data.config import DataSection
+from slm_jax.model.config import ModelConfig
+from slm_jax.train.checkpointing import CheckpointSection
+from slm_jax.train.optimizer import OptimizerSection
+from slm_jax.train.sections import EvalSection, TrainSection
+from slm_jax.train.sharding import MeshSection
 from slm_jax.train.step_law import step_law
 
 SCALES = ("tiny", "100m", "500m", "1b")
 DATA_PARALLEL = 2  # the paper's replica count, used by the Step Law batch rounding
-DTYPES = ("float32", "bfloat16", "float16")
-SOURCES = ("embedded", "ptb", "arrayrecord", "parquet")  # the last two stream through Grain
-TOKENIZERS = ("word", "gpt2", "qwen", "hf")
 
 _BBC_NODES = 2_544_658_027 - 1_963_388_153
 _FINEWEB_NODES = 301_000_000_000 - 233_000_000_000
@@ -83,6 +89,82 @@ _TINY = dict(seq_len=256, global_batch=16, steps=400, peak_lr=3e-3, min_lr=1e-4,
 
 class ConfigError(ValueError):
   """An invalid configuration; the message lists every problem found."""
+
+  def __init__(self, problems):
+    self.problems = [problems] if isinstance(problems, str) else list(problems)
+    super().__init__("invalid config:\n  - " + "\n  - ".join(self.problems))
+
+
+SECTIONS = {
+    "configuration": configurations.ConfigurationSection,
+    "model": ModelConfig,
+    "data": DataSection,
+    "optimizer": OptimizerSection,
+    "train": TrainSection,
+    "eval": EvalSection,
+    "checkpoint": CheckpointSection,
+    "mesh": MeshSection,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """A validated run config: one typed section per `SECTIONS` entry (attribute access as on the
+  ConfigDict: `run.train.steps`). The model section carries the configuration's attention."""
+
+  scale: str
+  configuration: configurations.ConfigurationSection
+  model: ModelConfig
+  data: DataSection
+  optimizer: OptimizerSection
+  train: TrainSection
+  eval: EvalSection
+  checkpoint: CheckpointSection
+  mesh: MeshSection
+
+  def __post_init__(self):
+    problems = []
+    if self.scale not in SCALES:
+      problems.append(f"scale {self.scale!r} is not one of {', '.join(SCALES)}")
+    if self.train.global_batch % self.optimizer.grad_accum_steps:
+      problems.append(f"train.global_batch={self.train.global_batch} is not divisible by "
+                      f"optimizer.grad_accum_steps={self.optimizer.grad_accum_steps}")
+    if problems:
+      raise ConfigError(problems)
+
+  @property
+  def resolved(self) -> configurations.Configuration:
+    """The run's `Configuration` (name, linearization, attention spec)."""
+    return self.configuration.resolve()
+
+  def to_dict(self) -> dict[str, Any]:
+    """Every config key and its value (dtypes by name), the layout of `config.json`."""
+    out: dict[str, Any] = {"scale": self.scale}
+    for name in SECTIONS:
+      values = sections.as_mapping(getattr(self, name), self.scale)
+      out[name] = {k: _plain(v) for k, v in values.items()}
+    return out
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2)
+
+  def replace(self, **dotted: Any) -> "RunConfig":
+    """A copy with `section.key` values changed (`run.replace(**{"train.steps": 8})`),
+    validated again."""
+    data = self.to_dict()
+    for key, value in dotted.items():
+      section, _, field = key.partition(".")
+      if section not in data or not isinstance(data[section], dict):
+        raise ConfigError([f"unknown key {key}{did_you_mean(key, schema())}"])
+      data[section][field] = value
+    return validate(data)
+
+
+def _plain(value: Any) -> Any:
+  """A config value as written in a config: dtypes by name, tuples kept."""
+  if isinstance(value, np.dtype):
+    return value.name
+  return value
 
 
 def non_embedding_params(d_model: int, n_layers: int, mlp_ratio: int, n_heads: int = 1,
@@ -155,36 +237,60 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
     steps = train_tokens // (global_batch * seq_len)
     min_lr, warmup = 1e-5, 2000
 
+  raw = dict(
+      configuration=dict(name=conf.name, linearization=conf.linearization,
+                         attention=conf.attention.name),
+      model=dict(
+          d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads, vocab_size=None,
+          n_kv_heads=None, mlp_ratio=spec.mlp_ratio, head_dim=None, rope_theta=10_000.0,
+          norm_eps=1e-6, tie_embeddings=True, qkv_bias=False, mlp_bias=False,
+          include_bias=not tiny, qk_norm=False, init_std=0.02, param_dtype="float32",
+          compute_dtype="float32" if tiny else "bfloat16", attention_impl="auto",
+          o_bias=False, norm_position="pre", norm_cast_first=False, rope_scaling="none",
+          rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+          rope_original_max_position=8192, init_from="", lora_rank=0, lora_alpha=16.0,
+          lora_dropout=0.0, lora_targets=("q", "k", "v", "o", "gate", "up", "down")),
+      data=dict(
+          source="embedded", embedded_train_documents=5_000 if tiny else 10_000,
+          embedded_eval_documents=200 if tiny else 500, embedded_seed=0, ptb_paths=(),
+          seq_len=seq_len, tokenizer="word" if tiny else "gpt2", tokenizer_path="",
+          linearization_seed=0,
+          # Streamed sources (Grain pipeline): prepared ArrayRecord folders or parsed Parquet.
+          paths=(), eval_paths=(), shuffle_seed=0, worker_count=0, prefetch=2,
+          window_shuffle=1000, parquet_column="text", max_drop_fraction=1.0,
+          tfds_name="", tfds_dir=""),  # source=tfds: a TFDS build (slm_jax.tfds_build)
+      optimizer=dict(
+          peak_lr=float(peak_lr), min_lr=min_lr, warmup_steps=warmup, warmup_start_lr=0.0,
+          weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0,
+          grad_accum_steps=_grad_accum(global_batch, spec.micro_batch), trainable="all"),
+      train=dict(
+          steps=int(steps), global_batch=int(global_batch), log_every=10,
+          eval_every=100 if tiny else 1000, checkpoint_every=200 if tiny else 1000,
+          seed=0 if tiny else 6198, train_tokens=int(train_tokens),
+          eval_syntax_every=200 if tiny else 1000, eval_syntax_sg_items=1,
+          eval_syntax_blimp_pairs=1, eval_syntax_beam=4, eval_syntax_data=""),
+      eval=dict(split="validation", batch_size=global_batch if tiny else 16, max_batches=0,
+                proposals=20 if tiny else 300),
+      checkpoint=dict(dir=f"runs/{name}_{scale}", max_to_keep=3, resume=True),
+      mesh=dict(data=-1, fsdp=1, distributed="auto"))
+  validate({"scale": scale, **raw})  # every rule, at build time too
+  return _config_dict(scale, raw)
+
+
+def _config_dict(scale: str, raw: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
+  """The locked ConfigDict of the given section values (None values become typed placeholders,
+  so a command line can still override them). Derived values (a model's head_dim, …) are not
+  written: an override of d_model re-derives them."""
   cfg = ml_collections.ConfigDict()
   cfg.scale = scale
-  cfg.configuration = dict(name=conf.name, linearization=conf.linearization,
-                           attention=conf.attention.name)
-  cfg.model = dict(
-      d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads,
-      n_kv_heads=0, mlp_ratio=spec.mlp_ratio, rope_theta=10_000.0, norm_eps=1e-6,
-      tie_embeddings=True, qkv_bias=False, mlp_bias=False, include_bias=not tiny,
-      init_std=0.02, param_dtype="float32",
-      compute_dtype="float32" if tiny else "bfloat16", attention_impl="auto")
-  cfg.data = dict(
-      source="embedded", embedded_train_documents=5_000 if tiny else 10_000,
-      embedded_eval_documents=200 if tiny else 500, embedded_seed=0, ptb_paths=(),
-      seq_len=seq_len, tokenizer="word" if tiny else "gpt2", tokenizer_path="",
-      linearization_seed=0,
-      # Streamed sources (Grain pipeline): prepared ArrayRecord folders or parsed Parquet.
-      paths=(), eval_paths=(), shuffle_seed=0, worker_count=0, prefetch=2,
-      window_shuffle=1000, parquet_column="text")
-  cfg.optimizer = dict(
-      peak_lr=float(peak_lr), min_lr=min_lr, warmup_steps=warmup, warmup_start_lr=0.0,
-      weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0,
-      grad_accum_steps=_grad_accum(global_batch, spec.micro_batch))
-  cfg.train = dict(
-      steps=int(steps), global_batch=int(global_batch), log_every=10,
-      eval_every=100 if tiny else 1000, checkpoint_every=200 if tiny else 1000,
-      seed=0 if tiny else 6198, train_tokens=int(train_tokens))
-  cfg.eval = dict(split="validation", batch_size=global_batch if tiny else 16, max_batches=0,
-                  proposals=20 if tiny else 300)
-  cfg.checkpoint = dict(dir=f"runs/{name}_{scale}", max_to_keep=3, resume=True)
-  cfg.mesh = dict(data=-1, fsdp=1, distributed="auto")
+  for name, cls in SECTIONS.items():
+    section = ml_collections.ConfigDict()
+    for field in sections.config_fields(cls, scale):
+      value = raw[name][field.name]
+      if value is None:
+        value = ml_collections.config_dict.placeholder(sections.inner_type(cls, field.name))
+      section[field.name] = value
+    cfg[name] = section
   cfg.lock()
   return cfg
 
@@ -203,148 +309,62 @@ def _flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
   return out
 
 
-@functools.cache
-def _schema() -> dict[str, Any]:
-  return _flatten(build("terminal", "tiny"))
+def schema(scale: str | None = None) -> dict[str, dataclasses.Field]:
+  """Dotted key → its dataclass field, for every config key (at `scale`, when given)."""
+  out: dict[str, Any] = {"scale": None}
+  for name, cls in SECTIONS.items():
+    for field in sections.config_fields(cls, scale):
+      out[f"{name}.{field.name}"] = field
+  return out
 
 
-def schema() -> dict[str, Any]:
-  """Dotted key → example value of every config key (all configs share these keys)."""
-  return dict(_schema())
-
-
-def _type_ok(expected: Any, value: Any) -> bool:
-  if isinstance(expected, bool) or isinstance(value, bool):
-    return isinstance(expected, bool) and isinstance(value, bool)
-  if isinstance(expected, float):
-    return isinstance(value, (int, float))
-  if isinstance(expected, tuple):
-    return isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
-  return isinstance(value, type(expected))
+def did_you_mean(key: str, known) -> str:
+  close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+  return f"; did you mean {close[0]}?" if close else ""
 
 
 def _key_problems(flat: dict[str, Any]) -> list[str]:
-  known = schema()
+  scale = flat.get("scale")
+  here = schema(scale if scale in SCALES else None)
+  anywhere = schema()
   problems = []
   for key in flat:
-    if key not in known:
-      close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-      hint = f"; did you mean {close[0]}?" if close else ""
-      problems.append(f"unknown key {key}{hint}")
-    elif not _type_ok(known[key], flat[key]):
-      problems.append(f"{key} = {flat[key]!r} should be of type {type(known[key]).__name__}")
-  problems += [f"missing key {key}" for key in known if key not in flat]
-  return problems
-
-
-def _semantic_problems(cfg: Any) -> list[str]:
-  problems = []
-
-  def need(ok: bool, message: str) -> None:
-    if not ok:
-      problems.append(message)
-
-  c, m, d, o, t, e = cfg.configuration, cfg.model, cfg.data, cfg.optimizer, cfg.train, cfg.eval
-  need(cfg.scale in SCALES, f"scale {cfg.scale!r} is not one of {', '.join(SCALES)}")
-  spec = None
-  try:
-    spec = parse_attention(c.attention)
-    configurations.check_combination(c.linearization, spec)
-  except ValueError as err:
-    problems.append(f"configuration: {err}")
-  else:
-    table = configurations.CONFIGURATIONS.get(c.name)
-    same = [x.name for x in configurations.CONFIGURATIONS.values()
-            if x.linearization == c.linearization and x.attention == spec]
-    if table is not None and (table.linearization, table.attention) != (c.linearization, spec):
-      hint = (f"set configuration.name={same[0]}" if same else
-              "give the run a name outside the table (e.g. configuration.name=custom)")
-      problems.append(
-          f"configuration.name={c.name} means {table.linearization} + {table.attention.name}, "
-          f"but linearization/attention are {c.linearization} + {spec.name}; {hint}")
-  need(bool(c.name), "configuration.name is empty")
-
-  for key in ("d_model", "n_layers", "n_heads", "mlp_ratio"):
-    need(m[key] > 0, f"model.{key} must be positive, got {m[key]}")
-  need(m.n_kv_heads >= 0, "model.n_kv_heads must be ≥ 0 (0 = n_heads)")
-  if m.n_heads > 0 and m.n_kv_heads >= 0 and m.d_model > 0:
-    if m.d_model % m.n_heads:
-      problems.append(f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}")
+    if key in here:
+      continue
+    if key in anywhere:
+      scales = anywhere[key].metadata.get("scales")
+      problems.append(f"key {key} exists only at scale {', '.join(scales)}, not {scale}")
     else:
-      need((m.d_model // m.n_heads) % 2 == 0,
-           f"head dim {m.d_model // m.n_heads} must be even for RoPE")
-    need(m.n_heads % (m.n_kv_heads or m.n_heads) == 0,
-         f"model.n_heads={m.n_heads} is not divisible by model.n_kv_heads={m.n_kv_heads}")
-    need(m.mlp_ratio * m.d_model % 2 == 0, "model.mlp_ratio·d_model must be even (SwiGLU halves)")
-    if spec is not None and m.n_heads % len(spec.groups):
-      problems.append(f"attention {spec.name} mixes {len(spec.groups)} head groups: model.n_heads="
-                      f"{m.n_heads} must be divisible by {len(spec.groups)}")
-  need(m.rope_theta > 0 and m.norm_eps > 0 and m.init_std > 0,
-       "model.rope_theta, model.norm_eps and model.init_std must be positive")
-  for key in ("param_dtype", "compute_dtype"):
-    need(m[key] in DTYPES, f"model.{key}={m[key]!r} is not one of {', '.join(DTYPES)}")
-  need(bool(m.attention_impl), "model.attention_impl is empty (use 'auto')")
-
-  need(d.source in SOURCES, f"data.source={d.source!r} is not one of {', '.join(SOURCES)}")
-  need(d.source not in ("arrayrecord", "parquet") or len(d.paths) > 0,
-       f"data.source={d.source} needs data.paths (prepared folders or Parquet files), e.g. "
-       "--config.data.paths=\"('/data/prepared',)\"")
-  need(d.source != "parquet" or d.tokenizer != "word",
-       "data.source=parquet streams text without a vocabulary pass: use a BPE tokenizer "
-       "(data.tokenizer=gpt2|qwen|hf) or prepare the corpus (data.source=arrayrecord)")
-  need(d.worker_count >= 0 and d.prefetch >= 0 and d.window_shuffle >= 1,
-       "data.worker_count and data.prefetch must be ≥ 0, data.window_shuffle ≥ 1")
-  need(d.source != "ptb" or len(d.ptb_paths) > 0,
-       "data.source=ptb needs data.ptb_paths (files or folders), e.g. "
-       "--config.data.ptb_paths=\"('treebank/',)\"")
-  need(d.embedded_train_documents > 0 and d.embedded_eval_documents > 0,
-       "data.embedded_*_documents must be positive")
-  need(d.seq_len >= 16, f"data.seq_len must be at least 16, got {d.seq_len}")
-  need(d.tokenizer in TOKENIZERS,
-       f"data.tokenizer={d.tokenizer!r} is not one of {', '.join(TOKENIZERS)}")
-  need(d.tokenizer != "hf" or bool(d.tokenizer_path),
-       "data.tokenizer=hf needs data.tokenizer_path (a tokenizer.json)")
-
-  need(o.peak_lr > 0, f"optimizer.peak_lr must be positive, got {o.peak_lr}")
-  need(0 <= o.min_lr <= o.peak_lr, f"optimizer.min_lr={o.min_lr} must be in [0, peak_lr]")
-  need(0 <= o.warmup_start_lr <= o.peak_lr,
-       f"optimizer.warmup_start_lr={o.warmup_start_lr} must be in [0, peak_lr]")
-  need(o.warmup_steps >= 0, "optimizer.warmup_steps must be ≥ 0")
-  need(o.weight_decay >= 0, "optimizer.weight_decay must be ≥ 0")
-  need(0 <= o.b1 < 1 and 0 <= o.b2 < 1, "optimizer.b1 and optimizer.b2 must be in [0, 1)")
-  need(o.eps > 0, "optimizer.eps must be positive")
-  need(o.clip >= 0, "optimizer.clip must be ≥ 0 (0 turns clipping off)")
-  need(o.grad_accum_steps >= 1, "optimizer.grad_accum_steps must be ≥ 1")
-
-  for key in ("steps", "global_batch", "log_every", "train_tokens"):
-    need(t[key] > 0, f"train.{key} must be positive, got {t[key]}")
-  for key in ("eval_every", "checkpoint_every"):
-    need(t[key] >= 0, f"train.{key} must be ≥ 0 (0 = never), got {t[key]}")
-  if o.grad_accum_steps >= 1 and t.global_batch > 0:
-    need(t.global_batch % o.grad_accum_steps == 0,
-         f"train.global_batch={t.global_batch} is not divisible by "
-         f"optimizer.grad_accum_steps={o.grad_accum_steps}")
-  need(e.batch_size > 0 and e.max_batches >= 0 and e.proposals > 0,
-       "eval.batch_size and eval.proposals must be positive, eval.max_batches ≥ 0 (0 = all)")
-  need(e.split in ("train", "validation", "test"), f"eval.split={e.split!r} is not a split")
-  need(cfg.mesh.data == -1 or cfg.mesh.data >= 1, "mesh.data must be ≥ 1, or -1 (every device "
-       "left after mesh.fsdp)")
-  need(cfg.mesh.fsdp >= 1, "mesh.fsdp must be ≥ 1")
-  need(cfg.mesh.distributed in DISTRIBUTED_MODES,
-       f"mesh.distributed={cfg.mesh.distributed!r} is not one of {', '.join(DISTRIBUTED_MODES)}")
-  need(bool(cfg.checkpoint.dir), "checkpoint.dir is empty")
-  need(cfg.checkpoint.max_to_keep > 0, "checkpoint.max_to_keep must be positive")
+      problems.append(f"unknown key {key}{did_you_mean(key, anywhere)}")
+  for key, field in here.items():
+    if key not in flat and (field is None or field.metadata.get("required", True)):
+      problems.append(f"missing key {key}")
   return problems
 
 
-def validate(cfg: Any) -> Any:
-  """Raises ConfigError listing every problem (unknown keys first); returns `cfg` when valid."""
-  problems = _key_problems(_flatten(cfg))
-  if not problems:
-    problems = _semantic_problems(cfg)
+def validate(cfg: Any) -> RunConfig:
+  """The typed `RunConfig` of `cfg` (a ConfigDict or a nested dict, e.g. a saved config.json).
+
+  Raises ConfigError listing every problem: unknown, misplaced and missing keys first, then
+  the values of every section (types, then rules), then rules that join sections.
+  """
+  if isinstance(cfg, RunConfig):
+    return cfg
+  data = cfg.to_dict() if isinstance(cfg, ml_collections.ConfigDict) else dict(cfg)
+  problems = _key_problems(_flatten(data))
   if problems:
-    raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
-  return cfg
+    raise ConfigError(problems)
+  built: dict[str, Any] = {}
+  attention = data["configuration"].get("attention")
+  for name, cls in SECTIONS.items():
+    extra = {"attention": attention} if name == "model" else {}
+    try:
+      built[name] = sections.from_mapping(cls, data[name], **extra)
+    except sections.SectionError as error:
+      problems.extend(error.problems)
+  if problems:
+    raise ConfigError(problems)
+  return RunConfig(scale=data["scale"], **built)
 
 
 def _override_flag(override: str) -> str:
@@ -352,7 +372,7 @@ def _override_flag(override: str) -> str:
   return f"--config.{text}"
 
 
-def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
   """A config file plus `key=value` overrides (`model.d_model=256`, `--config.` prefix optional),
   parsed exactly as `config_flags.DEFINE_config_file("config")` parses them, then validated."""
   from absl import flags  # pylint: disable=g-import-not-at-top
@@ -363,11 +383,9 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
   for override in overrides:
     key = _override_flag(override).removeprefix("--config.").split("=", 1)[0]
     if key not in known:
-      close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-      unknown.append(f"unknown key {key} in override {override!r}"
-                     + (f"; did you mean {close[0]}?" if close else ""))
+      unknown.append(f"unknown key {key} in override {override!r}{did_you_mean(key, known)}")
   if unknown:
-    raise ConfigError("invalid config:\n  - " + "\n  - ".join(unknown))
+    raise ConfigError(unknown)
   argv = ["slm_jax", f"--config={path}", *map(_override_flag, overrides)]
   values = flags.FlagValues()
   # config_flags finds override names in sys.argv unless given the argv explicitly.

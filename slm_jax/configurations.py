@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from slm_jax.linearize import SCHEMES
+from slm_jax.linearize import Scheme, get_scheme
+from slm_jax.sections import Rules
 from slm_jax.structure import AttentionSpec, parse_attention
 
 
@@ -17,6 +18,11 @@ class Configuration:
   name: str
   linearization: str
   attention: AttentionSpec
+
+  @property
+  def scheme(self) -> Scheme:
+    """The linearization's facts (the scheme table)."""
+    return get_scheme(self.linearization)
 
 
 _TABLE = (  # name, linearization, attention (SPEC §5 order)
@@ -47,12 +53,45 @@ def check_combination(linearization: str, attention: AttentionSpec) -> None:
   TG-family masks need lin2: COMPOSE happens at CNT1 and the stack hides CNT2, which only lin2
   marks. Every linearization works with causal attention.
   """
-  if linearization not in SCHEMES:
-    raise ValueError(f"unknown linearization {linearization!r}; expected one of "
-                     f"{', '.join(SCHEMES)}")
-  if attention.is_structural and linearization != "lin2":
+  if attention.tg_family and not get_scheme(linearization).tg_masks:
     raise ValueError(f"attention {attention.name} needs linearization lin2 (it composes at CNT1 "
                      f"and hides CNT2), but linearization is {linearization}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigurationSection:
+  """The `configuration` section of a run's config: a SPEC §5 name, or a custom name outside the
+  table, with its linearization and attention (the rules of the pair live here)."""
+
+  name: str
+  linearization: str
+  attention: str
+
+  def __post_init__(self):
+    rules = Rules("configuration", self)
+    if rules.typed:
+      rules.need(bool(self.name), "name is empty")
+      try:
+        spec = parse_attention(self.attention)
+        check_combination(self.linearization, spec)
+      except ValueError as error:
+        rules.need(False, f"configuration: {error}")
+      else:
+        table = CONFIGURATIONS.get(self.name)
+        if table is not None and (table.linearization, table.attention) != (self.linearization,
+                                                                            spec):
+          same = [c.name for c in CONFIGURATIONS.values()
+                  if c.linearization == self.linearization and c.attention == spec]
+          hint = (f"set configuration.name={same[0]}" if same else
+                  "give the run a name outside the table (e.g. configuration.name=custom)")
+          rules.need(False, f"name={self.name} means {table.linearization} + "
+                     f"{table.attention.name}, but linearization/attention are "
+                     f"{self.linearization} + {spec.name}; {hint}")
+    rules.done()
+
+  def resolve(self) -> Configuration:
+    """The validated `Configuration` under this section's name."""
+    return Configuration(self.name, self.linearization, parse_attention(self.attention))
 
 
 def get_configuration(name: str) -> Configuration:

@@ -4,8 +4,9 @@
   python -m slm_jax.explain --configuration=tgnomask_mix_tg --sentences < trees.txt
   python -m slm_jax.explain --configuration=tg --embedded=2          # embedded treebank documents
 
-Reads PTB trees from the files (or stdin when none is given). By default each file (or stdin) is one
-document whose sentences are its trees; `--sentences` makes every tree its own document. Writes one
+Reads PTB trees from the files or folders (or stdin when none is given). By default each file (or
+stdin) is one document whose sentences are its trees; `--sentences` makes every tree its own
+document. Input without any tree is an error; skipped trees and empty files are counted on stderr. Writes one
 JSON object per document and line (stable format, see README "Inspecting a configuration"):
 
   configuration, linearization, attention   what was explained
@@ -16,22 +17,23 @@ JSON object per document and line (stable format, see README "Inspecting a confi
   attends     for each query, the key indices it attends (single attention types)
   attends_by_head   for hybrids: one such list per head group, in SPEC §3 order
 
-`--format=table` prints the same information as an aligned table for reading.
+`--format=table` prints the same information as an aligned table for reading; `--format=png
+--out=F.png` draws the attention mask of the first document (query rows × key columns, one panel
+per head group for hybrids).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import Iterable, Sequence as SequenceT, TextIO
+from typing import Iterable, Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax import configurations, ptb
+from slm_jax import cli, configurations, ptb
 from slm_jax.kinds import Kind
 from slm_jax.linearize import SCHEMES, linearize
-from slm_jax.structure import dense_mask, row_metadata, target_mask
+from slm_jax.structure import dense_mask, parse_attention, row_metadata, target_mask
 from slm_jax.trees import Tree
 
 
@@ -45,7 +47,7 @@ def explain_document(document: SequenceT[Tree], configuration: configurations.Co
                         configuration.attention)
   masks = dense_mask(meta, configuration.attention)  # [G, T, T]
   attends = [[np.flatnonzero(row).tolist() for row in group] for group in masks]
-  is_compose = (sequence.kinds == Kind.CNT1) & configuration.attention.is_structural
+  is_compose = (sequence.kinds == Kind.CNT1) & configuration.attention.tg_family
   out = {
       "configuration": configuration.name,
       "linearization": configuration.linearization,
@@ -81,29 +83,50 @@ def format_table(explained: dict) -> str:
   return "\n".join(lines)
 
 
+def draw_masks(explained: dict, out: str):
+  """The attention mask of one explained document as a picture (one panel per head group);
+  returns the matplotlib figure."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  groups = explained.get("attends_by_head") or [explained["attends"]]
+  names = [g.name.lower() for g in parse_attention(explained["attention"]).groups]
+  tokens = explained["tokens"]
+  size = max(4.0, 0.22 * len(tokens) + 1.5)
+  figure, axes = plt.subplots(1, len(groups), figsize=(size * len(groups), size), squeeze=False)
+  for axis, name, group in zip(axes[0], names, groups):
+    mask_TS = np.zeros((len(tokens), len(tokens)))
+    for query, keys in enumerate(group):
+      mask_TS[query, keys] = 1.0
+    axis.imshow(mask_TS, cmap="Blues", vmin=0, vmax=1.25, interpolation="nearest")
+    ticks = np.arange(len(tokens))
+    axis.set_xticks(ticks, tokens, rotation=90, fontsize=7)
+    axis.set_yticks(ticks, tokens, fontsize=7)
+    axis.set(xlabel="key", ylabel="query", title=f"{explained['configuration']}: {name} "
+             f"({explained['linearization']})")
+  figure.tight_layout()
+  figure.savefig(out, dpi=110)
+  plt.close(figure)
+  return figure
+
+
 def _documents(args, report: ptb.ReadReport) -> Iterable[list[Tree]]:
   if args.embedded:
     from slm_jax.corpus import treebank  # pylint: disable=g-import-not-at-top
     yield from treebank.generate_documents(args.embedded, seed=args.embedded_seed)
     return
-  sources: list[tuple[str, TextIO | None]] = (
-      [(path, None) for path in args.files] if args.files else [("<stdin>", sys.stdin)])
-  for name, stream in sources:
-    if stream is None:
-      trees = ptb.read_file(name, lenient=args.lenient, report=report)
-    else:
-      trees = ptb.parse_trees(stream.read(), source=name, lenient=args.lenient, report=report)
-    if args.sentences:
-      yield from ([t] for t in trees)
-    elif trees:
-      yield trees
-    else:
-      report.skipped_by_reason["document without trees"] += 1
+  if args.files:  # files and folders (each file one document), empty files counted
+    yield from ptb.read_documents(args.files, sentences=args.sentences, lenient=args.lenient,
+                                  report=report)
+    return
+  trees = ptb.parse_trees(sys.stdin.read(), source="<stdin>", lenient=args.lenient, report=report)
+  if not trees:
+    report.empty_files += 1
+  yield from ([t] for t in trees) if args.sentences else ([trees] if trees else [])
 
 
-def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="python -m slm_jax.explain", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> cli.ArgumentParser:
+  parser = cli.ArgumentParser(prog="python -m slm_jax.explain", description=__doc__)
   parser.add_argument("files", nargs="*", help="PTB files (default: stdin)")
   parser.add_argument("--configuration", help="a SPEC §5 name: " +
                       ", ".join(configurations.CONFIGURATIONS))
@@ -115,35 +138,48 @@ def _parser() -> argparse.ArgumentParser:
                       help="skip malformed trees (counted on stderr) instead of failing")
   parser.add_argument("--embedded", type=int, default=0, metavar="N",
                       help="explain N documents of the embedded treebank instead of files")
-  parser.add_argument("--embedded-seed", "--embedded_seed", type=int, default=0)
-  parser.add_argument("--format", choices=("json", "table"), default="json")
+  parser.add_argument("--embedded_seed", type=int, default=0)
+  parser.add_argument("--format", choices=("json", "table", "png"), default="json",
+                      help="png: draw the first document's attention mask into --out")
+  parser.add_argument("--out", help="the picture of --format=png (.png, .pdf, .svg)")
   return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(argv)
-  try:
-    configuration = configurations.resolve(args.configuration, args.linearization, args.attention)
-  except ValueError as error:
-    print(f"error: {error}", file=sys.stderr)
-    return 2
+  if args.format == "png" and not args.out:
+    raise cli.CliError("--format=png needs --out=FILE.png")
+  configuration = configurations.resolve(args.configuration, args.linearization, args.attention)
   report = ptb.ReadReport()
+  count = 0
   try:
     for document in _documents(args, report):
+      count += 1
       explained = explain_document(document, configuration, seed=args.seed)
+      if args.format == "png":
+        draw_masks(explained, args.out)
+        print(f"wrote {args.out}: the attention of {len(explained['tokens'])} tokens")
+        break
       if args.format == "json":
         print(json.dumps(explained, separators=(",", ":")))
       else:
         print(format_table(explained) + "\n")
-  except (ptb.TreeError, FileNotFoundError) as error:
-    print(f"error: {error}", file=sys.stderr)
-    return 2
   except BrokenPipeError:  # `explain … | head`: the reader went away, not an error
     sys.stderr.close()
     return 0
-  if report.trees_skipped or sum(report.skipped_by_reason.values()) or report.unknown_labels:
+  if not count:
+    where = ", ".join(args.files) if args.files else "stdin"
+    summary = "; ".join(line.strip() for line in report.summary().splitlines())
+    raise cli.CliError(f"no trees to explain in {where} ({summary})")
+  if report.noteworthy:
     print(f"explain: {report.summary()}", file=sys.stderr)
   return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  """The CLI: errors (a bad configuration, a malformed tree, a missing file) end as one
+  `error: …` line and exit code 2 (`slm_jax.cli`)."""
+  return cli.run(_main, argv)
 
 
 if __name__ == "__main__":

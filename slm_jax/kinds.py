@@ -31,10 +31,23 @@ NUM_KINDS = len(Kind)
 (PAD_CODE, BOS_CODE, EOS_CODE, TERMINAL_CODE, ONT_CODE, CNT_CODE, CNT1_CODE, CNT2_CODE,
  PAUSE_CODE) = (int(k) for k in Kind)
 
-# Kinds that are structure (nonterminal) tokens.
+# Kinds that are structure (nonterminal) tokens: the loss's "structural" group, the reserved
+# label tokens of the tokenizer.
 STRUCTURAL_KINDS = (Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2)
-# Kinds that close the innermost open constituent (pop the stack in metadata terms).
+# Kinds that close the innermost open constituent (pop the stack in metadata terms); CNT2 is a copy
+# that closes nothing. (Not to be confused with a scheme's `closing_expansion`, the kinds of the
+# tokens one closing becomes: `linearize.get_scheme(name).closing_expansion`.)
 CLOSING_KINDS = (Kind.CNT, Kind.CNT1)
+
+
+def is_closing(kind):
+  """Elementwise `kind ∈ CLOSING_KINDS` (numpy, traced jax arrays or ints)."""
+  return (kind == CNT_CODE) | (kind == CNT1_CODE)
+
+
+def is_structural(kind):
+  """Elementwise `kind ∈ STRUCTURAL_KINDS` (ONT, CNT, CNT1, CNT2 are the codes 4..7)."""
+  return (kind >= ONT_CODE) & (kind <= CNT2_CODE)
 
 # The 26 PTB phrase labels (SPEC §1). Order is fixed: reserved token ids follow it.
 PTB_LABELS = (

@@ -11,6 +11,11 @@ Two steps, so every scheme shares one traversal and the hot path is numpy:
 
 `delinearize` inverts the one-to-one schemes (lin1, lin2, lin3). lin0, pause1/2 drop the tree;
 lin1_noont, lin1_merge and lin1_shuf are many-to-one.
+
+The scheme table (`SCHEME_TABLE`, `get_scheme(name)`) holds every per-scheme fact other modules
+need — closing expansion, brackets, invertibility, the scheme it is scored as, beam search,
+NT targets, what is tokenized, TG masks — in the style of `configurations._TABLE`; nothing
+else writes a list of scheme names.
 """
 
 from __future__ import annotations
@@ -27,17 +32,67 @@ from slm_jax.kinds import (BOS_CODE as _BOS, BOS_SYMBOL, CNT1_CODE as _CNT1, CNT
                            TERMINAL_CODE as _TERMINAL, Kind, cnt_symbol, ont_symbol)
 from slm_jax.trees import Tree
 
-SCHEMES = ("lin0", "lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shuf", "pause1",
-           "pause2")
-# Schemes whose token sequence determines the tree (delinearize works for these).
-INVERTIBLE_SCHEMES = ("lin1", "lin2", "lin3")
-# The kinds of the tokens one closing becomes in each scheme with closings (lin1_shuf: lin1's).
-CLOSING_KINDS = {"lin1": (_CNT,), "lin2": (_CNT1, _CNT2), "lin3": (_CNT, _CNT2, _CNT2),
-                 "lin1_noont": (_CNT,), "lin1_merge": (_CNT,), "lin1_shuf": (_CNT,)}
-# Schemes without bracket tokens: words (and pauses) only.
-TERMINAL_SCHEMES = ("lin0", "pause1", "pause2")
-# Schemes that keep the tree's bracket structure in their kinds (metadata depth/pop are the tree's).
-TREE_SCHEMES = ("lin1", "lin2", "lin3", "lin1_noont", "lin1_merge", "lin1_shuf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+  """The facts about one linearization that the rest of slm_jax reads (the one scheme table)."""
+
+  name: str
+  closing_expansion: tuple[int, ...]  # kinds of the tokens one closing becomes; () = no brackets
+  opens: bool  # has opening-NT tokens `(S`
+  invertible: bool  # the token sequence determines the tree (`delinearize` works)
+  scored_as: str  # the scheme evaluators score sentences in (SPEC §9: Tree-Shuffle as lin0)
+  beam_searchable: bool  # the word-synchronous beam can emit its structural tokens
+  structure_targets: bool  # its NT tokens are prediction targets (SPEC §4: not in lin1_shuf)
+  tokenize_from: str  # the base is cut to this scheme before tokenizing (dropped brackets are
+  #                     never tokenized)
+  tg_masks: bool  # TG-family masks apply (COMPOSE at CNT1, CNT2 hidden): only lin2 marks CNT1
+  shuffled: bool  # NT tokens move to random slots, keyed by (seed, word-level document)
+
+  @property
+  def has_brackets(self) -> bool:
+    return bool(self.closing_expansion)
+
+  @property
+  def terminal_format(self) -> str:
+    """The bracket-free scheme its sentences are written in when scored as words alone."""
+    return "lin0" if self.has_brackets else self.name
+
+  @property
+  def scored_with_structure(self) -> bool:
+    """Evaluation marginalizes over proposal trees (a "tree model"); False: scored as words."""
+    return get_scheme(self.scored_as).has_brackets
+
+
+_C, _C1, _C2 = _CNT, _CNT1, _CNT2
+_TABLE = (  # name, closing expansion, opens, invertible, scored as, beam, NT targets, tokenize
+    # from, TG masks, shuffled (SPEC §2 order)
+    ("lin0", (), False, False, "lin0", False, True, "lin0", False, False),
+    ("lin1", (_C,), True, True, "lin1", True, True, "lin1", False, False),
+    ("lin2", (_C1, _C2), True, True, "lin2", True, True, "lin1", True, False),
+    ("lin3", (_C, _C2, _C2), True, True, "lin3", True, True, "lin1", False, False),
+    ("lin1_noont", (_C,), False, False, "lin1_noont", True, True, "lin1_noont", False, False),
+    ("lin1_merge", (_C,), True, False, "lin1_merge", True, True, "lin1", False, False),
+    ("lin1_shuf", (_C,), True, False, "lin0", False, False, "lin1", False, True),
+    ("pause1", (), False, False, "pause1", False, True, "lin0", False, False),
+    ("pause2", (), False, False, "pause2", False, True, "lin0", False, False),
+)
+SCHEME_TABLE = {row[0]: Scheme(*row) for row in _TABLE}
+SCHEMES = tuple(SCHEME_TABLE)
+# Derived families (read from the table; never written out by hand elsewhere).
+INVERTIBLE_SCHEMES = tuple(s.name for s in SCHEME_TABLE.values() if s.invertible)
+TERMINAL_SCHEMES = tuple(s.name for s in SCHEME_TABLE.values() if not s.has_brackets)
+TREE_SCHEMES = tuple(s.name for s in SCHEME_TABLE.values() if s.has_brackets)
+
+
+def get_scheme(name: str) -> Scheme:
+  """The table row of linearization `name` (ValueError naming the known ones)."""
+  try:
+    return SCHEME_TABLE[name]
+  except KeyError:
+    raise ValueError(f"unknown linearization {name!r}; expected one of "
+                     f"{', '.join(SCHEME_TABLE)}") from None
 
 
 class LinearizationError(ValueError):
@@ -193,7 +248,7 @@ def derive(base: Sequence, scheme: str, *, seed: int = 0, doc_key: int | None = 
   if scheme == "lin0":
     return base.take(np.flatnonzero((kinds != _ONT) & ~is_closing))
   if scheme in ("lin2", "lin3"):
-    first, *copies = CLOSING_KINDS[scheme]
+    first, *copies = SCHEME_TABLE[scheme].closing_expansion
     return _with_copies(base, is_closing, len(copies), _CNT2, first_kind=first)
   if scheme == "lin1_noont":
     return base.take(np.flatnonzero(kinds != _ONT))
@@ -223,10 +278,11 @@ def delinearize(symbols: SequenceT[str], kinds: SequenceT[int], scheme: str) -> 
 
   Raises `LinearizationError` naming the first token where the sequence is not a linearization.
   """
-  if scheme not in INVERTIBLE_SCHEMES:
+  facts = get_scheme(scheme)
+  if not facts.invertible:
     raise ValueError(f"{scheme} is not one-to-one; delinearize supports {INVERTIBLE_SCHEMES}")
-  copies = len(CLOSING_KINDS[scheme])
-  first_kind = Kind(CLOSING_KINDS[scheme][0])
+  copies = len(facts.closing_expansion)
+  first_kind = Kind(facts.closing_expansion[0])
   sentences: list[Tree] = []
   open_nodes: list[tuple[str, list]] = []  # (label, children) of open constituents
   pending_copies = 0

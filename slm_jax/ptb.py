@@ -49,6 +49,7 @@ import pathlib
 import re
 from typing import Iterable, Literal, Sequence
 
+from slm_jax.data import inputs
 from slm_jax.kinds import PTB_LABELS, UNKNOWN_LABEL
 from slm_jax.trees import Child, Tree
 
@@ -60,7 +61,7 @@ _PTB_LABEL_SET = frozenset(PTB_LABELS)
 _WRAPPER_LABELS = frozenset(("", "ROOT", "TOP"))
 # Key of `_Normalizer.pending` counting word-only sentences (labels never hold spaces).
 _WORD_ROOT = " word root"
-DEFAULT_PATTERNS = ("*.mrg", "*.ptb", "*.tree", "*.txt")
+DEFAULT_PATTERNS = inputs.PTB_PATTERNS  # the files a folder contributes
 MAX_KEPT_ERRORS = 100
 
 # Problem categories (TreeError.kind, ReadReport.skipped_by_reason keys).
@@ -600,12 +601,11 @@ def read_file(path: str | os.PathLike, *, normalize: NormalizeOptions | None = N
   return trees
 
 
-def _folder_files(folder: pathlib.Path, patterns: Sequence[str]) -> list[pathlib.Path]:
-  files = sorted({p for pattern in patterns for p in folder.rglob(pattern) if p.is_file()})
-  if not files:
-    raise FileNotFoundError(errno.ENOENT, f"no files matching {' '.join(patterns)} under",
-                            str(folder))
-  return files
+def _files(paths: str | os.PathLike | Iterable[str | os.PathLike],
+           patterns: Sequence[str]) -> list[pathlib.Path]:
+  """The PTB files under `paths` (`inputs.discover`: named files whatever their name, folders'
+  `patterns` files recursively; every file once, sorted by path)."""
+  return [pathlib.Path(p) for p, _ in inputs.discover(paths, inputs.ptb_files(patterns))]
 
 
 def read_folder(path: str | os.PathLike, patterns: Sequence[str] = DEFAULT_PATTERNS, *,
@@ -619,7 +619,7 @@ def read_folder(path: str | os.PathLike, patterns: Sequence[str] = DEFAULT_PATTE
   report = ReadReport() if own else report
   with _no_cyclic_gc():
     out = [(str(f), read_file(f, normalize=normalize, lenient=lenient, report=report))
-           for f in _folder_files(folder, patterns)]
+           for f in _files([folder], patterns)]
   _finish(report, own, str(folder))
   return out
 
@@ -630,22 +630,13 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                    report: ReadReport | None = None) -> list[list[Tree]]:
   """Documents from files and folders: one per file, or one per tree with `sentences=True`.
 
-  Files are read whatever their name; folders contribute their `patterns` files (see read_folder).
-  A file without trees makes no document; it is counted as `empty_files`.
+  Files are read whatever their name; folders contribute their `patterns` files (see read_folder);
+  every file once, in sorted path order. A file without trees makes no document; it is counted
+  as `empty_files`.
   """
-  if isinstance(paths, (str, os.PathLike)):
-    paths = [paths]
   own = report is None
   report = ReadReport() if own else report
-  files: list[pathlib.Path] = []
-  for entry in paths:
-    entry = pathlib.Path(entry)
-    if entry.is_dir():
-      files.extend(_folder_files(entry, patterns))
-    elif entry.is_file():
-      files.append(entry)
-    else:
-      raise _missing(entry)
+  files = _files(paths, patterns)
   documents: list[list[Tree]] = []
   with _no_cyclic_gc():
     for f in files:

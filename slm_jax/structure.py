@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from slm_jax.kinds import (BOS_CODE as _BOS, CNT1_CODE as _CNT1, CNT2_CODE as _CNT2,
-                           CNT_CODE as _CNT, EOS_CODE as _EOS, ONT_CODE as _ONT, Kind)
+                           EOS_CODE as _EOS, ONT_CODE as _ONT, Kind, is_closing, is_structural)
+from slm_jax.linearize import get_scheme
 
 
 class Attention(enum.IntEnum):
@@ -69,7 +70,7 @@ class AttentionSpec:
     return names[0] if len(names) == 1 else f"mix({','.join(names)})"
 
   @property
-  def is_structural(self) -> bool:
+  def tg_family(self) -> bool:
     """True when any group uses a TG-family mask (COMPOSE at CNT1, CNT2 not a target)."""
     return any(g != Attention.CAUSAL for g in self.groups)
 
@@ -180,7 +181,7 @@ def _row_metadata_traced(kind_in, segment_in, xp) -> RowMetadata:
   flat_start = (run_start + row_base).reshape(-1)
 
   is_open = (kind == _ONT).astype(i32)
-  delta = is_open - ((kind == _CNT) | (kind == _CNT1)).astype(i32)
+  delta = is_open - is_closing(kind).astype(i32)
   # Open count after each token, restarted at every run and reflected at 0 so that a closing
   # with nothing open closes nothing: X_i = U_i - min(0, min_{k<=i in run} U_k), U unclamped.
   step = xp.cumsum(delta, axis=-1, dtype=i32)
@@ -254,7 +255,7 @@ def _row_metadata_numpy(kind_in: np.ndarray, segment_in: np.ndarray) -> RowMetad
   starts = np.flatnonzero(new_run)
   single = len(starts) == 1
   is_open = kind == _ONT
-  is_close = (kind == _CNT) | (kind == _CNT1)
+  is_close = is_closing(kind)
   delta = is_open.view(np.int8) - is_close.view(np.int8)
   walk = np.cumsum(delta, dtype=i32)  # open constituents after each token, if nothing unmatched
   run = None
@@ -352,8 +353,8 @@ def target_mask(kind_T, segment_T, linearization: str, attention: AttentionSpec,
   first = xp.concatenate([xp.ones_like(segment[..., :1], dtype=bool),
                           segment[..., 1:] != segment[..., :-1]], axis=-1)
   target = (segment != 0) & ~first & (kind != Kind.PAD) & (kind != Kind.BOS)
-  if attention.is_structural:
+  if attention.tg_family:
     target = target & (kind != Kind.CNT2)
-  if linearization == "lin1_shuf":
-    target = target & (kind != Kind.ONT) & (kind != Kind.CNT)
+  if not get_scheme(linearization).structure_targets:
+    target = target & ~is_structural(kind)
   return target

@@ -169,7 +169,7 @@ class Tokenizer:
     if kind not in Kind._value2member_map_:
       return ValueError(f"invalid kind value {kind} for symbol {symbol!r} at position {position}")
     kind_name = _kind_name(kind)
-    if kind in (Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2):
+    if kind in kinds_lib.STRUCTURAL_KINDS:
       return ValueError(f"unknown label symbol {symbol!r} (kind {kind_name}) at position "
                         f"{position}; labels must be one of the 26 PTB labels")
     return ValueError(f"symbol {symbol!r} at position {position} does not match its kind "
@@ -276,6 +276,9 @@ def _spec_path(dir_or_path: str | os.PathLike) -> pathlib.Path:
   return path if path.suffix == ".json" else path / SPEC_FILE_NAME
 
 
+TOKENIZERS = ("word", "gpt2", "qwen", "hf")  # the base kinds `make_tokenizer` builds
+
+
 def make_tokenizer(kind: str, *, words: Iterable[str] | None = None, min_count: int = 1,
                    max_size: int | None = None, path: str | os.PathLike | None = None,
                    word_prefix: str = " ", unescape_ptb: bool = True) -> Tokenizer:
@@ -290,4 +293,4 @@ def make_tokenizer(kind: str, *, words: Iterable[str] | None = None, min_count: 
     if path is None:
       raise ValueError("make_tokenizer('hf') needs the path of a tokenizer.json")
     return Tokenizer(HfBase(path, word_prefix=word_prefix, unescape_ptb=unescape_ptb))
-  raise ValueError(f"unknown tokenizer kind {kind!r} (expected 'word', 'gpt2', 'qwen' or 'hf')")
+  raise ValueError(f"unknown tokenizer kind {kind!r} (expected one of {', '.join(TOKENIZERS)})")

@@ -58,28 +58,38 @@ def trees_over(words, labels, max_nodes) -> list[Tree]:
   return [tree for tree, _ in trees(0, len(words), max_nodes)]
 
 
-def brute_force(scorer: Scorer, words, cap) -> tuple[list[float], float, int]:
-  """log Σ over distinct prefixes ending with word w, and over distinct full sequences."""
+def brute_force(scorer: Scorer, words, cap, labels=LABELS, mask_fn=None, terminal=False):
+  """(log Σ over distinct prefixes ending with word w, log Σ over distinct full sequences,
+  their count); `mask_fn(kinds)` picks the scored tokens (default: the targets). terminal=True
+  also returns, per word and for the full sequences, the largest terminal(+EOS)-only sum."""
   lin = scorer.configuration.linearization
+  select = mask_fn or scorer.target_mask
   terminals = sum(len(scorer.tokenizer.encode_word(w)) for w in words)
   max_nodes = (cap - terminals) // CLOSING_NODES[lin] if lin != "lin1_noont" else cap - terminals
   sequences = {}
-  for tree in trees_over(words, LABELS, max_nodes):
+  for tree in trees_over(words, labels, max_nodes):
     sequence = encode_document([tree], scorer.tokenizer, lin)
     if len(sequence) - 2 <= cap:
       sequences[(sequence.tokens.tobytes(), sequence.kinds.tobytes())] = sequence
   sequences = list(sequences.values())
   prefixes = [{} for _ in words]
+  best_terminal = np.full(len(words), -np.inf)
   for sequence, lp in zip(sequences, scorer.logprobs(sequences)):
-    counted = np.where(scorer.target_mask(sequence.kinds)[1:], lp, 0.0)
+    counted = np.where(select(sequence.kinds)[1:], lp, 0.0)
+    word_lp = np.where(sequence.kinds[1:] == Kind.TERMINAL, lp, 0.0)
     unit = sequence.unit
     word_units = np.unique(unit[sequence.kinds == Kind.TERMINAL])
     for w, u in enumerate(word_units):
       end = np.flatnonzero(unit == u)[-1]  # last piece of word w
       key = (sequence.tokens[:end + 1].tobytes(), sequence.kinds[:end + 1].tobytes())
       prefixes[w][key] = counted[:end].sum()
-  full = logsumexp(scorer.score(sequences))
-  return [logsumexp(list(p.values())) for p in prefixes], full, len(sequences)
+      best_terminal[w] = max(best_terminal[w], word_lp[:end].sum())
+  full = logsumexp(scorer.score(sequences, mask_fn))
+  out = [logsumexp(list(p.values())) for p in prefixes], full, len(sequences)
+  if terminal:
+    ends = scorer.score(sequences, lambda k: (k == Kind.TERMINAL) | (k == Kind.EOS))
+    return out + (best_terminal, float(ends.max()))
+  return out
 
 
 EXACT_CASES = [  # configuration, words, cap
@@ -97,7 +107,8 @@ def test_wide_beam_equals_brute_force_and_narrow_beam_is_a_lower_bound(name, wor
   configuration = CONFIGURATIONS[name]
   model = model_for(configuration, WORD_TOKENIZER)
   scorer = Scorer(model, WORD_TOKENIZER, configuration, batch_size=64)
-  exact, sentence, count = brute_force(scorer, words, cap)
+  exact, sentence, count, terminal, sentence_terminal = brute_force(scorer, words, cap,
+                                                                    terminal=True)
   assert count > 10  # many structures: the equality is not trivial
   options = dict(labels=LABELS, max_len_factor=0, min_len=cap)
   searcher = BeamSearcher(scorer, WORD_TOKENIZER, configuration, beam=256, fast_track=0,
@@ -106,6 +117,10 @@ def test_wide_beam_equals_brute_force_and_narrow_beam_is_a_lower_bound(name, wor
   assert wide.pruned == 0 and wide.expansions > count
   np.testing.assert_allclose(wide.prefix_logprobs, exact, atol=1e-4)
   assert wide.sentence_logprob == pytest.approx(sentence, abs=1e-4)
+  # Terminal-only reading: the best hypothesis' terminal log-probs (structure as context).
+  np.testing.assert_allclose(wide.terminal_prefix_logprobs, terminal, atol=1e-4)
+  assert wide.sentence_terminal_logprob == pytest.approx(sentence_terminal, abs=1e-4)
+  assert max(c.terminal_logprob for c in wide.complete) == wide.sentence_terminal_logprob
   assert wide.cap == cap and len(wide.best) == len(words)
   # The completed hypotheses: every structure once, best first, summing to sentence_logprob.
   scores = [c.logprob for c in wide.complete]
@@ -261,3 +276,142 @@ def test_the_decoder_cache_only_grows():
   assert searcher.decoder(16) is large and searcher.decoder(32) is large
   larger = searcher.decoder(64)
   assert larger is not large and larger.max_len == 64 and searcher.decoder(8) is larger
+
+
+# ---- the paper's search rules (SPEC §9) on a scripted model
+
+
+class ScriptedDecoder:
+  """An `IncrementalDecoder` stand-in: log p(token | history) from a table keyed by (tokens fed
+  after the prefix, token); every other token costs `default` nats."""
+
+  def __init__(self, table, batch=64, max_len=64, default=-50.0):
+    self.table, self.batch, self.max_len, self.default = table, batch, max_len, default
+    self.rows = [()] * batch
+
+  def start(self, prefix_ids, prefix_kinds):
+    self.rows = [()] * self.batch
+
+  def step_rows(self, rows, tokens, kinds):
+    for r, t in zip(np.asarray(rows).tolist(), np.asarray(tokens).tolist()):
+      self.rows[r] = self.rows[r] + (t,)
+
+  def copy_rows(self, dst, src):
+    copied = [self.rows[r] for r in np.asarray(src).tolist()]
+    for r, history in zip(np.asarray(dst).tolist(), copied):
+      self.rows[r] = history
+
+  def gather(self, query_NC):
+    return np.asarray([[self.table.get((self.rows[r], int(t)), self.default) for t in row]
+                       for r, row in enumerate(np.asarray(query_NC).tolist())])
+
+
+SCRIPT_TOKENIZER = make_tokenizer("word", words=["cats", "chase"])
+
+
+def scripted_searcher(table, **options) -> BeamSearcher:
+  return BeamSearcher(ScriptedDecoder(table), SCRIPT_TOKENIZER, CONFIGURATIONS["tree"],
+                      labels=("S", "NP", "VP"), **options)
+
+
+def dfs_scenario_table() -> dict:
+  """Word 1: `(S cats` costs nothing. Word 2 from there: `chase` -0.3, `(NP` -0.32; after `(NP`:
+  `chase` -0.08 (total -0.4), `(VP` -0.03 (-0.35); after `(VP`: `chase` -0.01 (-0.36)."""
+  tok = SCRIPT_TOKENIZER
+  s, np_, vp = tok.ont_id("S"), tok.ont_id("NP"), tok.ont_id("VP")
+  cats, chase = tok.encode_word("cats")[0], tok.encode_word("chase")[0]
+  a = (s, cats)
+  return {((), s): 0.0, ((s,), cats): 0.0, (a, chase): -0.3, (a, np_): -0.32,
+          (a + (np_,), chase): -0.08, (a + (np_,), vp): -0.03, (a + (np_, vp), chase): -0.01}
+
+
+@pytest.mark.parametrize("fast_track", [1, 0])
+def test_depth_first_continuation_beyond_a_full_word_beam(fast_track):
+  """beam = word beam = 2: the second round fills the pool with {-0.3, -0.4} while a structural
+  hypothesis at -0.35 remains; it still beats the pool's 2nd word hypothesis, so it is expanded
+  and its -0.36 replaces -0.4 (the paper's rule). Stopping at a full pool keeps {-0.3, -0.4}."""
+  searcher = scripted_searcher(dfs_scenario_table(), beam=2, fast_track=fast_track)
+  result = searcher.search(["cats", "chase"], complete=False)
+  assert result.beam_sizes.tolist() == [2, 2]
+  assert result.prefix_logprobs[1] == pytest.approx(logsumexp([-0.3, -0.36]), abs=1e-9)
+  assert result.best[1] == ["(S", "cats", "chase"]
+  # Terminal-only reading: `cats` 0 and `chase` -0.01 on the -0.36 hypothesis.
+  assert result.terminal_prefix_logprobs.tolist() == pytest.approx([0.0, -0.01])
+
+
+def test_the_fast_track_unions_with_the_sub_beam():
+  """The fast track's best word candidates that the sub-beam already holds are not added twice,
+  and no other word takes their place (the paper's union); others are added."""
+  searcher = scripted_searcher({}, beam=2, fast_track=1)
+  word = searcher.grammar.word_slot
+  cand = np.full((3, searcher.grammar.n_slots), -np.inf)
+  cand[0, word], cand[0, 0], cand[1, word], cand[2, word] = -1.0, -2.0, -3.0, -4.0
+  f, c = searcher._select(cand)
+  assert sorted(zip(f.tolist(), c.tolist())) == [(0, 0), (0, word)]
+  cand[0, 1] = -1.5  # the sub-beam is now (0, word), (0, 1): the best word is in it
+  assert sorted(zip(*map(np.ndarray.tolist, searcher._select(cand)))) == [(0, 1), (0, word)]
+  wide = scripted_searcher({}, beam=4, fast_track=2)
+  cand = np.full((3, wide.grammar.n_slots), -np.inf)
+  cand[0, :4] = [-1.0, -1.1, -1.2, -1.3]  # the sub-beam: four structural candidates
+  cand[:, word] = [-2.0, -3.0, -4.0]
+  f, c = wide._select(cand)
+  assert len(f) == 6 and set(zip(f[4:].tolist(), c[4:].tolist())) == {(0, word), (1, word)}
+
+
+def test_the_length_cap_boundary_for_two_one_piece_words_in_lin1():
+  """L = 2 one-piece words: the cap is max(6·2, 10) = 12 tokens between BOS and EOS, the
+  closings of every open constituent reserved inside it; trees of 5 constituents (12 tokens)
+  are reached, 6 (14 tokens) are not."""
+  configuration = CONFIGURATIONS["tree"]
+  scorer = Scorer(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER, configuration,
+                  batch_size=64)
+  words = ("cats", "chase")
+  searcher = BeamSearcher(scorer, WORD_TOKENIZER, configuration, beam=128, fast_track=0,
+                          labels=("S",))
+  result = searcher.search(words)
+  _, sentence, count = brute_force(scorer, words, 12, labels=("S",))
+  assert result.cap == 12 and result.pruned == 0
+  assert count == len(trees_over(words, ("S",), 5)) == 35 < len(trees_over(words, ("S",), 6))
+  assert len(result.complete) == count and result.sentence_logprob == pytest.approx(sentence,
+                                                                                     abs=1e-4)
+  assert max(len(c.ids) for c in result.complete) == 12
+  assert searcher.cap(1) == 10  # the minimum takes over below L = 2
+
+
+def test_cnt2_scoring_in_the_beam_is_a_switch():
+  """TGTree scores CNT2 inside the beam by default (a target, SPEC §4); `score_cnt2=False` is the
+  paper's code, which never scores it: then the beam equals enumeration with CNT2 unscored."""
+  configuration = CONFIGURATIONS["tgtree"]
+  scorer = Scorer(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER, configuration,
+                  batch_size=64)
+  words, cap = ("cats", "chase"), 11
+  no_cnt2 = lambda kinds: scorer.target_mask(kinds) & (np.asarray(kinds) != Kind.CNT2)
+  exact, sentence, _ = brute_force(scorer, words, cap, mask_fn=no_cnt2)
+  options = dict(beam=256, fast_track=0, labels=LABELS, max_len_factor=0, min_len=cap)
+  searcher = BeamSearcher(scorer, WORD_TOKENIZER, configuration, score_cnt2=False, **options)
+  result = searcher.search(words)
+  np.testing.assert_allclose(result.prefix_logprobs, exact, atol=1e-4)
+  assert result.sentence_logprob == pytest.approx(sentence, abs=1e-4)
+  scored = BeamSearcher(scorer, WORD_TOKENIZER, configuration, **options).search(words)
+  assert scored.sentence_logprob < result.sentence_logprob - 1e-3  # CNT2 terms cost something
+
+
+def test_one_slot_bucket_decodes_the_same():
+  """`IncrementalDecoder(slot_bucket=…)` ≥ max_len reads every cache slot in one compiled variant
+  (live metrics): the same search results as the default buckets."""
+  import functools
+  from slm_jax.eval.incremental import IncrementalDecoder
+  configuration = CONFIGURATIONS["tgtree"]
+  scorer = Scorer(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER, configuration)
+  words = ("cats", "chase", "mice")
+  default = BeamSearcher(scorer, WORD_TOKENIZER, configuration, beam=8, fast_track=2,
+                         labels=LABELS).search(words)
+  one = BeamSearcher(scorer, WORD_TOKENIZER, configuration, beam=8, fast_track=2, labels=LABELS,
+                     decoder_cls=functools.partial(IncrementalDecoder, slot_bucket=1 << 30),
+                     decoder_len=32)
+  result = one.search(words)
+  np.testing.assert_allclose(result.prefix_logprobs, default.prefix_logprobs, atol=1e-5)
+  assert result.sentence_logprob == pytest.approx(default.sentence_logprob, abs=1e-5)
+  assert one.decoder(32).slot_bucket == 1 << 30
+  with pytest.raises(ValueError, match="slot_bucket"):
+    IncrementalDecoder(scorer.model, configuration, max_len=16, batch=4, slot_bucket=0)

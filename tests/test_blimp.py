@@ -95,6 +95,29 @@ def test_pair_accuracy_with_a_fake_scorer(tmp_path):
   assert limited.correct.tolist() == [True, True]
 
 
+class BrokenScorer(PerTokenScorer):
+  """-1 per token, but -inf for every sequence holding token id `broken`."""
+
+  def __init__(self, broken: int):
+    self.broken = broken
+
+  def logprobs(self, sequences):
+    return [np.where(np.asarray(s.tokens[1:]) == self.broken, -np.inf, -1.0) for s in sequences]
+
+
+def test_ties_and_non_finite_scores_are_wrong_and_counted(tmp_path):
+  write_blimp(tmp_path / "b", {"p_a": [("x y.", "y x."),  # equal lengths: a tie
+                                        ("A b.", "A b zz."),  # bad is -inf: not right
+                                        ("zz b.", "A b c d."),  # good is -inf
+                                        ("A b.", "A b c d.")]})  # right
+  tok = make_tokenizer("word", words="A b c d x y zz .".split())
+  scorer = BrokenScorer(tok.encode_word("zz")[0])
+  result = evaluate_blimp(scorer, tok, CONFIGURATIONS["terminal"], tmp_path / "b")
+  assert result.correct.tolist() == [False, False, False, True]
+  assert result.stats["ties"] == 1 and result.stats["nonfinite_pairs"] == 2
+  assert result.overall == pytest.approx(25.0)
+
+
 def test_tree_models_sum_over_distinct_linearizations():
   tok = make_tokenizer("word", words=["the", "cat", "sleeps", "."])
   words = ["the", "cat", "sleeps", "."]
@@ -114,10 +137,15 @@ def test_tree_models_sum_over_distinct_linearizations():
   (tgtree,), _ = sentence_log_probs(PerTokenScorer(), [words], tok, CONFIGURATIONS["tgtree"],
                                     TwoTrees())
   assert tgtree == pytest.approx(math.log(math.exp(-8) + 2 * math.exp(-11)))
-  # Terminal-format models ignore proposals; pause tokens are context only.
-  for name in ("terminal", "pause1", "tree_shuffle"):
+  # Terminal-format models ignore proposals and score every position as trained: 4 words +
+  # EOS, and the pause models their 4 or 8 pause tokens too (SPEC §9).
+  for name, tokens in (("terminal", 5), ("tree_shuffle", 5), ("pause1", 9), ("pause2", 13)):
     (term,), _ = sentence_log_probs(PerTokenScorer(), [words], tok, CONFIGURATIONS[name])
-    assert term == pytest.approx(-5.0)
+    assert term == pytest.approx(-tokens), name
+  # Terminal-only tree scoring: the best candidate's terminals + EOS (5 tokens each).
+  (best,), _ = sentence_log_probs(PerTokenScorer(), [words], tok, CONFIGURATIONS["tree"],
+                                  TwoTrees(), tree_scoring="terminal")
+  assert best == pytest.approx(-5.0)
   with pytest.raises(ValueError, match="needs a proposal source"):
     sentence_log_probs(PerTokenScorer(), [words], tok, CONFIGURATIONS["tree"])
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.block_plan import (EMPTY, FULL, pad_metadata, padded_length, plan_blocks,
+from slm_jax.kernels.block_plan import (EMPTY, FULL, pad_metadata, padded_length, plan_blocks,
                                        skip_fraction)
 from slm_jax.data.packing import pack_documents
 from slm_jax.linearize import linearize
@@ -89,14 +89,14 @@ def check_plan(plan, meta, codes_H, block_q, block_k) -> tuple[float, float]:
 
   Returns the (plan empty, truly empty) tile fractions.
   """
-  kind = np.asarray(plan.kind_BHQK)
+  kind = np.asarray(plan.kind_BHIJ)
   anyt, allt = tile_truth(meta, codes_H, block_q, block_k)
   assert kind.dtype == np.int8 and kind.shape == anyt.shape
   assert not (anyt & (kind == EMPTY)).any(), "a tile called empty has an attending pair"
   assert not (~allt & (kind == FULL)).any(), "a tile called full has a masked pair"
   visit = kind != EMPTY
-  for count, blocks, visit_ in ((plan.count_BHQ, plan.kblocks_BHQK, visit),
-                                (plan.qcount_BHK, plan.qblocks_BHKQ, np.swapaxes(visit, -1, -2))):
+  for count, blocks, visit_ in ((plan.count_BHI, plan.kblocks_BHIJ, visit),
+                                (plan.qcount_BHJ, plan.qblocks_BHJI, np.swapaxes(visit, -1, -2))):
     count, blocks = np.asarray(count), np.asarray(blocks)
     np.testing.assert_array_equal(count, visit_.sum(-1))
     assert count.min() >= 1  # the diagonal tile is never empty
@@ -140,7 +140,7 @@ def test_heads_share_their_groups_plan(name):
   check_plan(plan, meta, codes, 32, 32)
   single = {int(c): plan_blocks(meta, [c], 32, 32, xp=np) for c in set(codes.tolist())}
   for h, c in enumerate(codes.tolist()):
-    np.testing.assert_array_equal(plan.kind_BHQK[:, h], single[c].kind_BHQK[:, 0])
+    np.testing.assert_array_equal(plan.kind_BHIJ[:, h], single[c].kind_BHIJ[:, 0])
 
 
 def test_padding_and_all_padding_blocks():
@@ -150,7 +150,7 @@ def test_padding_and_all_padding_blocks():
   padded = pad_metadata(meta, length, xp=np)
   plan = plan_blocks(padded, ALL_CODES, 16, 32, xp=np)
   check_plan(plan, padded, ALL_CODES, 16, 32)
-  kind = np.asarray(plan.kind_BHQK)
+  kind = np.asarray(plan.kind_BHIJ)
   assert (kind[:, :, -1, :-1] == EMPTY).all()  # the all-padding last query block: diagonal only
   with pytest.raises(ValueError, match="multiple"):
     plan_blocks(meta, ALL_CODES, 16, 32, xp=np)
@@ -161,7 +161,7 @@ def test_gum_lin2_rows_stack_skips_more():
   plan = plan_blocks(meta, ALL_CODES, 32, 32, xp=np)
   found, true = check_plan(plan, meta, ALL_CODES, 32, 32)
   assert found >= 0.95 * true, (found, true)
-  empty = (np.asarray(plan.kind_BHQK) == EMPTY).mean(axis=(0, 2, 3))  # per code
+  empty = (np.asarray(plan.kind_BHIJ) == EMPTY).mean(axis=(0, 2, 3))  # per code
   print("GUM lin2 T=512 32x32 empty fraction per code:",
         dict(zip([a.name for a in Attention], np.round(empty, 3))))
   assert empty[Attention.TG] > empty[Attention.CAUSAL] + 0.02

@@ -94,3 +94,43 @@ def test_ppl_statistic_and_p_value_formula():
   assert p_value(np.zeros(5)) == 1.0
   with pytest.raises(ValueError, match="different example counts"):
     paired_bootstrap({"a": np.ones(3), "b": np.ones(4)})
+
+
+def test_macro_average_resamples_tasks():
+  """Per-task scores of three models on 11 tasks: each resample draws 11 task indices (shared),
+  the macro average is their mean; the interval is the percentile of that, like a slow loop."""
+  from slm_jax.eval.bootstrap import macro_bootstrap
+  rng = np.random.default_rng(5)
+  tasks = rng.uniform(40, 75, size=(11, 1)) + rng.normal(0, 1, size=(11, 3)) + [0, 0.5, 2.0]
+  scores = {"a": tasks[:, 0], "b": tasks[:, 1], "c": tasks[:, 2]}
+  res = macro_bootstrap(scores, resamples=2000, seed=2027)
+  slow_rng = np.random.default_rng(2027)
+  slow = np.array([tasks[slow_rng.integers(0, 11, size=11)].mean(axis=0) for _ in range(2000)])
+  assert res.unit == "tasks" and res.examples == 11
+  assert res.estimate["c"] == pytest.approx(tasks[:, 2].mean())
+  assert res.ci["a"] == pytest.approx(tuple(np.percentile(slow[:, 0], [2.5, 97.5])))
+  # Task resampling measures suite composition: far wider than the model gap.
+  assert res.ci["a"][1] - res.ci["a"][0] > 4
+  first = slow.argmax(axis=1)
+  assert res.rank_first == pytest.approx({m: float(np.mean(first == i))
+                                          for i, m in enumerate("abc")})
+  assert sum(res.rank_first.values()) == pytest.approx(1.0) and res.rank_first["c"] > 0.9
+  assert macro_bootstrap(scores, resamples=200, seed=2026).ci != macro_bootstrap(
+      scores, resamples=200, seed=2027).ci  # the seed is a parameter (2026: App. F)
+  c_vs_a = next(p for p in res.to_json()["pairs"] if (p["a"], p["b"]) == ("a", "c"))
+  assert c_vs_a["ci"][1] < 0 and c_vs_a["p"] < 0.01
+  with pytest.raises(ValueError, match="finite"):
+    macro_bootstrap({"a": [1.0, np.nan]})
+
+
+def test_rank_first_shares_split_ties_and_follow_the_direction():
+  from slm_jax.eval.bootstrap import rank_first
+  boot = np.array([[1.0, 2.0, 2.0], [3.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 5.0, 2.0]])
+  assert rank_first(boot).tolist() == pytest.approx([(0 + 1 + 1 / 3 + 0) / 4,
+                                                     (0.5 + 0 + 1 / 3 + 1) / 4,
+                                                     (0.5 + 0 + 1 / 3 + 0) / 4])
+  assert rank_first(boot, lower_better=True)[2] == pytest.approx((0 + 1 + 1 / 3 + 0) / 4)
+  acc = (np.random.default_rng(1).random((300, 2)) < [0.5, 0.8]).astype(float)
+  res = paired_bootstrap({"weak": acc[:, 0], "strong": acc[:, 1]}, resamples=500)
+  assert res.rank_first == pytest.approx({"weak": 0.0, "strong": 1.0})
+  assert res.to_json()["models"]["strong"]["rank_first"] == 1.0

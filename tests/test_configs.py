@@ -20,10 +20,12 @@ def config_file(name: str, scale: str) -> str:
   return str(CONFIG_DIR / f"{name}_{scale}.py")
 
 
-def test_exactly_the_56_files():
+def test_exactly_the_56_files_and_the_hf_presets():
   files = {p.stem for p in CONFIG_DIR.glob("*.py")} - {"__init__"}
-  assert files == {f"{n}_{s}" for n in NAMES for s in config_builder.SCALES}
-  assert len(files) == 56
+  paper = {f for f in files if not f.startswith("hf_")}
+  assert paper == {f"{n}_{s}" for n in NAMES for s in config_builder.SCALES}
+  assert len(paper) == 56
+  assert files - paper == {"hf_qwen2_5_7b", "hf_llama3_8b", "hf_olmo2_1b"}
 
 
 @pytest.mark.parametrize("scale", config_builder.SCALES)
@@ -49,7 +51,7 @@ def test_config_file_loads_and_validates(name, scale):
 def test_scale_dims_match_spec(scale, dims, weights, paper_n):
   model = build("tgtree", scale).model
   assert (model.d_model, model.mlp_ratio, model.n_layers, model.n_heads) == dims
-  assert model.n_kv_heads == 0 and model.tie_embeddings  # 0 = n_heads (no GQA)
+  assert model.n_kv_heads is None and model.tie_embeddings  # None = n_heads (no GQA)
   assert model.param_dtype == "float32" and model.compute_dtype == "bfloat16"
   bare = config_builder.non_embedding_params(dims[0], dims[2], dims[1], dims[3], biases=False)
   assert bare == pytest.approx(weights, rel=1e-3)
@@ -170,3 +172,75 @@ def test_absl_subprocess():
                         "--config.train.steps=5"], capture_output=True, text=True, timeout=60)
   assert out.returncode == 0, out.stderr
   assert "steps 5 tg" in out.stdout
+
+
+def test_packaged_config_names(tmp_path, monkeypatch):
+  """`--config=tgtree_1b` works without a checkout; a path that exists is kept as given."""
+  from slm_jax import configs
+  from slm_jax.main import resolve_config_argv
+  packaged = configs.FOLDER / "tgtree_1b.py"
+  assert configs.config_path("tgtree_1b") == str(packaged)
+  assert configs.config_path("tgtree_1b.py") == str(packaged)
+  assert configs.config_path(config_file("tg", "tiny")) == config_file("tg", "tiny")
+  monkeypatch.chdir(tmp_path)  # no configs/ here: the packaged copy answers
+  assert configs.config_path("configs/tg_tiny.py") == str(configs.FOLDER / "tg_tiny.py")
+  assert configs.config_path("no_such_config") == "no_such_config"  # config_flags reports it
+  assert resolve_config_argv(["main", "--config=tg_tiny", "--workdir=w"]) == [
+      "main", f"--config={configs.FOLDER / 'tg_tiny.py'}", "--workdir=w"]
+  assert len(configs.names()) == 59  # 56 paper configs + 3 Hugging Face presets
+
+
+def test_schema_expresses_optional_values_and_scale_only_keys():
+  """The typed-section machinery: `X | None` values, keys that exist at one scale only, keys a
+  saved config may lack (a default), and every problem of a section at once."""
+  import dataclasses
+  from slm_jax import sections
+
+  @dataclasses.dataclass(frozen=True)
+  class Demo:
+    width: int
+    limit: int | None = None
+    tiny_only: int = sections.option(3, scales=("tiny",))
+    late: bool = sections.option(False, required=False)
+
+    def __post_init__(self):
+      rules = sections.Rules("demo", self)
+      if rules.typed:
+        rules.need(self.width > 0, f"width={self.width} must be positive")
+        rules.need(self.limit is None or self.limit > self.width, "limit must exceed width")
+      rules.done()
+
+  assert Demo(2).limit is None and Demo(2, 5).limit == 5
+  with pytest.raises(sections.SectionError) as err:
+    Demo(width="2", limit=1.5)
+  assert err.value.problems == ["demo.width = '2' should be of type int, got str",
+                                "demo.limit = 1.5 should be of type int, got float"]
+  with pytest.raises(sections.SectionError) as err:
+    Demo(width=-1, limit=-3)
+  assert len(err.value.problems) == 2
+  assert [f.name for f in sections.config_fields(Demo, "1b")] == ["width", "limit", "late"]
+  assert [f.name for f in sections.config_fields(Demo, "tiny")] == [
+      "width", "limit", "tiny_only", "late"]
+  # In a real config: optional model values are typed placeholders a command line can set.
+  cfg = build("tgtree", "tiny")
+  assert cfg.model.head_dim is None and cfg.model.n_kv_heads is None
+  run = load_config(config_file("tgtree", "tiny"), ["model.n_kv_heads=2"])
+  assert run.model.n_kv_heads == 2 and run.model.head_dim == 32
+
+
+def test_saved_configs_validate_and_old_ones_load():
+  """config.json round-trips; a key added later (model.qk_norm) may be missing from an older
+  saved config; a misspelt or wrongly typed one is named."""
+  import json
+  run = validate(build("tg", "tiny"))
+  saved = json.loads(run.to_json())
+  assert validate(saved) == run
+  del saved["model"]["qk_norm"]
+  assert validate(saved).model.qk_norm is False
+  saved["model"]["d_modle"] = 3
+  saved["train"]["steps"] = "many"
+  with pytest.raises(ConfigError, match=r"unknown key model\.d_modle; did you mean model\.d_model"):
+    validate(saved)
+  del saved["model"]["d_modle"]
+  with pytest.raises(ConfigError, match="train.steps = 'many' should be of type int"):
+    validate(saved)

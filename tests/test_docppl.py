@@ -111,8 +111,10 @@ def test_projection_duplicates_count_once(tokenizer):
   assert len(distinct_candidates(merge, tokenizer, "lin1")) == 2
 
 
-@pytest.mark.parametrize("name", ["terminal", "pause2", "tree_shuffle"])
-def test_terminal_format_counts_terminals_and_eos(tokenizer, name):
+@pytest.mark.parametrize("name", ["terminal", "pause1", "pause2", "tree_shuffle"])
+def test_terminal_format_scores_every_position_and_counts_terminals_and_eos(tokenizer, name):
+  """Terminal-format models score every position as trained (pause models: their pauses too,
+  SPEC §9; Tree-Shuffle: terminals in lin0); M = terminal + EOS tokens for all."""
   conf = CONFIGURATIONS[name]
   doc = [S1[0], S2[0]]
   scorer = FakeScorer()
@@ -121,11 +123,37 @@ def test_terminal_format_counts_terminals_and_eos(tokenizer, name):
   seq = encode_document(doc, tokenizer, lin)
   lp = scorer.logprobs([seq])[0]
   keep = np.isin(seq.kinds[1:], [Kind.TERMINAL, Kind.EOS])
-  assert got.tokens == 9 == int(keep.sum())
-  assert got.log_prob == pytest.approx(float(lp[keep].sum()), abs=1e-9)
+  pauses = {"pause1": 8, "pause2": 16}.get(name, 0)
+  assert got.tokens == 9 == int(keep.sum()) and len(lp) == 9 + pauses
+  assert got.log_prob == pytest.approx(float(lp.sum()), abs=1e-9)  # every position
   # A context cap scores sentence by sentence: the second sentence loses its history.
   capped = doc_ppl(FakeScorer(), [doc], tokenizer, conf, max_context=len(seq) - 2)
   assert capped.tokens == 9 and capped.truncated_histories == 1
+
+
+def test_terminal_tree_scoring_takes_the_best_candidate_on_terminals(tokenizer):
+  """`tree_scoring="terminal"`: each sentence scores the best candidate's terminal + EOS
+  log-probs (structure as context); histories still follow the best joint candidate."""
+  conf = CONFIGURATIONS["tree"]
+  doc = [S1[0], S2[0]]
+  scorer = FakeScorer()
+  got = doc_ppl(scorer, [doc], tokenizer, conf, TableProposals([S1, S2]),
+                tree_scoring="terminal")
+  joint = doc_ppl(scorer, [doc], tokenizer, conf, TableProposals([S1, S2]))
+  words_lp = lambda seq, lp, start: float(lp[start - 1:][np.isin(
+      seq.kinds[start:], [Kind.TERMINAL, Kind.EOS])].sum())
+  firsts = [encode_document([t], tokenizer, "lin1") for t in S1]
+  first_lp = [scorer.logprobs([q])[0] for q in firsts]
+  best_first = int(np.argmax([lp.sum() - lp[-1] for lp in first_lp]))  # joint, without EOS
+  expected = max(words_lp(q, lp, 1) - lp[-1] for q, lp in zip(firsts, first_lp))
+  history = firsts[best_first]
+  start = len(history) - 1  # the history without its EOS
+  seconds = [encode_document([S1[best_first], t], tokenizer, "lin1") for t in S2]
+  expected += max(words_lp(q, scorer.logprobs([q])[0], start) for q in seconds)
+  assert got.log_prob == pytest.approx(expected, abs=1e-9)
+  assert got.log_prob != pytest.approx(joint.log_prob) and got.tokens == joint.tokens == 9
+  with pytest.raises(ValueError, match="tree_scoring"):
+    counted_tokens(firsts[0].kinds, conf, "full")
 
 
 def test_tg_does_not_score_cnt2(tokenizer):

@@ -89,3 +89,39 @@ def test_embedded_and_table_format_as_a_module():
                           check=True)
   assert result.stdout.startswith("# tg: lin2 + tg")
   assert "CNT1" in result.stdout
+
+
+def test_old_and_new_flag_spellings(capsys, monkeypatch):
+  """`--embedded_seed` (canonical) and `--embedded-seed` (older) give the same documents."""
+  outs = []
+  for flag in ("--embedded_seed=3", "--embedded-seed=3"):
+    code, docs, _ = run(["--configuration=tree", "--embedded=1", flag], capsys=capsys,
+                        monkeypatch=monkeypatch)
+    assert code == 0
+    outs.append(docs)
+  assert outs[0] == outs[1]
+  code, other, _ = run(["--configuration=tree", "--embedded=1"], capsys=capsys,
+                       monkeypatch=monkeypatch)
+  assert other != outs[0]  # the seed was really read
+
+
+def test_empty_input_folders_and_lenient_counts(tmp_path, capsys, monkeypatch):
+  """Nothing to explain is an error (not silence); a folder is read file by file; lenient
+  counts say how many files held no tree."""
+  empty = tmp_path / "empty.mrg"
+  empty.write_text("")
+  code, docs, err = run(["--sentences", str(empty)], capsys=capsys, monkeypatch=monkeypatch)
+  assert code == 2 and not docs and "no trees to explain" in err and "files without trees: 1" in err
+  assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+  folder = tmp_path / "docs"
+  folder.mkdir()
+  (folder / "a.mrg").write_text(CATS)
+  (folder / "b.mrg").write_text(HUNGRY + CATS)
+  code, docs, _ = run([str(folder)], capsys=capsys, monkeypatch=monkeypatch)
+  assert code == 0 and len(docs) == 2
+  bad = tmp_path / "bad.mrg"
+  bad.write_text("(S (NP a b)\n")
+  code, docs, err = run(["--lenient", str(bad), str(folder / "a.mrg"), str(empty)],
+                        capsys=capsys, monkeypatch=monkeypatch)
+  assert code == 0 and len(docs) == 1
+  assert "skipped 1 malformed" in err and "files without trees: 2" in err

@@ -11,19 +11,21 @@ import pytest
 
 from slm_jax import ptb
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.data.encode import encode_document
-from slm_jax.data.grain_pipeline import (PipelineOptions, build_iterator, encode_base,
-                                         make_train_iterator)
+from slm_jax.data.documents import DocumentSource, prepare
+from slm_jax.data.encode import encode_base, encode_document
+from slm_jax.data.grain_pipeline import PipelineOptions, build_iterator, make_train_iterator
 from slm_jax.data.packing import sentence_chunks
+from slm_jax.data.sources import SOURCES, STREAMED
 from slm_jax.kinds import Kind
 from slm_jax.linearize import SCHEMES
-from slm_jax.prepare import DocumentSource, prepare
 from slm_jax.structure import row_metadata
 from slm_jax.tokenizer import make_tokenizer
 from tests.shared_data import require_shared
 
 SEQ_LEN = 256
-FIELDS = ("tokens", "kinds", "segment", "position", "depth", "pop", "targets")
+def fields(batch) -> list[np.ndarray]:
+  """Every array of a `Batch`: tokens, the RowMetadata fields, targets."""
+  return [batch.tokens, *batch.meta, batch.targets]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ class _SentenceIndex:
 
 def _runs(batch):
   for row in range(batch.tokens.shape[0]):
-    segment = batch.segment[row]
+    segment = batch.meta.segment[row]
     for s in np.unique(segment[segment > 0]):
       where = np.flatnonzero(segment == s)
       assert np.array_equal(where, np.arange(where[0], where[-1] + 1)), "segment not contiguous"
@@ -145,15 +147,15 @@ def test_rows_hold_whole_sentences_of_every_document_once(gum):
 def test_packed_metadata_equals_documents_alone(gum):
   iterator, _ = _iterator(gum, "tgtree_mix_tg", shuffle_seed=3)
   for _, batch in zip(range(6), iterator):
-    assert all(batch.__dict__[f].shape == (4, SEQ_LEN) for f in FIELDS)
+    assert all(f.shape == (4, SEQ_LEN) for f in fields(batch))
     for row, a, b in _runs(batch):
-      kinds = batch.kinds[row, a:b]
+      kinds = batch.meta.kind[row, a:b]
       alone = row_metadata(kinds[None], np.ones((1, b - a), np.int32))
-      assert np.array_equal(batch.position[row, a:b], alone.position[0])
-      assert np.array_equal(batch.depth[row, a:b], alone.depth[0])
+      assert np.array_equal(batch.meta.position[row, a:b], alone.position[0])
+      assert np.array_equal(batch.meta.depth[row, a:b], alone.depth[0])
       pop = alone.pop[0]  # "never popped" is the row length; a CNT2 pops at its index + 1
       never = (pop == b - a) & (kinds != Kind.CNT2)
-      assert np.array_equal(batch.pop[row, a:b], np.where(never, SEQ_LEN, pop + a))
+      assert np.array_equal(batch.meta.pop[row, a:b], np.where(never, SEQ_LEN, pop + a))
       assert not batch.targets[row, a]  # the first token of a run is never a target
       assert not batch.targets[row, a:b][kinds == Kind.CNT2].any()  # tg: CNT2 not a target
 
@@ -175,8 +177,8 @@ def test_two_hosts_are_disjoint_and_cover_everything(gum):
 def _assert_same(a, b):
   assert len(a) == len(b)
   for x, y in zip(a, b):
-    for field in FIELDS:
-      assert np.array_equal(getattr(x, field), getattr(y, field)), field
+    for i, (u, v) in enumerate(zip(fields(x), fields(y))):
+      assert np.array_equal(u, v), i
 
 
 @pytest.mark.parametrize("workers,prefetch", [(0, 0), (0, 2), (2, 1)])
@@ -200,6 +202,16 @@ def test_resume_yields_exactly_the_remaining_batches(gum, workers, prefetch):
   finally:
     second.close()
   _assert_same(got, want)
+
+
+def test_only_the_streamed_sources_go_through_grain(gum):
+  out, _, tokenizer = gum
+  assert STREAMED == ("arrayrecord", "parquet", "tfds") and set(STREAMED) < set(SOURCES)
+  options = PipelineOptions(seq_len=SEQ_LEN, batch_size=1)
+  for source in sorted(set(SOURCES) - set(STREAMED)):
+    with pytest.raises(ValueError, match=f"unknown data.source '{source}' for the grain pipeline; "
+                       "expected one of arrayrecord, parquet, tfds"):
+      build_iterator(source, [out], tokenizer, CONFIGURATIONS["tree"], options)
 
 
 def test_state_from_another_pipeline_is_rejected(gum):
@@ -291,3 +303,29 @@ def test_make_train_iterator_reads_cfg_and_splits_the_global_batch(gum):
   cfg.train.global_batch = 5
   with pytest.raises(ValueError, match="not divisible by the 2 hosts"):
     make_train_iterator(cfg, tokenizer, CONFIGURATIONS["tree"], process_index=0, process_count=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_endless_stream_that_packs_nothing_stops_instead_of_hanging(tmp_path, workers):
+  """Every sentence longer than a row: the in-memory loader stops with "no rows"; the streamed
+  one used to loop forever over its epochs. It stops with the same message and the counts."""
+  from slm_jax.data.pack_iter import NoRowsError
+  words = [f"w{i}" for i in range(30)]
+  trees = tmp_path / "long"
+  trees.mkdir()
+  for d in range(3):
+    (trees / f"d{d}.ptb").write_text("(S " + " ".join(words) + ")\n")
+  prepare([trees], tmp_path / "prepared")
+  tokenizer = make_tokenizer("word", words=words)
+  options = PipelineOptions(seq_len=16, batch_size=2, num_epochs=None, prefetch=1,
+                            worker_count=workers)
+  iterator, _ = build_iterator("arrayrecord", [tmp_path / "prepared"], tokenizer,
+                               CONFIGURATIONS["tree"], options)
+  with pytest.raises(Exception, match=r"no rows: .*every sentence is longer than seq_len=16.*"
+                                      r"longer than a row"):
+    next(iterator)
+  iterator.close()
+  if workers == 0:
+    with pytest.raises(NoRowsError):
+      next(build_iterator("arrayrecord", [tmp_path / "prepared"], tokenizer,
+                          CONFIGURATIONS["tree"], options)[0])

@@ -119,7 +119,7 @@ def test_arena_compaction_keeps_every_row():
 def test_the_comparison_detects_a_wrong_mask():
   model, configuration, sequences, reference = setup("tg")
   decoder = IncrementalDecoder(model, configuration, max_len=32, batch=3)
-  decoder.codes = (0,) * 4  # decode the TG model as if it were causal
+  decoder.groups = (0,)  # decode the TG model as if it were causal
   assert decode_and_compare(decoder, sequences, reference) > 1e-2
 
 
@@ -154,3 +154,39 @@ def test_recompute_decoder_matches_and_limits_are_checked():
     decoder.step([5], [3])
   with pytest.raises(RuntimeError, match="start"):
     IncrementalDecoder(model, configuration, max_len=4, batch=1).step([5], [3])
+
+
+def test_a_block_feature_added_in_the_model_is_decoded_by_the_cache():
+  """QK-norm lives only in `SelfAttention.project`; the KV cache runs the model's own blocks, so
+  it decodes the variant exactly (and the variant really changes the model)."""
+  configuration = resolve(linearization="lin2", attention="mix(tg_nomask,tg)")
+  config = ModelConfig(vocab_size=TOKENIZER.vocab_size, d_model=16, n_layers=2, n_heads=4,
+                       n_kv_heads=2, compute_dtype=jnp.float32, init_std=0.3,
+                       attention="mix(tg_nomask,tg)", qk_norm=True)
+  model = Decoder(config, rngs=nnx.Rngs(3))
+  model.blocks[0].attn.q_norm.weight[...] = jnp.linspace(0.2, 3.0, 16)
+  plain = Decoder(config.replace(qk_norm=False), rngs=nnx.Rngs(3))
+  sequences = [encode_document(d, TOKENIZER, "lin2") for d in DOCUMENTS]
+  reference = Scorer(model, TOKENIZER, configuration).logprobs(sequences)
+  without = Scorer(plain, TOKENIZER, configuration).logprobs(sequences)
+  assert max(np.abs(r - w).max() for r, w in zip(reference, without)) > 1e-2
+  decoder = IncrementalDecoder(model, configuration, max_len=32, batch=3)
+  assert decode_and_compare(decoder, sequences, reference, prefix=2, shuffle_at=5) < TOL
+
+
+def test_kv_cache_decodes_olmo2_blocks():
+  """OLMo-2 blocks (post-norm, QK-norm over the whole projected width, o bias): the cache runs
+  the model's own blocks, so its log-probs equal the full forward with no cache change."""
+  configuration = resolve(linearization="lin2", attention="causal")
+  config = ModelConfig(vocab_size=TOKENIZER.vocab_size, d_model=16, n_layers=2, n_heads=4,
+                       n_kv_heads=2, compute_dtype=jnp.float32, init_std=0.3, qk_norm=True,
+                       norm_position="post", qkv_bias=True, o_bias=True, attention="causal")
+  model = Decoder(config, rngs=nnx.Rngs(3))
+  model.blocks[0].attn.q_norm.weight[...] = jnp.linspace(0.5, 2.0, 16)
+  sequences = [encode_document(d, TOKENIZER, "lin2") for d in DOCUMENTS]
+  reference = Scorer(model, TOKENIZER, configuration).logprobs(sequences)
+  pre = Decoder(config.replace(norm_position="pre"), rngs=nnx.Rngs(3))
+  other = Scorer(pre, TOKENIZER, configuration).logprobs(sequences)
+  assert max(np.abs(a - b).max() for a, b in zip(reference, other)) > 1e-3  # post-norm matters
+  decoder = IncrementalDecoder(model, configuration, max_len=32, batch=3)
+  assert decode_and_compare(decoder, sequences, reference, prefix=2, shuffle_at=5) < TOL

@@ -1,5 +1,7 @@
 """launch/tpu_vm.sh in DRY_RUN mode: the gcloud commands it would run, and remote commands that
-a shell parses back into exactly the arguments given."""
+a shell parses back into exactly the arguments given; launch/slurm_gpu.sbatch in DRY_RUN mode: the
+srun command and each task's devices and command, and what jax.distributed reads from that Slurm
+environment."""
 
 from __future__ import annotations
 
@@ -69,3 +71,56 @@ def test_device_check_runs_the_parts_asked_for_and_reports_each(tmp_path):
   assert "backend cpu" in env and "attention_impl=auto resolves to xla" in env
   assert "no fused kernel on cpu" in (tmp_path / "kernel.txt").read_text()
   assert not (tmp_path / "attention.txt").exists()
+
+
+SLURM = SCRIPT.parent / "slurm_gpu.sbatch"
+_NO_SLURM = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JAX_"))}
+
+
+def slurm_dry_run(*args: str, **env: str) -> list[list[str]]:
+  done = subprocess.run(["bash", str(SLURM), *args], capture_output=True, text=True,
+                        env={**_NO_SLURM, "DRY_RUN": "1", **env}, check=False)
+  assert done.returncode == 0, done.stderr
+  return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("per, tasks", [("gpu", "8"), ("node", "1")])
+def test_slurm_starts_one_task_per_gpu_or_per_node_with_the_arguments_intact(per, tasks):
+  args = ["configs/tgtree_1b.py", "/mnt/runs/a b", "--config.data.paths=('/mnt/data',)"]
+  (line,) = slurm_dry_run(*args, NODES="2", GPUS_PER_NODE="8", PER=per)
+  assert line[:3] == ["srun", "--nodes=2", f"--ntasks-per-node={tasks}"]
+  assert f"PER={per}" in line[line.index("srun") + 4]  # --export=…
+  assert line[line.index("--task") + 1:] == args
+  assert line[line.index("--task") - 1] == str(SLURM)  # the checkout's copy runs on every node
+
+
+def test_a_slurm_task_initializes_jax_distributed_from_the_slurm_environment():
+  """The task's command and device ids, and what jax.distributed derives from that
+  environment: process 11 of 16 on GPU 3, coordinator on the step's first node."""
+  slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "gpu[007-008]", "SLURM_NTASKS": "16",
+           "SLURM_PROCID": "11", "SLURM_LOCALID": "3", "GPUS_PER_NODE": "8"}
+  (line,) = slurm_dry_run("--task", "configs/tg_1b.py", "/runs/tg", "--config.mesh.fsdp=8",
+                          **slurm)
+  assert line[0] == "JAX_LOCAL_DEVICE_IDS=3"
+  assert line[2:] == ["-m", "slm_jax.main", "--config=configs/tg_1b.py", "--workdir=/runs/tg",
+                      "--config.mesh.distributed=on", "--config.mesh.fsdp=8"]
+  (per_node,) = slurm_dry_run("--task", "c", "w", PER="node", GPUS_PER_NODE="4")
+  assert per_node[0] == "JAX_LOCAL_DEVICE_IDS=0,1,2,3"
+  probe = ("from jax._src import clusters; print(clusters.ClusterEnv."
+           "auto_detect_unset_distributed_params(None, None, None, None, None, 300))")
+  env = {**_NO_SLURM, **slurm}
+  done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                        check=True)
+  port = 4242 % 2**12 + 65535 - 2**12 + 1
+  assert done.stdout.strip() == f"('gpu007:{port}', 16, 11, [3])"
+
+
+@pytest.mark.parametrize("args, env, message", [
+    ((), {}, "sbatch --nodes=4"),
+    (("c", "w"), {"PER": "core"}, "error: PER=core"),
+    (("c", "w"), {}, "error: cannot tell the GPUs per node"),
+])
+def test_slurm_bad_usage_is_one_error(args, env, message):
+  done = subprocess.run(["bash", str(SLURM), *args], capture_output=True, text=True,
+                        env={**_NO_SLURM, "DRY_RUN": "1", **env}, check=False)
+  assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 
 from slm_jax.kinds import Kind
-from slm_jax.linearize import (INVERTIBLE_SCHEMES, SCHEMES, LinearizationError, base_sequence,
-                               delinearize, derive, document_key, linearize)
+from slm_jax.kinds import CLOSING_KINDS, STRUCTURAL_KINDS, is_closing, is_structural
+from slm_jax.linearize import (INVERTIBLE_SCHEMES, SCHEME_TABLE, SCHEMES, LinearizationError,
+                               base_sequence, delinearize, derive, document_key, get_scheme,
+                               linearize)
 from slm_jax.trees import Tree
 from tests import oracle
 from tests.strategies import documents
@@ -151,3 +153,42 @@ def test_matches_the_loop_oracle(document):
     sequence = linearize(document, scheme)
     assert sequence.symbols() == symbols, scheme
     assert sequence.kinds.tolist() == [int(k) for k in kinds], scheme
+
+
+NESTED = [Tree("S", (Tree("NP", ("the", "cat")), Tree("VP", ("will", Tree("VP", ("go",)))))),
+          Tree("S", ("Cats", Tree("VP", ("chase", "mice"))))]
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_scheme_table_agrees_with_the_derivations(name):
+  """Every fact of the one scheme table is what `derive` actually produces."""
+  facts = get_scheme(name)
+  base = base_sequence(NESTED)
+  out = derive(base, name, seed=1)
+  kinds = out.kinds.tolist()
+  assert facts.has_brackets == any(is_structural(k) for k in kinds)
+  assert facts.opens == (Kind.ONT in kinds)
+  closings = np.flatnonzero(is_closing(out.kinds))
+  if facts.closing_expansion and name != "lin1_merge":  # merge: one `)` per run of closings
+    copies = len(facts.closing_expansion)
+    for start in closings:
+      assert tuple(kinds[start:start + copies]) == facts.closing_expansion
+  assert facts.invertible == (name in ("lin1", "lin2", "lin3"))
+  if facts.invertible:
+    assert delinearize(out.symbols(), out.kinds, name) == NESTED
+  # Cutting the base to `tokenize_from` first changes nothing (so dropped tokens need no ids).
+  cut = derive(base, facts.tokenize_from)
+  assert derive(cut, name, seed=1, doc_key=document_key(base)).symbols() == out.symbols()
+  assert get_scheme(facts.scored_as).has_brackets == facts.scored_with_structure
+  assert facts.terminal_format in ("lin0", "pause1", "pause2")
+  if facts.shuffled:
+    assert derive(base, name, seed=2).symbols() != out.symbols()
+  with pytest.raises(ValueError, match="unknown linearization 'lin9'"):
+    get_scheme("lin9")
+
+
+def test_kind_sets_are_defined_once():
+  codes = np.arange(len(Kind))
+  assert [Kind(c) for c in codes[is_closing(codes)]] == list(CLOSING_KINDS)
+  assert [Kind(c) for c in codes[is_structural(codes)]] == list(STRUCTURAL_KINDS)
+  assert INVERTIBLE_SCHEMES == tuple(s for s in SCHEME_TABLE if SCHEME_TABLE[s].invertible)

@@ -22,9 +22,9 @@ def test_batches_and_accounting():
   assert data.stats.tokens_packed + data.stats.tokens_dropped == data.stats.tokens
   batch = next(iter(BatchIterator(data, batch_size=4, seed=0)))
   assert batch.tokens.shape == (4, 128) and batch.targets.dtype == bool
-  meta = row_metadata(batch.kinds, batch.segment)
-  assert np.array_equal(meta.pop, batch.pop)
-  assert not batch.targets[batch.kinds == 7].any()  # CNT2 is not a target under tg
+  meta = row_metadata(batch.meta.kind, batch.meta.segment)
+  assert np.array_equal(meta.pop, batch.meta.pop)
+  assert not batch.targets[batch.meta.kind == 7].any()  # CNT2 is not a target under tg
 
 
 def test_iterator_state_resumes_the_same_stream():
@@ -45,9 +45,11 @@ def test_pad_rows_appends_target_free_padding_rows():
   batch = data.batch(np.arange(3))
   padded = batch.pad_rows(4)
   assert padded.tokens.shape == (4, 128) and batch.pad_rows(3) is batch
-  for field, value in batch.as_dict().items():
-    np.testing.assert_array_equal(getattr(padded, field)[:3], value)
-  assert not padded.targets[3].any() and not padded.segment[3].any()
-  rebuilt = Batch.from_rows(padded.tokens, padded.kinds, padded.segment, data.configuration)
-  for field, value in rebuilt.as_dict().items():  # padding metadata = the shared rule's
-    np.testing.assert_array_equal(getattr(padded, field), value, err_msg=field)
+  flat = lambda b: [b.tokens, *b.meta, b.targets]
+  for got, value in zip(flat(padded), flat(batch)):
+    np.testing.assert_array_equal(got[:3], value)
+  assert not padded.targets[3].any() and not padded.meta.segment[3].any()
+  rebuilt = Batch.from_rows(padded.tokens, padded.meta.kind, padded.meta.segment,
+                            data.configuration)
+  for got, value in zip(flat(padded), flat(rebuilt)):  # padding metadata = the shared rule's
+    np.testing.assert_array_equal(got, value)

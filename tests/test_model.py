@@ -11,6 +11,7 @@ from flax import nnx
 
 from slm_jax.kinds import Kind
 from slm_jax.linearize import linearize
+from slm_jax.model.attention import KernelEntry
 from slm_jax.model import (ATTENTION_KERNELS, Decoder, KernelNotRegisteredError, ModelConfig,
                            apply_rope, attention_mask, non_embedding_param_count, param_count,
                            resolve_attention_impl, scale_config, xla_attention)
@@ -268,7 +269,7 @@ def test_rope_relative_positions_and_theta():
     (dict(d_model=30), "head_dim"), (dict(compute_dtype=jnp.int32), "compute_dtype"),
 ])
 def test_config_validation_names_the_field(overrides, field):
-  with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+  with pytest.raises(ValueError, match=f"model.{field}"):
     tiny(**overrides)
 
 
@@ -282,9 +283,9 @@ def test_config_defaults():
 def test_resolve_attention_impl(monkeypatch):
   monkeypatch.setattr("slm_jax.model.attention.ATTENTION_KERNELS", {})
   monkeypatch.setattr("slm_jax.model.attention._IMPORT_ERRORS", {})
-  monkeypatch.setattr("slm_jax.model.attention._KERNEL_MODULES",  # kernels that fail to import
-                      {"pallas_tpu": "pallas_kernels.no_such_module",
-                       "triton_gpu": "pallas_kernels.no_such_module"})
+  missing = KernelEntry("slm_jax.kernels.no_such_module", "attention", "a test kernel")
+  monkeypatch.setattr("slm_jax.model.attention.KERNELS",  # kernels that fail to import
+                      {"pallas_tpu": missing, "triton_gpu": missing})
   assert resolve_attention_impl("auto", "cpu") == "xla"
   assert resolve_attention_impl("auto", "tpu") == "xla"  # nothing registered: reference path
   assert resolve_attention_impl("xla", "gpu") == "xla"
@@ -310,3 +311,40 @@ def test_registered_kernel_is_used(monkeypatch):
   reference = forward(build(tiny("tg")), tokens, meta)
   np.testing.assert_allclose(forward(model, tokens, meta), reference, rtol=1e-6)
   assert calls == ["tg", "tg"]
+
+
+def test_checkpoint_options_have_rules_and_old_configs_load():
+  """The HF-import / LoRA options (SPEC §13) are checked like every model key, and a saved
+  config written before they existed still validates with their defaults."""
+  from slm_jax import config_builder  # pylint: disable=import-outside-toplevel
+  from slm_jax.sections import SectionError  # pylint: disable=import-outside-toplevel
+  for bad, word in ((dict(norm_position="side"), "norm_position"),
+                    (dict(rope_scaling="yarn"), "rope_scaling"),
+                    (dict(rope_scaling="llama3", rope_low_freq_factor=4.0,
+                          rope_high_freq_factor=1.0), "rope_low_freq_factor"),
+                    (dict(lora_rank=-1), "lora_rank")):
+    with pytest.raises(SectionError, match=word):
+      tiny(**bad)
+  saved = config_builder.validate(config_builder.build("terminal", "tiny")).to_dict()
+  new = ("o_bias", "norm_position", "norm_cast_first", "rope_scaling", "rope_factor",
+         "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_position",
+         "init_from", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+  for key in new:
+    del saved["model"][key]
+  del saved["optimizer"]["trainable"]
+  old = config_builder.validate(saved)
+  assert (old.model.norm_position, old.model.lora_rank, old.optimizer.trainable) == (
+      "pre", 0, "all")
+
+
+def test_llama3_rope_scaling_bands():
+  """Llama-3 scaling keeps short wavelengths, divides long ones by the factor, blends between."""
+  from slm_jax.model.layers import RopeScaling, rope_frequencies  # pylint: disable=import-outside-toplevel
+  plain = np.asarray(rope_frequencies(16, 10000.0))
+  scaled = np.asarray(rope_frequencies(16, 10000.0, RopeScaling(8.0, 1.0, 4.0, 64)))
+  wavelength = 2 * np.pi / plain
+  np.testing.assert_array_equal(scaled[wavelength < 16], plain[wavelength < 16])
+  np.testing.assert_allclose(scaled[wavelength > 64], plain[wavelength > 64] / 8, rtol=1e-6)
+  middle = (wavelength >= 16) & (wavelength <= 64)
+  assert middle.any() and np.all((scaled[middle] < plain[middle]) &
+                                 (scaled[middle] > plain[middle] / 8))

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import pallas_kernels.tpu_attention as tpu_attention
-from pallas_kernels.tpu_attention import attention_with_codes, pallas_attention
-from slm_jax.model import ATTENTION_KERNELS, Decoder, xla_attention
+import slm_jax.kernels.tpu_attention as tpu_attention
+from slm_jax.kernels.tpu_attention import attention_with_codes, pallas_attention
+from slm_jax.model import ATTENTION_KERNELS, Decoder, resolve_attention_impl, xla_attention
 from slm_jax.structure import Attention, parse_attention
 from tests.shared_data import shared_data_dir
 from tests.test_block_plan import gum_rows, random_rows
@@ -35,10 +35,10 @@ jit = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 TOL32 = dict(rtol=1e-5, atol=1e-5)
 
 
-def inputs(seed: int, B: int, T: int, H: int, G: int, D: int, dtype=jnp.float32):
+def inputs(seed: int, B: int, T: int, H: int, G: int, K: int, dtype=jnp.float32):
   rng = np.random.default_rng(seed)
   make = lambda *shape: jnp.asarray(rng.normal(size=shape), dtype)
-  return make(B, T, H, D), make(B, T, G, D), make(B, T, G, D), make(B, T, H, D)
+  return make(B, T, H, K), make(B, T, G, K), make(B, T, G, K), make(B, T, H, K)
 
 
 def as_jax(meta):
@@ -84,7 +84,8 @@ def assert_match(got, want, **tol):
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), **tol, err_msg=name)
 
 
-def test_registered():
+def test_found_through_the_kernel_table():
+  assert resolve_attention_impl("pallas_tpu", "tpu") == "pallas_tpu"
   assert ATTENTION_KERNELS["pallas_tpu"] is pallas_attention
 
 

@@ -12,13 +12,14 @@ import os
 import pytest
 
 from slm_jax import ptb
+from slm_jax.data import inputs, parquet
+from slm_jax.data.documents import DocumentSource, prepare
 from slm_jax.parse import readers
 from slm_jax.parse.__main__ import main as parse_main
 from slm_jax.parse.backends import (BENEPAR_DEFAULT_MODEL, BeneparBackend, FlatBackend,
                                     ModelNotFoundError, ParseFailure, PassThroughBackend,
                                     benepar_input_fields, tree_to_string)
 from slm_jax.parse.stage import StageOptions, _normalized, run_shard
-from slm_jax.prepare import DocumentSource, prepare
 from tests.shared_data import require_shared
 
 TEXTS = [
@@ -86,7 +87,7 @@ def test_units_and_shards_cover_every_row_group(tmp_path):
   path = _fineweb(tmp_path / "a.parquet")
   jsonl = tmp_path / "b.jsonl"
   jsonl.write_text("".join(json.dumps({"text": f"Doc {k}.", "id": k}) + "\n" for k in range(5)))
-  files = readers.list_files([tmp_path])
+  files = inputs.discover([tmp_path], inputs.PARSE_INPUTS)
   units = readers.list_units(files, jsonl_block=2)
   assert [(u.fmt, u.part) for u in units] == [("parquet", p) for p in range(4)] + \
       [("jsonl", p) for p in range(3)]
@@ -94,7 +95,7 @@ def test_units_and_shards_cover_every_row_group(tmp_path):
   assert sorted(u.name for s in shards for u in s) == sorted(u.name for u in units)
   texts = [d.text for u in units for d in readers.read_unit(u, jsonl_block=2)]
   assert texts == TEXTS + [f"Doc {k}." for k in range(5)]
-  assert readers.read_parquet_column(str(path), 1, "text")[1] == ["<urn:uuid:2>", "<urn:uuid:3>"]
+  assert parquet.read_column(str(path), 1, "text")[1] == ["<urn:uuid:2>", "<urn:uuid:3>"]
 
 
 def _outputs(directory):
@@ -228,3 +229,83 @@ def test_real_benepar_model_parses(tmp_path):  # pragma: no cover - needs the mo
   trees = [t for d in _outputs(tmp_path / "out") for t in d["trees"]]
   assert all(ptb.parse_trees(t)[0].leaves() for t in trees)
   assert os.path.exists(result.directory / "report.json")
+
+
+@pytest.mark.parametrize("dashed", [False, True])
+def test_cli_accepts_the_underscored_and_the_dashed_flag_spellings(tmp_path, capsys, dashed):
+  source = tmp_path / "trees.dat"  # an unknown suffix: --input_format says what it is
+  source.write_text("".join(json.dumps({"body": t, "key": f"k{k}"}) + "\n" for k, t in
+                            enumerate(["(S (NP a) (VP b))", "(S (NP broken", "(S (NP c))"])))
+  spell = (lambda name: name.replace("_", "-")) if dashed else (lambda name: name)
+  flags = [f"--{spell(name)}={value}" for name, value in (
+      ("input_format", "jsonl"), ("output_format", "jsonl"), ("text_field", "body"),
+      ("id_field", "key"), ("batch_size", 2), ("max_words", 5),
+      ("cache_dir", tmp_path / "cache"))] + ["--force"]
+  out = tmp_path / "out"
+  assert parse_main([str(source), f"--output={out}", "--backend=passthrough", "--shard=0/1",
+                     *flags]) == 0
+  assert "1 units parsed" in capsys.readouterr().out
+  assert [(d["id"], d["trees"]) for d in _outputs(out)] == [("k0", ["(S (NP a) (VP b))"]),
+                                                           ("k2", ["(S (NP c))"])]
+  assert parse_main([str(source), f"--output={out}", "--backend=passthrough",
+                     f"--{spell('no_cache')}", f"--{spell('input_format')}=jsonl",
+                     f"--{spell('text_field')}=body"]) == 0
+  assert parse_main(["--report", str(out)]) == 0
+  printed = capsys.readouterr().out
+  assert "0 units parsed, 1 already done" in printed and "3 documents → 2" in printed
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
+  source = tmp_path / "trees.dat"
+  source.write_text("(S (NP a))\n")
+  assert parse_main([str(source), f"--output={tmp_path}", "--backend=passthrough"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == (f"error: {source}: unknown input format (suffix '.dat'); pass "
+                 "--input_format=parquet|jsonl|text")
+  assert parse_main([str(source), "--backend=passthrough"]) == 2
+  assert capsys.readouterr().err.strip() == ("error: give INPUT… and --output (or --report "
+                                             "OUTPUT)")
+  assert parse_main([str(source), f"--output={tmp_path}", "--shard=2"]) == 2
+  assert "error: --shard must look like i/n (e.g. 3/16), got '2'" in capsys.readouterr().err
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+  from slm_jax.parse import stage
+
+  def full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  target = tmp_path / "part-00000-000000.jsonl"
+  monkeypatch.setattr(stage.json, "dumps", full_disk)  # the write fails midway
+  with pytest.raises(OSError, match="No space left"):
+    stage._write_part(target, [("a", ["(S a)"])], "jsonl")
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_string_text_column_is_named_with_its_type(tmp_path):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  path = tmp_path / "numbers.parquet"
+  pq.write_table(pa.table({"text": [1, 2, 3], "id": ["a", "b", "c"]}), path)
+  assert parse_main([str(path), f"--output={tmp_path / 'out'}", "--backend=passthrough"]) == 2
+  from slm_jax.data.parquet import read_rows
+  with pytest.raises(ValueError, match=r"numbers.parquet: column 'text' holds int64, not text"):
+    read_rows(str(path), 0)
+
+
+def test_the_slm_backend_parses_offline_with_the_shipped_model(tmp_path):
+  """`--backend=slm`: raw text → trees with slm_jax's own parser, no download; the cache key
+  names the model; a corrupt model folder is one error line."""
+  source = tmp_path / "docs.jsonl"
+  source.write_text(json.dumps({"id": "a", "text": "The cat sat on the mat. Dogs bark."}) + "\n")
+  out = tmp_path / "parsed"
+  assert parse_main([str(source), f"--output={out}", "--backend=slm", "--no_cache"]) == 0
+  (part,) = out.rglob("part-*.jsonl")
+  trees = json.loads(part.read_text().splitlines()[0])["trees"]
+  assert len(trees) == 2
+  assert ptb.parse_trees(trees[0])[0].leaves() == ["The", "cat", "sat", "on", "the", "mat", "."]
+  broken = tmp_path / "broken_model"
+  broken.mkdir()
+  (broken / "config.json").write_text("{not json")
+  assert parse_main([str(source), f"--output={tmp_path / 'p2'}", "--backend=slm",
+                     f"--model={broken}"]) == 2

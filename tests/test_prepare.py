@@ -1,49 +1,19 @@
-"""prepare: record round trip, versioning, sharded output, and every dropped document counted."""
+"""prepare: sharded output, completeness checks, every dropped document counted, and the CLI."""
 
 from __future__ import annotations
 
 import json
-import struct
 
-import numpy as np
 import pytest
 
 from slm_jax import ptb
 from slm_jax.corpus.treebank import generate_documents
+from slm_jax.data.documents import DocumentSource, prepare
+from slm_jax.data.records import RecordError
 from slm_jax.linearize import base_sequence
-from slm_jax.prepare import (DocumentSource, RecordError, decode_record, encode_record, main,
-                             prepare)
+from slm_jax.prepare import main
 from tests.shared_data import require_shared
-
-
-def _same_base(a, b) -> bool:
-  return (a.symbols() == b.symbols() and np.array_equal(a.kinds, b.kinds)
-          and np.array_equal(a.sentence, b.sentence) and np.array_equal(a.unit, b.unit))
-
-
-def test_record_round_trip_on_gum_and_embedded():
-  gum = require_shared("gum")
-  files = sorted((gum / "const").glob("*.ptb"))[:5]
-  documents = ptb.read_documents(files) + generate_documents(5, seed=3)
-  for k, document in enumerate(documents):
-    base = base_sequence(document)
-    record = decode_record(encode_record(base, f"doc{k}"))
-    assert record.id == f"doc{k}"
-    assert _same_base(record.base, base)
-    assert record.num_sentences == len(document)
-    assert record.trees() == list(document)
-
-
-def test_record_version_and_corruption_are_rejected():
-  data = encode_record(base_sequence(generate_documents(1, seed=0)[0]), "x")
-  newer = data[:4] + bytes([2]) + data[5:]
-  with pytest.raises(RecordError, match="version 2.*re-run python -m slm_jax.prepare"):
-    decode_record(newer)
-  with pytest.raises(RecordError, match="not an slm_jax.document record"):
-    decode_record(b"JUNK" + data[4:])
-  with pytest.raises(RecordError, match="corrupt"):
-    decode_record(data + b" extra")
-  assert struct.unpack_from("<4sB", data) == (b"SLMD", 1)
+from tests.test_records import same_base
 
 
 def test_prepare_counts_every_dropped_document_and_tree(tmp_path):
@@ -89,7 +59,7 @@ def test_sharded_prepare_covers_everything_and_checks_completeness(tmp_path):
   assert len(source) == 7 and len(source.files) == 4  # 3 + 2 + 2 documents, 2 per file
   assert sorted(source[i].id for i in range(7)) == sorted(map(str, files))
   want = {str(f): base_sequence(ptb.read_file(f)) for f in files}
-  assert all(_same_base(source[i].base, want[source[i].id]) for i in range(7))
+  assert all(same_base(source[i].base, want[source[i].id]) for i in range(7))
   (tmp_path / "out" / "manifest-00001-of-00003.json").unlink()
   with pytest.raises(RecordError, match=r"missing: 1 of 3 .*manifest-00001-of-00003.json"):
     DocumentSource(tmp_path / "out")
@@ -115,3 +85,80 @@ def test_words_and_documents_for_tokenizers_and_held_out_sets(tmp_path):
   assert source.documents() == [list(d) for d in documents]
   assert source.documents(limit=1) == [list(documents[0])]
   assert list(source.words()) == [w for d in documents for t in d for w in t.leaves()]
+
+
+@pytest.mark.parametrize("dashed", [False, True])
+def test_cli_accepts_the_underscored_and_the_dashed_flag_spellings(tmp_path, capsys, dashed):
+  documents = generate_documents(3, seed=5)
+  trees = tmp_path / "trees.ptb"
+  ptb.write_trees(trees, [tree for document in documents for tree in document])
+  flags = ["--sentences_as_documents", "--records_per_file=2"]
+  if dashed:
+    flags = [flag.replace("_", "-") for flag in flags]
+  assert main([str(trees), f"--output={tmp_path / 'out'}", "--format=ptb", "--shard=0/1",
+               *flags]) == 0
+  n = sum(len(d) for d in documents)  # one document per tree
+  assert f"prepare: {n:,} documents → {n:,}" in capsys.readouterr().out
+  source = DocumentSource(tmp_path / "out")
+  assert len(source) == n and len(source.files) == -(-n // 2)
+  assert [source[i].trees() for i in range(len(source))] == [[t] for d in documents for t in d]
+
+
+def test_cli_errors_are_one_line_naming_the_input_and_exit_2(tmp_path, capsys):
+  missing = tmp_path / "missing.ptb"
+  assert main([str(missing), f"--output={tmp_path / 'out'}"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ") and str(missing) in err[0]
+  bad = tmp_path / "bad.ptb"
+  bad.write_text("(S (NP a))\n(S (NP b)\n")
+  assert main([str(bad), f"--output={tmp_path / 'out'}", "--strict"]) == 2
+  assert capsys.readouterr().err.strip() == f"error: {bad}:2: unbalanced brackets: 1 unclosed '('"
+  assert main([str(bad), f"--output={tmp_path / 'out'}", "--shard=3/2"]) == 2
+  assert "error: --shard 3/2: need 0 <= i < n" in capsys.readouterr().err
+
+
+def test_a_truncated_or_corrupt_file_is_named_with_the_command_that_rebuilds_it(tmp_path):
+  from slm_jax.data.documents import DocumentSource, prepare
+  from slm_jax.data.records import RecordError
+  trees = tmp_path / "trees"
+  trees.mkdir()
+  for i in range(3):
+    (trees / f"d{i}.ptb").write_text(f"(S (NP a{i}) (VP b c))\n")
+  out = tmp_path / "out"
+  prepare([trees], out, shard=(0, 1))
+  assert len(DocumentSource(out)) == 3
+  (path,) = out.glob("*.array_record")
+  path.write_bytes(path.read_bytes()[:-20])  # a copy cut short
+  with pytest.raises(RecordError, match=rf"{path.name}: 0 readable records.*manifest lists 3.*"
+                                        rf"--output={out} --shard=0/1"):
+    DocumentSource(out)
+  path.write_bytes(b"not an array record")
+  with pytest.raises(RecordError, match="truncated or corrupt"):
+    DocumentSource(path)
+
+
+def test_unfinished_parse_shard_counts_and_strict_failures_leave_nothing_behind(tmp_path):
+  """prepare refuses an unfinished parse (unless --allow_partial, which counts what is missing),
+  a folder prepared with another --shard count, and leaves no partial file when it stops."""
+  import json
+  from slm_jax.parse.__main__ import main as parse_main
+  parsed = tmp_path / "parsed"
+  (parsed / "shard-00000-of-00002").mkdir(parents=True)
+  (parsed / "shard-00000-of-00002" / "part-00000-000000.jsonl").write_text(
+      json.dumps({"id": "a", "trees": ["(S (NP a) (VP b))"]}) + "\n")
+  assert main([str(parsed), f"--output={tmp_path / 'out'}"]) == 2  # no report, shard 1 missing
+  assert not (tmp_path / "out").exists()
+  assert main([str(parsed), f"--output={tmp_path / 'out'}", "--allow_partial"]) == 0
+  manifest = json.loads((tmp_path / "out" / "manifest-00000-of-00001.json").read_text())
+  assert manifest["accounting"]["prepare"]["notes"][
+      "unfinished parse shards (--allow_partial)"] == 2
+  assert main([str(parsed), f"--output={tmp_path / 'out'}", "--allow_partial",
+               "--shard=0/2"]) == 2  # the folder holds …/1 shards
+  assert parse_main(["--report", str(tmp_path / "nowhere")]) == 2
+  assert parse_main(["--report", str(tmp_path / "out")]) == 2  # no parse shards in it
+  bad = tmp_path / "bad.ptb"
+  bad.write_text("(S (NP a) (VP b))\n(S (NP a b)\n")
+  assert main([str(bad), f"--output={tmp_path / 'strict'}", "--strict"]) == 2
+  assert not list((tmp_path / "strict").glob("*array_record*"))  # nothing half written
+  assert not list((tmp_path / "strict").glob("*.tmp")) and not list(
+      (tmp_path / "strict").glob("manifest-*"))

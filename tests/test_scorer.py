@@ -11,7 +11,8 @@ from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.data.encode import encode_document
-from slm_jax.eval.scorer import Scorer, length_bucket
+from slm_jax.buckets import bucket, buckets
+from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import row_metadata
@@ -117,5 +118,9 @@ def test_errors_name_the_problem():
     Scorer(model_for(CONFIGURATIONS["tree"]), TOKENIZER, resolve("tg"))
 
 
-def test_length_buckets():
-  assert [length_bucket(n) for n in (1, 16, 17, 64, 65, 200)] == [16, 16, 32, 64, 128, 256]
+def test_buckets():
+  """The one bucketing policy: least·{1, 1.5, 2, 3, 4, 6, …}, capped (rows, lengths, slots)."""
+  assert [bucket(n) for n in (1, 16, 17, 64, 65, 200)] == [16, 16, 24, 64, 96, 256]
+  assert [bucket(n, 32, cap=300) for n in (1, 33, 49, 97, 257, 1000)] == [32, 48, 64, 128, 300, 300]
+  assert buckets(100, 1) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100]
+  assert all(bucket(n, 16) >= n and bucket(n, 16) < 1.5 * n + 16 for n in range(1, 5000))

@@ -104,7 +104,7 @@ def test_targets_match_oracle_for_every_configuration(name):
                     config.attention)
   attention = oracle.CONFIGS[name][1]
   assert got.tolist() == oracle.loop_targets(seq.kinds.tolist(), attention, config.linearization)
-  if config.linearization == "lin2" and config.attention.is_structural:
+  if config.linearization == "lin2" and config.attention.tg_family:
     assert not got[seq.kinds == Kind.CNT2].any()
   assert got[seq.kinds == Kind.EOS].all()
 

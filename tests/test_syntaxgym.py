@@ -15,7 +15,9 @@ import pytest
 from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.eval import sg_aggregate
 from slm_jax.eval.scorer import Scorer
+from slm_jax.kinds import Kind
 from slm_jax.eval.syntaxgym import (SuiteError, evaluate_formula, evaluate_syntaxgym, load_suite,
                                     load_suites, parse_formula, tokenize_region)
 from slm_jax.model import Decoder, ModelConfig
@@ -64,7 +66,11 @@ def test_formula_semantics():
   assert not check("(1;%a%) < (1;%b%) - 0.001")
   assert check("-(1;%a%) < 0 & -[(2;%b%) - (2;%a%)] = -4")
   assert check("(2;%b%) < 0 | (2;%b%) > (2;%a%)")
-  assert not check("(2;%b%) < 0 | (2;%b%) < (2;%a%) & (1;%a%) = 2")  # & binds tighter
+  # & and | have equal precedence, left to right (the official syntaxgym grammar):
+  # A | B & C is (A | B) & C, which is false here although A | (B & C) holds.
+  assert not check("(2;%b%) > 0 | (2;%b%) < (2;%a%) & (1;%a%) = 3")
+  assert check("(2;%b%) > 0 | (2;%b%) < (2;%a%) & (1;%a%) = 2")
+  assert check("(1;%a%) = 3 & (2;%b%) < 0 | (2;%b%) > 0")  # (A & B) | C
   assert check("(*;%a%) = (1;%a%) + (2;%a%)")
   assert check("( 2 ; %b% ) / (1;%a%) > 3.4")
   for bad, why in (("(1;%a%) >", "unexpected"), ("(1;%a%) + 1", "not a comparison"),
@@ -137,34 +143,78 @@ def test_hand_made_suite_gives_the_known_verdicts(tmp_path):
   assert suite["surprisals"][2]["match"][1] == 0.0  # empty region
   assert suite["item_correct"] == [True, False, False]
   assert [p["accuracy"] for p in suite["predictions"]] == pytest.approx([1 / 3, 2 / 3])
+  assert [p["correct"] for p in suite["predictions"]] == [1, 2]
   assert suite["accuracy"] == pytest.approx(1 / 3) and suite["correct"] == 1
+  assert suite["item_rule"] == "first prediction" and suite["all_predictions_correct"] == 1
   assert suite["empty_regions"] == 2 and suite["failed_items"] == 0
   assert suite["circuit"] == "Agreement"
 
 
-def test_aggregates_per_circuit_31_suites_and_paper_sg(tmp_path):
+def test_an_item_is_correct_when_its_first_prediction_holds(tmp_path):
+  """fgd_hierarchy-like: the first prediction holds, the second (an equality of two surprisals
+  in different contexts) fails; the item is correct and the second prediction is reported on its
+  own (SPEC §9). Requiring every prediction would score the item wrong."""
+  item = {"match": ["the woman", "plays", "the guitar ."],
+          "mismatch": ["the woman", "play", "the woman ."]}  # region 3 differs: `=` fails
+  write_suite(tmp_path / "json", "fgd_toy", [item], PREDICTIONS)
+  result = evaluate_syntaxgym(toy_prefix, tmp_path / "json")
+  suite = result["suites"]["fgd_toy"]
+  assert suite["item_correct"] == [True] and suite["accuracy"] == 1.0
+  assert [p["correct"] for p in suite["predictions"]] == [1, 0]
+  assert suite["all_predictions_correct"] == 0
+  assert result["counts"]["items_failing_a_later_prediction"] == 1
+  assert result["circuits"]["Long-Distance Dependencies"] == 1.0
+
+
+def test_aggregates_headline_suite_mean_and_suite_sets(tmp_path):
   folder = tmp_path / "json"
   write_suite(folder, "number_toy", ITEMS, PREDICTIONS[:1])  # 1/3
   write_suite(folder, "npi_toy", ITEMS[:2], PREDICTIONS[:1])  # 1/2
-  write_suite(folder, "fgd-embed3", ITEMS[:1], PREDICTIONS[:1])  # 1/1, not in the 31
+  write_suite(folder, "fgd-embed3", ITEMS[:1], PREDICTIONS[:1])  # 1/1, not in Hu et al.'s 31
   write_suite(folder, "fgd_toy", ITEMS[1:], PREDICTIONS[:1])  # 0/2
+  write_suite(folder, "nn-nv-rpl", ITEMS[:1], PREDICTIONS[:1])  # in neither set
   circuits = {"circuit_tags": {"Agreement": ["number"], "Licensing": ["npi"],
-                               "Long-Distance Dependencies": ["fgd"]},
-              "circuit_suites": {"Agreement": ["number_toy"], "Licensing": ["npi_toy"],
-                                 "Long-Distance Dependencies": ["fgd_toy"]}}
+                               "Long-Distance Dependencies": ["fgd"]}}
   (tmp_path / "circuits.json").write_text(json.dumps(circuits))
-  result = evaluate_syntaxgym(toy_prefix, folder)
-  assert result["circuits"]["Long-Distance Dependencies"] == 0.0  # circuit_suites only
-  assert result["circuits_by_items"]["Long-Distance Dependencies"] == pytest.approx(1 / 3)
-  assert result["sg_31"] == pytest.approx(np.mean([1 / 3, 1 / 2, 0.0]))
-  assert result["sg_31_suites"] == 3
-  assert result["sg_paper"] == pytest.approx(np.mean([1 / 3, 1 / 2, 1 / 3]))
-  assert result["counts"]["items"] == 3 + 2 + 1 + 2
+  result = evaluate_syntaxgym(toy_prefix, folder)  # default: hu31
+  assert sorted(result["suites"]) == ["fgd_toy", "npi_toy", "number_toy"]
+  assert result["suite_set"] == "hu31" and result["item_rule"] == "first prediction"
+  assert result["circuits"] == pytest.approx({"Agreement": 1 / 3, "Licensing": 1 / 2,
+                                              "Long-Distance Dependencies": 0.0})
+  assert result["sg"] == pytest.approx(np.mean([1 / 3, 1 / 2, 0.0]))  # mean of the circuits
+  assert result["suite_mean"] == pytest.approx(np.mean([1 / 3, 1 / 2, 0.0]))
+  assert result["suite_count"] == 3 and result["counts"]["items"] == 3 + 2 + 2
+  paper = evaluate_syntaxgym(toy_prefix, folder, suites="paper32")  # keeps fgd-embed3
+  assert "fgd-embed3" in paper["suites"] and "nn-nv-rpl" not in paper["suites"]
+  ldd = paper["circuits"]["Long-Distance Dependencies"]
+  assert ldd == pytest.approx(1 / 3)  # pooled over items: (1 + 0) / (1 + 2), not (1 + 0) / 2
+  assert paper["circuits_by_suite"]["Long-Distance Dependencies"] == pytest.approx(0.5)
+  assert paper["sg"] == pytest.approx(np.mean([1 / 3, 1 / 2, 1 / 3]))
+  assert paper["suite_mean"] == pytest.approx(np.mean([1 / 3, 1 / 2, 1.0, 0.0]))
   json.dumps(result)  # JSON-ready
   only = evaluate_syntaxgym(toy_prefix, folder, suites=["npi_toy"], max_items=1)
   assert list(only["suites"]) == ["npi_toy"] and only["suites"]["npi_toy"]["items"] == 1
+  assert only["sg"] is None  # a headline needs every circuit
   with pytest.raises(FileNotFoundError, match="nope"):
     evaluate_syntaxgym(toy_prefix, folder, suites=["nope"])
+
+
+def test_the_headline_is_the_mean_of_six_pooled_circuits():
+  """Synthetic verdicts with the paper's circuit sizes (Table 14 denominators: 57, 56, 152, 92,
+  266 and 176 + 42 for fgd-embed3/4 in paper32)."""
+  rng = np.random.default_rng(3)
+  sizes = {"number_a": 19, "number_b": 38, "center_a": 56, "npz_a": 100, "mvrr_a": 52,
+           "subordination_a": 92, "npi_a": 200, "reflexive_a": 66, "fgd_a": 176, "cleft_a": 42}
+  verdicts = {s: rng.random(n) < 0.8 for s, n in sizes.items()}
+  result = sg_aggregate.aggregate(verdicts)
+  pooled = lambda *names: (sum(verdicts[n].sum() for n in names)
+                           / sum(len(verdicts[n]) for n in names))
+  expected = [pooled("number_a", "number_b"), pooled("center_a"), pooled("npz_a", "mvrr_a"),
+              pooled("subordination_a"), pooled("npi_a", "reflexive_a"),
+              pooled("fgd_a", "cleft_a")]
+  assert result["sg"] == pytest.approx(np.mean(expected))
+  assert result["circuit_items"]["Agreement"] == 57
+  assert result["suite_mean"] == pytest.approx(np.mean([v.mean() for v in verdicts.values()]))
 
 
 def test_bad_suites_are_named(tmp_path):
@@ -205,3 +255,19 @@ def test_end_to_end_on_real_suites():
   record = result["suites"]["number_src"]
   surprisals = np.concatenate([np.asarray(v) for v in record["surprisals"][0].values()])
   assert record["failed_items"] == 0 and (surprisals > 0).all()
+
+
+def test_tree_shuffle_is_scored_on_terminals_only():
+  """Tree-Shuffle reads SG sentences in lin0 (SPEC §9): its prefix log-probabilities are its
+  terminal-format word log-probabilities, no beam; `tree_scoring` does not apply to it."""
+  from slm_jax.eval.syntaxgym import prefix_logprob_fn
+  scorer = model_scorer("tree_shuffle", ["the", "cat", "sleeps", "."])
+  sentences = [["the", "cat", "sleeps", "."], ["the", "cat", "."]]
+  got = prefix_logprob_fn(scorer, tree_scoring="terminal")(sentences)
+  lin0 = scorer.terminal_sequence([sentences[0]])
+  assert scorer.terminal_scheme == "lin0" and (lin0.kinds[1:-1] == Kind.TERMINAL).all()
+  words = scorer.terminal_word_logprobs(sentences)
+  for g, w in zip(got, words):
+    np.testing.assert_allclose(g, np.cumsum(w))
+  with pytest.raises(ValueError, match="tree_scoring"):
+    prefix_logprob_fn(scorer, tree_scoring="full")

@@ -90,8 +90,7 @@ def test_corrupt_checkpoint_falls_back_then_fails_loudly(tmp_path):
   for path in (checkpoints / "6" / "state").rglob("*"):
     if path.is_file():
       path.write_bytes(b"garbage")
-  with cfg.unlocked():
-    cfg.train.steps = 8
+  cfg = cfg.replace(**{"train.steps": 8})
   summary = trainer.train(cfg, tmp_path)
   assert summary.resumed_from == 4  # step 6 was unreadable: the previous one was used
   assert (checkpoints / "6.unreadable").is_dir()  # moved aside, not deleted
@@ -124,20 +123,20 @@ def test_bad_config_fails_at_start_up(tmp_path):
 
 
 def test_load_run_rebuilds_the_trained_model(tmp_path):
+  import jax
   import jax.numpy as jnp
   import numpy as np
   from slm_jax.data.loader import PackedDataset
   from slm_jax.data.sources import load_corpus
   from slm_jax.train.loading import load_run
-  from slm_jax.train.steps import metadata
   cfg = small_config("tg", steps=4)
   summary = trainer.train(cfg, tmp_path)
   run = load_run(tmp_path)
   assert run.step == 4 and run.configuration.name == "tg"
   corpus = load_corpus(cfg.data)
   data = PackedDataset(corpus.evaluation, run.tokenizer, run.configuration, cfg.data.seq_len)
-  batch = {k: jnp.asarray(v) for k, v in next(iter(data.batches(4))).as_dict().items()}
-  logits = run.model(batch["tokens"], metadata(batch))
+  batch = next(iter(data.batches(4)))
+  logits = run.model(jnp.asarray(batch.tokens), jax.tree.map(jnp.asarray, batch.meta))
   assert np.isfinite(np.asarray(logits)).all()
   result = trainer.evaluate(trainer.make_eval_step(nnx.graphdef(run.model)),
                             nnx.to_pure_dict(nnx.state(run.model, nnx.Param)), data, 16)
@@ -147,7 +146,7 @@ def test_load_run_rebuilds_the_trained_model(tmp_path):
 def test_training_streams_a_prepared_corpus_through_grain_and_resumes_exactly(tmp_path):
   from slm_jax import ptb
   from slm_jax.corpus.treebank import embedded_corpus
-  from slm_jax.prepare import prepare
+  from slm_jax.data.documents import prepare
   trees = tmp_path / "trees"
   trees.mkdir()
   for i, document in enumerate(embedded_corpus("train", 80, seed=2)):

@@ -1,4 +1,4 @@
-"""The Triton attention kernels (`pallas_kernels.triton_kernels`) on CPU, under Triton's
+"""The Triton attention kernels (`slm_jax.kernels.triton_kernels`) on CPU, under Triton's
 interpreter.
 
 `TRITON_INTERPRET=1` is set below BEFORE triton is imported (`@triton.jit` reads it when a kernel
@@ -48,7 +48,7 @@ torch = pytest.importorskip(
 triton = pytest.importorskip(
     "triton", reason="triton is not installed (pip install -e .[triton-test])")
 
-from pallas_kernels import triton_kernels as tk  # noqa: E402
+from slm_jax.kernels import triton_kernels as tk  # noqa: E402
 from slm_jax.corpus.treebank import generate_documents  # noqa: E402
 from slm_jax.data.packing import SentencePacker  # noqa: E402
 from slm_jax.kinds import PAD_SYMBOL, Kind  # noqa: E402
@@ -185,19 +185,19 @@ def dense_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: in
 
 
 def library_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: int):
-  """The plan of `pallas_kernels.block_plan` (rows padded to a multiple of both blocks)."""
-  bp = pytest.importorskip("pallas_kernels.block_plan",
-                           reason="pallas_kernels.block_plan is not available")
+  """The plan of `slm_jax.kernels.block_plan` (rows padded to a multiple of both blocks)."""
+  bp = pytest.importorskip("slm_jax.kernels.block_plan",
+                           reason="slm_jax.kernels.block_plan is not available")
   length = bp.padded_length(meta.kind.shape[-1], block_q, block_k)
   plan = bp.plan_blocks(bp.pad_metadata(meta, length, xp=np), codes_H, block_q, block_k, xp=np)
   return tuple(np.asarray(x, np.int32) for x in plan[1:])
 
 
-def inputs(meta: RowMetadata, H: int, G: int, D: int, dtype: str, seed: int):
+def inputs(meta: RowMetadata, H: int, G: int, K: int, dtype: str, seed: int):
   """q, k, v, do as numpy arrays of `dtype` (bf16 via ml_dtypes)."""
   B, T = meta.kind.shape
   rng = np.random.default_rng(seed)
-  shapes = ((B, T, H, D), (B, T, G, D), (B, T, G, D), (B, T, H, D))
+  shapes = ((B, T, H, K), (B, T, G, K), (B, T, G, K), (B, T, H, K))
   return tuple(rng.normal(size=s).astype(np.float32).astype(getattr(ml_dtypes, dtype)
                                                              if dtype == "bfloat16" else dtype)
                for s in shapes)
@@ -229,7 +229,7 @@ def _to_numpy(x) -> np.ndarray:
 def run_kernels(q, k, v, do, meta: RowMetadata, codes_H, plan, block_q: int, block_k: int):
   """Forward, delta, dq and dk/dv kernels launched on torch CPU tensors: float32 numpy o, grads."""
   count, kblocks, qcount, qblocks = map(_tensor, plan)
-  B, T, H, D = q.shape
+  B, T, H, K = q.shape
   G = k.shape[2]
   nq, nk = kblocks.shape[2], qblocks.shape[2]
   q, k, v, do = map(_to_torch, (q, k, v, do))
@@ -237,7 +237,7 @@ def run_kernels(q, k, v, do, meta: RowMetadata, codes_H, plan, block_q: int, blo
                                                                     meta.pop))
   codes = _tensor(np.asarray(codes_H, np.int32))
   constexprs = dict(T=T, H=H, G=G, BLOCK_Q=block_q, BLOCK_K=block_k, NQ=nq, NK=nk,
-                    **tk.launch_config(str(q.dtype).removeprefix("torch."), D))
+                    **tk.launch_config(str(q.dtype).removeprefix("torch."), K))
   o, lse = torch.empty_like(q), torch.empty((B, H, T), dtype=torch.float32)
   tk.attention_fwd_kernel[(B * H, nq)](q, k, v, segment, kind, pop, codes, count, kblocks, o,
                                        lse, **constexprs)
@@ -268,7 +268,7 @@ def assert_close(got, want, dtype: str, what: str):
 ALL_CODES = AttentionSpec(tuple(Attention))
 CASES = [(ALL_CODES, 4, 2, 32, 16), ("mix(tg_nomask,tg)", 2, 1, 16, 32),
          ("mix(causal,tg)", 2, 2, 32, 32)]
-H, D, B, T = 4, 16, 2, 100  # T = 100: ragged against every block size
+H, K, B, T = 4, 16, 2, 100  # T = 100: ragged against every block size
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +283,7 @@ def test_kernels_match_xla_attention_and_its_gradients(meta, attention, H, G, bl
                                                        dtype):
   spec = attention if isinstance(attention, AttentionSpec) else parse_attention(attention)
   codes_H = spec.head_codes(H)
-  q, k, v, do = inputs(meta, H, G, D, dtype, seed=block_q + G)
+  q, k, v, do = inputs(meta, H, G, K, dtype, seed=block_q + G)
   got = run_kernels(q, k, v, do, meta, codes_H, dense_plan(meta, codes_H, block_q, block_k),
                     block_q, block_k)
   assert_close(got, reference(q, k, v, do, meta, spec), dtype, f"{spec.name} {dtype} H={H} G={G}")
@@ -296,7 +296,7 @@ def test_kernels_with_the_block_plan_library_skip_tiles_and_stay_exact(meta):
   plan = library_plan(meta, codes_H, 32, 16)
   nq, nk = plan[1].shape[2], plan[3].shape[2]
   assert nq * 32 > T and plan[0].sum() < B * H * nq * nk  # some tiles are not visited
-  q, k, v, do = inputs(meta, H, 2, D, "float32", seed=7)
+  q, k, v, do = inputs(meta, H, 2, K, "float32", seed=7)
   got = run_kernels(q, k, v, do, meta, codes_H, plan, 32, 16)
   assert_close(got, reference(q, k, v, do, meta, spec), "float32", "plan_blocks")
 
@@ -309,7 +309,7 @@ def test_an_incomplete_plan_is_caught():
   count, kblocks, qcount, qblocks = dense_plan(meta, codes_H, 16, 16)
   count = count.copy()
   count[0, :, -1] -= 1  # the last query block forgets its last key block (the diagonal)
-  q, k, v, do = inputs(meta, 2, 2, D, "float32", seed=1)
+  q, k, v, do = inputs(meta, 2, 2, K, "float32", seed=1)
   got = run_kernels(q, k, v, do, meta, codes_H, (count, kblocks, qcount, qblocks), 16, 16)
   with pytest.raises(AssertionError, match="max \\|o - reference\\|"):
     assert_close(got, reference(q, k, v, do, meta, spec), "float32", "incomplete plan")
@@ -345,26 +345,28 @@ def _stand_in_triton_call(*args, kernel, grid, out_type=None, num_warps=None, nu
 
 @pytest.fixture
 def wrapper(monkeypatch):
-  """`pallas_kernels.triton_attention` imported against the stand-in; registry restored after."""
-  pytest.importorskip("pallas_kernels.block_plan",
-                      reason="pallas_kernels.block_plan is not available")
+  """`slm_jax.kernels.triton_attention` imported against the stand-in; registry restored after."""
+  pytest.importorskip("slm_jax.kernels.block_plan",
+                      reason="slm_jax.kernels.block_plan is not available")
   stand_in = types.ModuleType("jax_triton")
   stand_in.triton_call = _stand_in_triton_call
   monkeypatch.setitem(sys.modules, "jax_triton", stand_in)
-  monkeypatch.delitem(sys.modules, "pallas_kernels.triton_attention", raising=False)
+  monkeypatch.delitem(sys.modules, "slm_jax.kernels.triton_attention", raising=False)
   monkeypatch.setattr(attention_module, "ATTENTION_KERNELS",
                       dict(attention_module.ATTENTION_KERNELS))
-  module = importlib.import_module("pallas_kernels.triton_attention")
+  monkeypatch.setattr(attention_module, "_IMPORT_ERRORS", {})
+  module = importlib.import_module("slm_jax.kernels.triton_attention")
   yield module
-  sys.modules.pop("pallas_kernels.triton_attention", None)
-  if hasattr(sys.modules["pallas_kernels"], "triton_attention"):
-    delattr(sys.modules["pallas_kernels"], "triton_attention")
+  sys.modules.pop("slm_jax.kernels.triton_attention", None)
+  if hasattr(sys.modules["slm_jax.kernels"], "triton_attention"):
+    delattr(sys.modules["slm_jax.kernels"], "triton_attention")
 
 
 def test_triton_attention_wrapper_matches_xla_attention(wrapper, meta, dtype="float32"):
+  assert attention_module.resolve_attention_impl("triton_gpu", "gpu") == "triton_gpu"
   assert attention_module.ATTENTION_KERNELS["triton_gpu"] is wrapper.triton_attention
   spec = parse_attention("mix(causal,tg)")
-  q, k, v, do = inputs(meta, H, 2, D, dtype, seed=11)
+  q, k, v, do = inputs(meta, H, 2, K, dtype, seed=11)
   jmeta = RowMetadata(*map(jnp.asarray, meta))
 
   @jax.jit
@@ -382,7 +384,7 @@ def test_default_launch_tiles_each_kernel_its_own_way(wrapper, meta, attention, 
   """Default `TritonLaunch`: forward, dq and dk/dv each get their own tiles, warps and plan;
   a single attention type reaches the kernels as the CODE constexpr, a hybrid as -1."""
   spec = parse_attention(attention)
-  q, k, v, do = inputs(meta, H, 2, D, "float32", seed=5)
+  q, k, v, do = inputs(meta, H, 2, K, "float32", seed=5)
   jmeta = RowMetadata(*map(jnp.asarray, meta))
   LAUNCHES.clear()
   o, vjp = jax.vjp(lambda q, k, v: wrapper.triton_attention(q, k, v, jmeta, spec), q, k, v)
@@ -416,7 +418,7 @@ def _run_compiler(code: str, timeout: int) -> str:
 def test_kernels_compile_to_cuda_binaries_for_sm90():
   """Triton's real compiler (front end → TTGIR → PTX → bundled ptxas) accepts the kernels for
   sm_90 (H100/H200) with bf16 inputs: catches what the interpreter lets through."""
-  out = _run_compiler("from pallas_kernels import triton_kernels as tk\n"
+  out = _run_compiler("from slm_jax.kernels import triton_kernels as tk\n"
                       "results = tk.compile_for_gpu(90, 'bfloat16', 64)\n"
                       "for name, (cubin, shared, _) in results.items():\n"
                       "  assert cubin > 0, name\n"
@@ -431,7 +433,7 @@ def test_default_launch_compiles_to_warpgroup_mma_with_few_register_spills():
   for all three kernels (the old default)."""
   out = _run_compiler(
       "import json\n"
-      "from pallas_kernels import triton_kernels as tk\n"
+      "from slm_jax.kernels import triton_kernels as tk\n"
       "spills = lambda r: [s for _, _, s in r.values()]  # fwd, dq, dkdv\n"
       "print(json.dumps([spills(tk.compile_for_gpu(90, 'bfloat16', 128, code=code,\n"
       "                                           launch=tk.TritonLaunch())) for code in (1, -1)]\n"

@@ -10,13 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence as SequenceT
 
-from slm_jax.linearize import TERMINAL_SCHEMES, Sequence, base_sequence, derive, document_key
+from slm_jax.linearize import Sequence, base_sequence, derive, document_key, get_scheme
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
-
-# Schemes that drop bracket tokens: the base is cut to the kept ones (by `derive` itself) before
-# tokenizing, so dropped brackets are never tokenized.
-_KEPT_BEFORE_TOKENIZING = {**{s: "lin0" for s in TERMINAL_SCHEMES}, "lin1_noont": "lin1_noont"}
 
 
 def encode_document(document: SequenceT[Tree], tokenizer: Tokenizer, linearization: str,
@@ -28,10 +24,12 @@ def encode_document(document: SequenceT[Tree], tokenizer: Tokenizer, linearizati
 def encode_base(base: Sequence, tokenizer: Tokenizer, linearization: str,
                 seed: int = 0) -> Sequence:
   """`encode_document` of the document whose word-level lin1 base is `base` (prepared data
-  stores bases). Schemes that drop brackets never tokenize them."""
-  doc_key = document_key(base) if linearization == "lin1_shuf" else 0
-  if linearization in _KEPT_BEFORE_TOKENIZING:
-    base = derive(base, _KEPT_BEFORE_TOKENIZING[linearization])
+  stores bases). Schemes that drop brackets never tokenize them: the base is cut to the scheme
+  table's `tokenize_from` first (by `derive` itself)."""
+  facts = get_scheme(linearization)
+  doc_key = document_key(base) if facts.shuffled else 0  # keyed by the word-level document
+  if facts.tokenize_from != "lin1":
+    base = derive(base, facts.tokenize_from)
   ids, _, word_index = tokenizer.encode_symbols(base.symbols(), base.kinds)
   pieces = dataclasses.replace(base.take(word_index), tokens=ids)
   return derive(pieces, linearization, seed=seed, doc_key=doc_key,

@@ -7,14 +7,16 @@
   into rows of seq_len with `SentencePacker`) ─ batch ─ `Batch.from_rows` (metadata, targets) ─
   `mp_prefetch` (grain worker processes; each packs its own slice of the host's documents).
 
-Sources: `source="arrayrecord"` reads `python -m slm_jax.prepare` output (`DocumentSource`);
-`source="parquet"` streams Parquet files whose text column holds PTB trees (row-group level
-shuffle across files + a window shuffle of documents, for users who skip prepare).
+Sources (`stream_sources`): `source="arrayrecord"` reads `python -m slm_jax.prepare` output
+(`DocumentSource`); `source="tfds"` reads the same records from a TFDS build of the corpus
+(`tfds_corpus.TfdsDocuments`: `tfds.data_source`, no TensorFlow) through the same shuffle, host
+sharding, packing and state; `source="parquet"` streams Parquet files whose text column holds
+PTB trees (row-group level shuffle across files + a window shuffle of documents, for users who
+skip prepare). This module assembles them with the packer (`pack_iter`) into the `TrainIterator`.
 
-State: `TrainIterator.get_state()` is a JSON dict (grain's iterator state; the packer stores a
-replay point: the parent state before the document that starts the pending row and the token
-offset in it, so a restore re-packs that row exactly). Restoring needs the same worker count,
-host layout, source and seed (checked). The packers' accounting travels inside the state, so
+State: `TrainIterator.get_state()` is a JSON dict (grain's iterator state, with the packer's
+replay points, see `pack_iter`). Restoring needs the same worker count, host layout, source and
+seed (checked). The packers' accounting travels inside the state, so
 `TrainIterator.accounting()` is exact for the batches consumed, across workers and restarts.
 
 No transform reads absl FLAGS (workers may run with unparsed flags); `build_iterator` marks the
@@ -27,68 +29,28 @@ each worker re-runs the script.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
-from typing import Any, Iterator, Sequence as SequenceT
+from typing import Any, Sequence as SequenceT
 
 import grain
 import numpy as np
 
-from slm_jax import ptb
 from slm_jax.configurations import Configuration
+from slm_jax.data import parquet
 from slm_jax.data.accounting import Accounting, StageCounts
-from slm_jax.data.encode import encode_base, encode_document
+from slm_jax.data.config import MIN_SEQ_LEN
+from slm_jax.data.documents import DocumentSource
 from slm_jax.data.loader import Batch
-from slm_jax.data.packing import PackStats, Row, SentencePacker, sentence_chunks
-from slm_jax.linearize import Sequence
-from slm_jax.prepare import DocumentSource, RecordError, decode_record
+from slm_jax.data.pack_iter import PackIterDataset, pack_states
+from slm_jax.data.packing import PackStats
+from slm_jax.data.sources import STREAMED, open_documents
+from slm_jax.data.stream_sources import (EncodeRecord, ParseAndEncode, RawRecords, UnitDocuments,
+                                         parquet_units)
 from slm_jax.tokenizer import Tokenizer
 
 STATE_VERSION = 1
-SOURCES = ("arrayrecord", "parquet")
 _NO_SHARED_MEMORY = 1 << 62
-
-
-@dataclasses.dataclass
-class EncodedDocument:
-  """One document on its way to the packer: ids, or why there are none."""
-
-  sequence: Sequence | None
-  read: dict | None = None  # StageCounts JSON of reading it (streamed PTB text), else None
-  problem: str | None = None  # reason it was dropped (counted by the packer stage)
-
-
-class EncodeRecord(grain.transforms.Map):
-  """Prepared record bytes → ids of the configuration's linearization."""
-
-  def __init__(self, tokenizer: Tokenizer, linearization: str, seed: int):
-    self.tokenizer, self.linearization, self.seed = tokenizer, linearization, seed
-
-  def map(self, element: bytes) -> EncodedDocument:
-    try:
-      record = decode_record(element)
-    except (RecordError, UnicodeDecodeError):
-      return EncodedDocument(None, problem="corrupt record")
-    return EncodedDocument(encode_base(record.base, self.tokenizer, self.linearization, self.seed))
-
-
-class ParseAndEncode(grain.transforms.Map):
-  """(id, PTB text) → trees (lenient, counted) → `encode_document`."""
-
-  def __init__(self, tokenizer: Tokenizer, linearization: str, seed: int):
-    self.tokenizer, self.linearization, self.seed = tokenizer, linearization, seed
-
-  def map(self, element: tuple[str, str]) -> EncodedDocument:
-    doc_id, text = element
-    report = ptb.ReadReport()
-    trees = ptb.parse_trees(text, source=doc_id, lenient=True, report=report)
-    counts = StageCounts()
-    counts.add_read_report(report)
-    if not trees:
-      return EncodedDocument(None, counts.to_json(), "empty document")
-    sequence = encode_document(trees, self.tokenizer, self.linearization, seed=self.seed)
-    return EncodedDocument(sequence, counts.to_json())
 
 
 class MakeBatch(grain.transforms.Map):
@@ -101,216 +63,6 @@ class MakeBatch(grain.transforms.Map):
     batch = Batch.from_rows(element["tokens"], element["kinds"], element["segment"],
                             self.configuration)
     return batch.as_dict()
-
-
-# --- packing -------------------------------------------------------------------------------------
-
-
-class PackIterDataset(grain.IterDataset):
-  """`EncodedDocument`s → rows `{tokens, kinds, segment}` of whole sentences (`SentencePacker`)."""
-
-  def __init__(self, parent: grain.IterDataset, seq_len: int, pad_id: int):
-    super().__init__(parent)
-    self.seq_len, self.pad_id = seq_len, pad_id
-
-  def __iter__(self) -> _PackIterator:
-    return _PackIterator(self._parent.__iter__(), self.seq_len, self.pad_id)
-
-  def __str__(self) -> str:
-    return f"PackIterDataset(seq_len={self.seq_len})"
-
-
-def _stats_dict(stats: PackStats) -> dict[str, int]:
-  return dataclasses.asdict(stats)
-
-
-class _PackIterator(grain.DatasetIterator):
-  """Yields one row per `next`. Its state is the replay point of the row being filled."""
-
-  def __init__(self, parent: grain.DatasetIterator, seq_len: int, pad_id: int):
-    super().__init__(parent)
-    self.seq_len, self.pad_id = seq_len, pad_id
-    self._reset(StageCounts(), PackStats())
-    self._replay: dict[str, Any] = self._point(parent.get_state(), None)
-
-  def _reset(self, counts: StageCounts, stats: PackStats) -> None:
-    self._counts = counts
-    self._packer = SentencePacker(self.seq_len, self.pad_id, np.int32)
-    self._packer.stats = stats
-    self._rows: Iterator[Row] | None = None  # the packer working on the current document
-    self._doc_parent_state: Any = None
-    self._doc_start = PackStats()
-    self._exhausted = False
-
-  def _point(self, parent_state: Any, offset: int | None, split_pending: bool = False,
-             exhausted: bool = False) -> dict[str, Any]:
-    return {"parent": parent_state, "offset": offset, "split_pending": split_pending,
-            "exhausted": exhausted, "stats": _stats_dict(self._packer.stats),
-            "doc_start": _stats_dict(self._doc_start), "pack_counts": self._counts.to_json()}
-
-  def _delta(self) -> PackStats:
-    now, start = self._packer.stats, self._doc_start
-    return PackStats(**{k: getattr(now, k) - getattr(start, k) for k in _stats_dict(now)})
-
-  def _start_document(self, item: EncodedDocument, parent_state: Any) -> None:
-    counts = self._counts
-    counts.documents_in += 1
-    if item.read is not None:  # sentences read and malformed trees dropped; outs come from packing
-      read = StageCounts.from_json(item.read)
-      read.sentences_out = 0
-      counts.merge(read)
-    if item.sequence is None:
-      counts.drop("documents", item.problem or "unreadable document")
-      return
-    if item.read is None:
-      counts.sentences_in += len(sentence_chunks(item.sequence))
-    counts.tokens_in += len(item.sequence)
-    self._doc_parent_state = parent_state
-    self._doc_start = dataclasses.replace(self._packer.stats)
-    self._rows = self._packer.add(item.sequence)
-
-  def _finish_document(self) -> None:
-    delta, counts = self._delta(), self._counts
-    counts.sentences_out += delta.sentences - delta.sentences_too_long
-    counts.drop("sentences", "longer than a row", delta.sentences_too_long)
-    counts.drop("tokens", "sentence longer than a row", delta.tokens_dropped)
-    counts.tokens_out += delta.tokens_packed
-    if delta.tokens_packed:
-      counts.documents_out += 1
-    else:
-      counts.drop("documents", "every sentence longer than a row")
-    self._rows = None
-
-  def _emit(self, row: Row) -> dict[str, np.ndarray]:
-    return {"tokens": row.tokens, "kinds": row.kinds, "segment": row.segment}
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    while True:
-      if self._rows is not None:
-        row = next(self._rows, None)
-        if row is not None:  # the packer stopped before the sentence that starts the next row
-          delta = self._delta()
-          self._replay = self._point(self._doc_parent_state,
-                                     delta.tokens_packed + delta.tokens_dropped,
-                                     split_pending=delta.tokens_packed > 0)
-          return self._emit(row)
-        self._finish_document()
-      if self._exhausted:
-        raise StopIteration
-      parent_state = self._parent.get_state()
-      try:
-        item = next(self._parent)
-      except StopIteration:
-        self._exhausted = True
-        last = list(self._packer.flush())
-        self._replay = self._point(self._parent.get_state(), None, exhausted=True)
-        if last:
-          return self._emit(last[0])
-        raise StopIteration from None
-      self._start_document(item, parent_state)
-
-  def get_state(self) -> dict[str, Any]:
-    return json.loads(json.dumps(self._replay))  # a copy, and proof it is JSON
-
-  def set_state(self, state: dict[str, Any]) -> None:
-    self._parent.set_state(state["parent"])
-    self._reset(StageCounts.from_json(state["pack_counts"]), PackStats(**state["stats"]))
-    self._exhausted = bool(state["exhausted"])
-    offset = state["offset"]
-    if offset is not None:  # re-pack the pending row from its first sentence
-      parent_state = self._parent.get_state()
-      item = next(self._parent)
-      if item.sequence is None or offset >= len(item.sequence):
-        raise ValueError("iterator state does not match the data: the document that starts the "
-                         "pending row is not where the state says (different data or seed?)")
-      rest = _tail(item.sequence, offset)
-      stats = self._packer.stats  # add() counts the document again: take that back first
-      stats.documents -= 1
-      stats.tokens -= len(rest)
-      stats.sentences -= len(sentence_chunks(rest))
-      stats.documents_split += int(state["split_pending"])
-      self._doc_parent_state = parent_state
-      self._doc_start = PackStats(**state["doc_start"])
-      self._rows = self._packer.add(rest)
-    self._replay = json.loads(json.dumps(state))
-
-  def __str__(self) -> str:
-    return f"PackIterator(seq_len={self.seq_len})"
-
-
-def _tail(sequence: Sequence, offset: int) -> Sequence:
-  return Sequence(sequence.tokens[offset:], sequence.kinds[offset:], sequence.sentence[offset:],
-                  sequence.unit[offset:])
-
-
-# --- sources -------------------------------------------------------------------------------------
-
-
-class RawRecords:
-  """Record bytes of a `DocumentSource` (decoding happens in the encode step, in the workers)."""
-
-  def __init__(self, source: DocumentSource):
-    self.source = source
-
-  def __len__(self) -> int:
-    return len(self.source)
-
-  def __getitem__(self, index: int) -> bytes:
-    return self.source.raw(index)
-
-
-class _UnitDocuments(grain.IterDataset):
-  """(path, row group) units → (id, text) documents, read one row group at a time."""
-
-  def __init__(self, parent: grain.IterDataset, column: str, id_column: str):
-    super().__init__(parent)
-    self.column, self.id_column = column, id_column
-
-  def __iter__(self) -> _UnitDocumentsIterator:
-    return _UnitDocumentsIterator(self._parent.__iter__(), self.column, self.id_column)
-
-
-class _UnitDocumentsIterator(grain.DatasetIterator):
-
-  def __init__(self, parent: grain.DatasetIterator, column: str, id_column: str):
-    super().__init__(parent)
-    self.column, self.id_column = column, id_column
-    self._unit_state = parent.get_state()  # parent state before the current unit
-    self._rows: list[tuple[str, str]] = []
-    self._row = 0
-
-  def _load(self, unit) -> None:
-    from slm_jax.parse.readers import read_parquet_column  # pylint: disable=g-import-not-at-top
-    path, group = unit
-    texts, ids = read_parquet_column(path, group, self.column, self.id_column)
-    self._rows = [(str(ids[k]) if ids is not None else f"{path}:{group}:{k}", text or "")
-                  for k, text in enumerate(texts)]
-
-  def __next__(self) -> tuple[str, str]:
-    while self._row >= len(self._rows):
-      self._unit_state = self._parent.get_state()
-      self._load(next(self._parent))
-      self._row = 0
-    self._row += 1
-    return self._rows[self._row - 1]
-
-  def get_state(self) -> dict[str, Any]:
-    return {"unit": self._unit_state, "row": self._row}
-
-  def set_state(self, state: dict[str, Any]) -> None:
-    self._parent.set_state(state["unit"])
-    self._unit_state, self._rows, self._row = state["unit"], [], 0
-    if state["row"]:
-      self._load(next(self._parent))
-      self._row = state["row"]
-
-
-def parquet_units(paths: SequenceT[str | os.PathLike]) -> list[tuple[str, int]]:
-  """(file, row group) of every row group of the Parquet files/folders, in sorted path order."""
-  from slm_jax.parse import readers  # pylint: disable=g-import-not-at-top
-  files = [path for path, _ in readers.list_files(paths, "parquet")]
-  return [(path, group) for path in files
-          for group in range(len(readers.parquet_row_groups(path)))]
 
 
 # --- assembly ------------------------------------------------------------------------------------
@@ -330,14 +82,17 @@ class PipelineOptions:
   window_shuffle: int = 1_000  # Parquet: documents per shuffle window (0: off)
   parquet_column: str = "text"
   parquet_id_column: str = "id"
+  tfds_name: str = ""  # source=tfds: dataset[/config][:version], e.g. slm_corpus/gum
+  tfds_dir: str = ""  # source=tfds: the TFDS data_dir ("" = TFDS's default)
   process_index: int = 0
   process_count: int = 1
 
   def __post_init__(self):
     if not 0 <= self.process_index < self.process_count:
       raise ValueError(f"process_index {self.process_index} not in [0, {self.process_count})")
-    if self.batch_size < 1 or self.seq_len < 2:
-      raise ValueError(f"batch_size {self.batch_size} and seq_len {self.seq_len} must be ≥ 1, 2")
+    if self.batch_size < 1 or self.seq_len < MIN_SEQ_LEN:
+      raise ValueError(f"batch_size {self.batch_size} must be ≥ 1 and seq_len {self.seq_len} "
+                       f"≥ {MIN_SEQ_LEN} (data.seq_len's lower bound)")
 
 
 def _epochs_and_hosts(ds: grain.MapDataset, options: PipelineOptions) -> grain.MapDataset:
@@ -354,7 +109,7 @@ def arrayrecord_dataset(source: DocumentSource, tokenizer: Tokenizer,
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=options.read_threads,
                                             prefetch_buffer_size=64))
   ds = ds.map(EncodeRecord(tokenizer, configuration.linearization, options.linearization_seed))
-  return _pack_and_batch(ds, tokenizer, configuration, options)
+  return _pack_and_batch(ds, tokenizer, configuration, options, len(source))
 
 
 def parquet_dataset(paths: SequenceT[str | os.PathLike], tokenizer: Tokenizer,
@@ -365,17 +120,21 @@ def parquet_dataset(paths: SequenceT[str | os.PathLike], tokenizer: Tokenizer,
     raise ValueError(f"no row groups in the Parquet files under {', '.join(map(str, paths))}")
   ds = _epochs_and_hosts(grain.MapDataset.source(units), options)
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-  ds = _UnitDocuments(ds, options.parquet_column, options.parquet_id_column)
+  ds = UnitDocuments(ds, options.parquet_column, options.parquet_id_column)
   if options.window_shuffle > 1:
     ds = grain.experimental.WindowShuffleIterDataset(ds, window_size=options.window_shuffle,
                                                      seed=options.shuffle_seed)
   ds = ds.map(ParseAndEncode(tokenizer, configuration.linearization, options.linearization_seed))
-  return _pack_and_batch(ds, tokenizer, configuration, options)
+  rows = {path: parquet.row_groups(path) for path in {path for path, _ in units}}
+  return _pack_and_batch(ds, tokenizer, configuration, options,
+                         sum(rows[path][group] for path, group in units))
 
 
 def _pack_and_batch(ds: grain.IterDataset, tokenizer: Tokenizer, configuration: Configuration,
-                    options: PipelineOptions) -> grain.IterDataset:
-  ds = PackIterDataset(ds, options.seq_len, tokenizer.pad_id)
+                    options: PipelineOptions, documents: int) -> grain.IterDataset:
+  """Packing, batching, metadata and prefetch; `documents` in one pass over the source (a pass
+  that packs nothing stops with `NoRowsError` instead of looping forever)."""
+  ds = PackIterDataset(ds, options.seq_len, tokenizer.pad_id, epoch_documents=documents + 1)
   ds = ds.batch(options.batch_size, drop_remainder=True)
   ds = ds.map(MakeBatch(configuration))
   if options.worker_count > 0:
@@ -399,19 +158,6 @@ def _ensure_absl_flags_parsed() -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
-
-
-def _pack_states(state: Any) -> Iterator[dict]:
-  """Every packer replay point inside a (nested) grain iterator state."""
-  if isinstance(state, dict):
-    if "pack_counts" in state and "offset" in state:
-      yield state
-      return
-    for value in state.values():
-      yield from _pack_states(value)
-  elif isinstance(state, list):
-    for value in state:
-      yield from _pack_states(value)
 
 
 class TrainIterator:
@@ -450,7 +196,7 @@ class TrainIterator:
     """The prepare-time accounting of the source plus this host's pipeline counts so far."""
     total = Accounting().merge(self._source_accounting)
     pipeline = total.stage("pipeline")
-    for point in _pack_states(self._iterator.get_state()):
+    for point in pack_states(self._iterator.get_state()):
       pipeline.merge(StageCounts.from_json(point["pack_counts"]))
       stats = PackStats(**point["stats"])
       pipeline.notes["rows"] += stats.rows
@@ -470,13 +216,15 @@ def build_iterator(source: str, paths: SequenceT[str | os.PathLike], tokenizer: 
   """The training iterator over `paths` and a description of it."""
   _ensure_absl_flags_parsed()
   paths = [str(p) for p in paths]
-  if not paths:
+  if not paths and source != "tfds":
     raise ValueError(f"data.source={source!r} needs data.paths")
-  if source == "arrayrecord":
-    documents = DocumentSource(paths)
+  if source in ("arrayrecord", "tfds"):
+    documents = open_documents(source, paths, options.tfds_name, options.tfds_dir)
     dataset = arrayrecord_dataset(documents, tokenizer, configuration, options)
     accounting, size = documents.accounting(), len(documents)
-    what = (f"prepared documents {paths}: {len(documents):,} documents in "
+    where = paths if source == "arrayrecord" else f"TFDS {options.tfds_name} ({documents.folder})"
+    paths = paths or [str(documents.folder)]
+    what = (f"prepared documents {where}: {len(documents):,} documents in "
             f"{len(documents.files)} ArrayRecord files (global shuffle)")
   elif source == "parquet":
     units = parquet_units(paths)
@@ -486,7 +234,7 @@ def build_iterator(source: str, paths: SequenceT[str | os.PathLike], tokenizer: 
             f"(row-group shuffle + window shuffle of {options.window_shuffle} documents)")
   else:
     raise ValueError(f"unknown data.source {source!r} for the grain pipeline; expected one of "
-                     f"{', '.join(SOURCES)}")
+                     f"{', '.join(STREAMED)}")
   # What a saved state must agree with (paths may move; the data and its order may not).
   identity = {"source": source, "size": size, "shuffle_seed": options.shuffle_seed,
               "linearization": configuration.linearization, "seq_len": options.seq_len,
@@ -505,11 +253,11 @@ def build_iterator(source: str, paths: SequenceT[str | os.PathLike], tokenizer: 
 def make_train_iterator(cfg: Any, tokenizer: Tokenizer, configuration: Configuration, *,
                         process_index: int | None = None,
                         process_count: int | None = None) -> tuple[TrainIterator, str]:
-  """The trainer's entry point: `cfg.data.source` in SOURCES, batches of
+  """The trainer's entry point: `cfg.data.source` in `sources.STREAMED`, batches of
   `cfg.train.global_batch // process_count` rows on this host.
 
-  Reads cfg.data.{source, paths, seq_len, linearization_seed, shuffle_seed, worker_count,
-  prefetch, window_shuffle, parquet_column} and cfg.train.global_batch.
+  The one mapping from the run's typed `data` section (`slm_jax.data.config.DataSection`) and
+  `train.global_batch` to `PipelineOptions`.
   """
   if process_index is None or process_count is None:
     import jax  # pylint: disable=g-import-not-at-top
@@ -521,10 +269,11 @@ def make_train_iterator(cfg: Any, tokenizer: Tokenizer, configuration: Configura
     raise ValueError(f"train.global_batch={global_batch} is not divisible by the "
                      f"{process_count} hosts")
   options = PipelineOptions(
-      seq_len=int(data.seq_len), batch_size=global_batch // process_count,
-      linearization_seed=int(data.linearization_seed), shuffle_seed=int(data.shuffle_seed),
-      worker_count=int(data.worker_count), prefetch=int(data.prefetch),
-      window_shuffle=int(data.window_shuffle), parquet_column=str(data.parquet_column),
+      seq_len=data.seq_len, batch_size=global_batch // process_count,
+      linearization_seed=data.linearization_seed, shuffle_seed=data.shuffle_seed,
+      worker_count=data.worker_count, prefetch=data.prefetch,
+      window_shuffle=data.window_shuffle, parquet_column=data.parquet_column,
+      tfds_name=getattr(data, "tfds_name", ""), tfds_dir=getattr(data, "tfds_dir", ""),
       process_index=process_index, process_count=process_count)
-  return build_iterator(str(data.source), [pathlib.Path(p) for p in data.paths], tokenizer,
+  return build_iterator(data.source, [pathlib.Path(p) for p in data.paths], tokenizer,
                         configuration, options)

@@ -16,33 +16,30 @@ import numpy as np
 from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
 from slm_jax.data.packing import pack_documents, stack_rows
-from slm_jax.structure import row_metadata, target_mask
+from slm_jax.structure import RowMetadata, row_metadata, target_mask
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-  """One batch of packed rows; every field [B, T]."""
+  """One batch of packed rows: tokens_BT (int32), their `RowMetadata` (kind int8, segment,
+  position, depth, pop int32; every field [B, T]) and targets_BT (bool)."""
 
-  tokens: np.ndarray  # int32
-  kinds: np.ndarray  # int8
-  segment: np.ndarray  # int32
-  position: np.ndarray  # int32
-  depth: np.ndarray  # int32
-  pop: np.ndarray  # int32
-  targets: np.ndarray  # bool
+  tokens: np.ndarray
+  meta: RowMetadata
+  targets: np.ndarray
 
   @classmethod
   def from_rows(cls, tokens, kinds, segment, configuration: Configuration) -> "Batch":
-    meta = row_metadata(kinds, segment)
+    kinds, segment = kinds.astype(np.int8), segment.astype(np.int32)
     targets = target_mask(kinds, segment, configuration.linearization, configuration.attention)
-    return cls(tokens.astype(np.int32), kinds.astype(np.int8), segment.astype(np.int32),
-               meta.position, meta.depth, meta.pop, targets)
+    return cls(tokens.astype(np.int32), row_metadata(kinds, segment), targets)
 
-  def as_dict(self) -> dict[str, np.ndarray]:
-    """The fields by name, the arrays themselves (`dataclasses.asdict` would deep-copy them)."""
-    return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+  def as_dict(self) -> dict[str, np.ndarray | RowMetadata]:
+    """`{"tokens", "meta", "targets"}`: a pytree of the arrays themselves (`dataclasses.asdict`
+    would deep-copy them) for device placement and for Grain's worker queues."""
+    return {"tokens": self.tokens, "meta": self.meta, "targets": self.targets}
 
   def pad_rows(self, multiple: int) -> "Batch":
     """This batch plus all-padding rows (segment 0, token 0, no targets; metadata from
@@ -51,12 +48,11 @@ class Batch:
     if not short:
       return self
     length = self.tokens.shape[1]
-    kinds = np.zeros((short, length), np.int8)
-    segment = np.zeros((short, length), np.int32)
-    meta = row_metadata(kinds, segment)
-    pad = Batch(np.zeros((short, length), np.int32), kinds, segment, meta.position, meta.depth,
-                meta.pop, np.zeros((short, length), bool))
-    return Batch(**{k: np.concatenate([v, getattr(pad, k)]) for k, v in self.as_dict().items()})
+    meta = row_metadata(np.zeros((short, length), np.int8), np.zeros((short, length), np.int32))
+    pad = Batch(np.zeros((short, length), np.int32), meta, np.zeros((short, length), bool))
+    join = lambda a, b: np.concatenate([a, b])
+    return Batch(join(self.tokens, pad.tokens), RowMetadata(*map(join, self.meta, pad.meta)),
+                 join(self.targets, pad.targets))
 
 
 class PackedDataset:

@@ -3,8 +3,10 @@
 `source="embedded"`: the embedded treebank's train and validation splits (seeded, generated).
 `source="ptb"`: PTB files/folders from `data.ptb_paths`, one document per file; the last
 1/20 of the documents (at least one) in sorted path order are held out for evaluation.
-`source="arrayrecord"|"parquet"`: streamed by the Grain pipeline from `data.paths`; held-out
-documents come from `data.eval_paths` (prepared folders or PTB files; none = no evaluation).
+`source="arrayrecord"|"parquet"`: streamed by the Grain pipeline from `data.paths`;
+`source="tfds"`: the same, from the train split of TFDS dataset `data.tfds_name` under
+`data.tfds_dir` (a corpus built by `python -m slm_jax.tfds_build`); held-out documents come from
+`data.eval_paths` (prepared folders or PTB files; none = no evaluation).
 The tokenizer is built once and saved in the workdir, and a resumed run loads that copy.
 """
 
@@ -17,13 +19,16 @@ from typing import Any
 
 from slm_jax import ptb
 from slm_jax.corpus import treebank
+from slm_jax.data.documents import DocumentSource
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer, make_tokenizer
 from slm_jax.trees import Tree
 
 _LOG = logging.getLogger(__name__)
 
 
-STREAMED = ("arrayrecord", "parquet")  # read by slm_jax.data.grain_pipeline, not held in memory
+# The names `data.source` can take (the one list: the config builder validates against it).
+SOURCES = ("embedded", "ptb", "arrayrecord", "parquet", "tfds")
+STREAMED = ("arrayrecord", "parquet", "tfds")  # read by slm_jax.data.grain_pipeline, not in memory
 
 
 @dataclasses.dataclass
@@ -33,9 +38,17 @@ class Corpus:
   description: str
 
 
+def open_documents(source: str, paths, tfds_name: str = "", tfds_dir: str = "") -> DocumentSource:
+  """The prepared documents of `source="arrayrecord"` (folders/files `paths`) or `"tfds"` (split
+  train of `tfds_name` under `tfds_dir`; imports tensorflow_datasets, never TensorFlow)."""
+  if source == "tfds":
+    from slm_jax.data.tfds_corpus import TfdsDocuments  # pylint: disable=g-import-not-at-top
+    return TfdsDocuments(tfds_name, tfds_dir)
+  return DocumentSource(list(paths))
+
+
 def _eval_documents(paths) -> list[list[Tree]]:
   """Held-out documents for streamed sources: prepared folders/ArrayRecord files or PTB files."""
-  from slm_jax.prepare import DocumentSource  # pylint: disable=g-import-not-at-top
   documents: list[list[Tree]] = []
   for path in map(pathlib.Path, paths):
     if path.is_dir() and any(path.glob("*.array_record")) or path.suffix == ".array_record":
@@ -67,10 +80,11 @@ def load_corpus(data_cfg: Any) -> Corpus:
                   f"{held_out} held-out documents; {report.summary()}")
   if data_cfg.source in STREAMED:
     evaluation = _eval_documents(data_cfg.eval_paths) if data_cfg.eval_paths else []
-    return Corpus(None, evaluation, f"{data_cfg.source} {list(data_cfg.paths)} (streamed); "
+    where = data_cfg.tfds_name if data_cfg.source == "tfds" else list(data_cfg.paths)
+    return Corpus(None, evaluation, f"{data_cfg.source} {where} (streamed); "
                   f"{len(evaluation)} held-out documents from data.eval_paths")
-  raise ValueError(f"unknown data.source {data_cfg.source!r}; expected embedded, ptb, "
-                   "arrayrecord or parquet")
+  raise ValueError(f"unknown data.source {data_cfg.source!r}; expected one of "
+                   f"{', '.join(SOURCES)}")
 
 
 def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path, *,
@@ -82,8 +96,8 @@ def load_or_build_tokenizer(data_cfg: Any, corpus: Corpus, workdir: pathlib.Path
     return Tokenizer.load(saved)
   if data_cfg.tokenizer == "word":
     if corpus.train is None:  # a prepared corpus: one pass over its words
-      from slm_jax.prepare import DocumentSource  # pylint: disable=g-import-not-at-top
-      words = DocumentSource(list(data_cfg.paths)).words()
+      words = open_documents(data_cfg.source, data_cfg.paths, data_cfg.tfds_name,
+                             data_cfg.tfds_dir).words()
     else:
       words = (w for document in corpus.train for tree in document for w in tree.leaves())
     tokenizer = make_tokenizer("word", words=words)

@@ -4,24 +4,38 @@ p̃(x≤w) = logsumexp over the beam B_w of log p(x≤w, y≤w): the joint proba
 far and a structural prefix, for a tree-linearization model. One word step w:
 
   frontier ← B_{w-1};  pool ← ∅                              (pool: hypotheses that emitted w)
-  while frontier ≠ ∅ and |pool| < word_beam:
+  while frontier ≠ ∅:
+    if |pool| = word_beam: drop the frontier hypotheses scoring ≤ the pool's word_beam-th
+      (depth-first continuation: expansion goes on while a structural hypothesis still scores
+      above it; scores only fall, so nothing dropped could enter the pool); stop when none is left
     candidates = every valid successor of every frontier hypothesis (grammaticality.py): a
       structural token, or the word w (all its pieces); ranked by score + log p(first token)
-    keep the top `beam` candidates (the sub-beam), plus the `fast_track` best word candidates
-      that did not make it (the fast track: hypotheses that emit the word immediately)
+    keep the union of the top `beam` candidates (the sub-beam) and the `fast_track` best word
+      candidates (the fast track: hypotheses that emit the word immediately); a candidate in
+      both is kept once and no replacement is drawn for it (SPEC §9, the paper's code)
     feed the kept candidates through the KV-cache decoder (a closing is fed with its
       deterministic copies; a word with all its pieces; every fed token is scored unless it is a
-      non-target CNT2, SPEC §4)
+      non-target CNT2, SPEC §4, or `score_cnt2=False`)
     pool ← best `word_beam` of pool ∪ {kept word candidates};  frontier ← kept structural ones
   B_w ← pool
 
 The linearized sentence (between BOS and EOS) is capped at max(max_len_factor·L, min_len)
-tokens, L = terminal tokens of the sentence. With `complete=True` one more step closes the open
-constituents and emits EOS: `sentence_logprob` = logsumexp over the completed hypotheses, which
-`BeamResult.complete` lists best first (tokens after BOS, EOS excluded, with their joint log-probs;
-at most `word_beam`; `slm_jax.eval.proposals.BeamProposals` turns them into proposal trees).
-Defaults: beam = word_beam = 300, fast_track = 30, cap max(6L, 10) (paper App. B.2).
-All hypotheses of a step are batched on the device through `IncrementalDecoder`.
+tokens, L = terminal tokens of the sentence (`cap`; the grammar reserves the closings of every
+open constituent inside it, see `Grammar.min_completion`). With `complete=True` one more step
+closes the open constituents and emits EOS: `sentence_logprob` = logsumexp over the completed
+hypotheses, which `BeamResult.complete` lists best first (tokens after BOS, EOS excluded, with
+their joint log-probs; at most `word_beam`; `slm_jax.eval.proposals.BeamProposals` turns them into
+proposal trees). Defaults: beam = word_beam = 300, fast_track = 30, cap max(6L, 10) (paper App.
+B.2). All hypotheses of a step are batched on the device through `IncrementalDecoder`.
+
+Two readings of the beam: `prefix_logprobs` (the marginal: logsumexp of the joint log-probs of
+B_w) and `terminal_prefix_logprobs` (the largest terminal-only log-prob in B_w: the sum over
+a hypothesis' terminal tokens alone, structure as context — the paper's `tree_eval_type=terminal`;
+hypotheses are still ranked by their joint scores). `sentence_terminal_logprob` is the same over
+the completed hypotheses (terminals and EOS).
+`score_cnt2=False` drops CNT2 log-probs from the beam's scores for every configuration (the
+paper's code never scores CNT2); the default scores them where CNT2 is a target (TGTree, causal
+lin2/lin3 models, SPEC §4).
 
 Scores are natural logarithms. A word candidate is ranked by its first piece (its full score,
 all pieces, is what enters the pool); for word-level vocabularies the two are the same.
@@ -35,13 +49,20 @@ from typing import Any, Sequence as SequenceT
 
 import numpy as np
 
+from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
 from slm_jax.eval.grammaticality import Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
-from slm_jax.eval.scorer import Scorer, length_bucket, logsumexp
+from slm_jax.eval.scorer import LENGTH_BUCKET, Scorer, logsumexp
 from slm_jax.kinds import Kind
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer
+
+# Paper App. B.2 defaults (the evaluator's flags start from these).
+BEAM = 300  # b: the word beam, and the sub-beam
+FAST_TRACK = 30  # hypotheses that emit the word immediately, added to the sub-beam
+MAX_LEN_FACTOR = 6  # the length cap is max(MAX_LEN_FACTOR·L, MIN_LEN)
+MIN_LEN = 10
 
 
 @dataclasses.dataclass
@@ -51,6 +72,7 @@ class Completed:
   kinds: np.ndarray  # [T] int8 `Kind`s (lin2/lin3 closings: CNT1/CNT then CNT2 copies)
   symbols: list[str]  # [T] `Tokenizer.decode(ids)`: one string per token (word pieces unjoined)
   logprob: float  # joint log p(words, structure, EOS): the summand of `sentence_logprob`
+  terminal_logprob: float = math.nan  # Σ log p over its terminals and EOS only
 
 
 @dataclasses.dataclass
@@ -58,6 +80,8 @@ class BeamResult:
   words: list[str]
   prefix_logprobs: np.ndarray  # [L] log p̃(x≤w), w = 1..L (−inf once the beam is empty)
   sentence_logprob: float  # logsumexp over hypotheses closed and ended by EOS (nan: not asked)
+  terminal_prefix_logprobs: np.ndarray  # [L] max over B_w of terminal-only log-probs
+  sentence_terminal_logprob: float  # max over completed hypotheses of terminal + EOS log-probs
   best: list[list[str]]  # per word: the best hypothesis' symbols after BOS
   best_complete: list[str] | None  # the best completed hypothesis (with EOS), if any
   beam_sizes: np.ndarray  # [L] hypotheses kept after each word
@@ -75,14 +99,17 @@ class BeamSearcher:
   step_rows / copy_rows / gather / batch / max_len); `decoder_cls` builds decoders for a
   `Decoder` (e.g. `RecomputeDecoder` for the benchmark baseline), with `decoder_len` cache slots
   (default: the length bucket of each sentence's prefix + cap; one decoder is kept at a time).
-  `labels` restricts the ONT / closing labels (default: the 26 PTB labels).
+  `labels` restricts the ONT / closing labels (default: the 26 PTB labels). `score_cnt2=False`
+  leaves CNT2 log-probs out of every score (the paper's code); `word_beam` defaults to `beam`.
   """
 
   def __init__(self, model: Decoder | Scorer | Any, tokenizer: Tokenizer,
-               configuration: Configuration, *, beam: int = 300, fast_track: int = 30,
-               word_beam: int | None = None, max_len_factor: float = 6, min_len: int = 10,
+               configuration: Configuration, *, beam: int = BEAM, fast_track: int = FAST_TRACK,
+               word_beam: int | None = None, max_len_factor: float = MAX_LEN_FACTOR,
+               min_len: int = MIN_LEN,
                max_open: int | None = None, labels: SequenceT[str] | None = None,
-               decoder_cls=IncrementalDecoder, decoder_len: int | None = None):
+               score_cnt2: bool = True, decoder_cls=IncrementalDecoder,
+               decoder_len: int | None = None):
     if isinstance(model, Scorer):
       model = model.model
     if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1):
@@ -95,8 +122,9 @@ class BeamSearcher:
     self.word_beam = int(word_beam or beam)
     self.max_len_factor = max_len_factor
     self.min_len = int(min_len)
+    self.score_cnt2 = bool(score_cnt2)  # False: the paper's code (CNT2 never scored)
     self.grammar = Grammar(configuration.linearization, tokenizer,
-                           cnt2_scored=not configuration.attention.is_structural,
+                           cnt2_scored=score_cnt2 and not configuration.attention.tg_family,
                            labels=labels, max_open=max_open)
     self.capacity = self.word_beam + self.beam + self.fast_track
     if isinstance(model, Decoder):
@@ -135,7 +163,7 @@ class BeamSearcher:
   def slots(self, words: SequenceT[str], prefix_len: int = 1) -> int:
     """Cache slots a search of `words` after a prefix of `prefix_len` tokens asks for."""
     pieces = sum(len(self.tokenizer.encode_word(w)) for w in words)
-    return length_bucket(prefix_len + self.cap(pieces))
+    return bucket(prefix_len + self.cap(pieces), LENGTH_BUCKET)
 
   def search(self, words: SequenceT[str], *, complete: bool = True, prefix_ids=None,
              prefix_kinds=None) -> BeamResult:
@@ -153,13 +181,16 @@ class BeamSearcher:
     decoder.start(prefix_ids, prefix_kinds)
     n = decoder.batch  # >= capacity
     state = GrammarState.initial(n, cap + 2)
-    score = np.zeros(n)
+    score = np.zeros(n)  # joint log-prob of each row
+    term = np.zeros(n)  # its terminal (and EOS) tokens only
     hist = np.zeros((n, cap + 1), np.int64)  # sentence tokens of each row
     hist_kind = np.zeros((n, cap + 1), np.int64)
     steps = expansions = pruned = 0
     beam_rows = np.zeros(1, np.int64)
     out = BeamResult(words=words, prefix_logprobs=np.full(len(words), -np.inf),
-                     sentence_logprob=-math.inf if complete else math.nan, best=[],
+                     sentence_logprob=-math.inf if complete else math.nan,
+                     terminal_prefix_logprobs=np.full(len(words), -np.inf),
+                     sentence_terminal_logprob=-math.inf if complete else math.nan, best=[],
                      best_complete=None, beam_sizes=np.zeros(len(words), np.int64), cap=cap,
                      steps=0, expansions=0)
     remaining = int(sum(map(len, pieces)))
@@ -169,7 +200,13 @@ class BeamSearcher:
       word_kind = int(Kind.EOS if at_end else Kind.TERMINAL)
       pool = np.zeros(0, np.int64)
       frontier = beam_rows
-      while len(frontier) and len(pool) < self.word_beam:
+      while len(frontier):
+        if len(pool) >= self.word_beam:  # depth-first continuation (module docstring)
+          above = score[frontier] > score[pool[self.word_beam - 1]]
+          pruned += int((~above).sum())
+          frontier = frontier[above]
+          if not len(frontier):
+            break
         parent = state.take(frontier)
         ids = grammar.slot_token_ids(parent, word_ids[0])
         valid = grammar.valid(parent, at_end=at_end, remaining=remaining,
@@ -183,12 +220,15 @@ class BeamSearcher:
         if len(f) == 0:  # dead ends only (the cap admits no continuation)
           frontier = frontier[:0]
           break
+        is_word = c == grammar.word_slot
+        parent_term = term[frontier[f]] + np.where(is_word, lp[f, c], 0.0)
         new = self._place(frontier[f], pool, n, decoder, hist, hist_kind)
         state.put(new, grammar.advance(parent.take(f), c, at_end=at_end, word_len=len(word_ids)))
         score[new] = cand[f, c]
+        term[new] = parent_term
         tokens, kinds, scored, count = grammar.expand(c, ids[f, c], word_ids, word_kind)
         if at_end:
-          count[c == grammar.word_slot] = 0  # EOS is scored, never fed
+          count[is_word] = 0  # EOS is scored, never fed
         used = parent.length[f]  # sentence tokens before the new ones
         for k in range(int(count.max())):
           live = count > k
@@ -196,14 +236,14 @@ class BeamSearcher:
           if k > 0:
             query = np.zeros((n, 1), np.int64)
             query[rows, 0] = tokens[live, k]
-            gained = decoder.gather(query)[rows, 0]
-            score[rows] += np.where(scored[live, k], gained, 0.0)
+            gained = np.where(scored[live, k], decoder.gather(query)[rows, 0], 0.0)
+            score[rows] += gained
+            term[rows] += np.where(is_word[live], gained, 0.0)
           decoder.step_rows(rows, tokens[live, k], kinds[live, k])
           hist[rows, used[live] + k] = tokens[live, k]
           hist_kind[rows, used[live] + k] = kinds[live, k]
           steps += 1
         expansions += len(f)
-        is_word = c == grammar.word_slot
         if at_end:
           hist[new[is_word], used[is_word]] = tok.eos_id
           hist_kind[new[is_word], used[is_word]] = Kind.EOS
@@ -211,19 +251,20 @@ class BeamSearcher:
         pruned += max(len(pool) - self.word_beam, 0)
         pool = pool[np.argsort(-score[pool], kind="stable")[:self.word_beam]]
         frontier = new[~is_word]
-      pruned += len(frontier)  # not expanded: the word beam filled up
       beam_rows = pool
       if at_end:
         out.sentence_logprob = logsumexp(score[pool])
         if len(pool):
+          out.sentence_terminal_logprob = float(term[pool].max())
           out.best_complete = self._symbols(hist, hist_kind, pool)
-          out.complete = self._completed(hist, hist_kind, score, pool)
+          out.complete = self._completed(hist, hist_kind, score, term, pool)
       else:
         remaining -= len(word_ids)
         out.beam_sizes[w] = len(pool)
         if len(pool) == 0:
           break
         out.prefix_logprobs[w] = logsumexp(score[pool])
+        out.terminal_prefix_logprobs[w] = float(term[pool].max())
         out.best.append(self._symbols(hist, hist_kind, pool))
     out.steps, out.expansions, out.pruned = steps, expansions, pruned
     return out
@@ -248,7 +289,9 @@ class BeamSearcher:
     return new
 
   def _select(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sub-beam (top `beam` candidates) plus the fast track (top `fast_track` other words).
+    """(parent, slot) of the kept candidates: the union of the sub-beam (top `beam` of all) and
+    the fast track (top `fast_track` word candidates); a fast-track candidate already in the
+    sub-beam is not added again, and nothing replaces it.
 
     Ranking is by score, ties by flat index (a stable sort), found by partial selection."""
     flat = cand.ravel()
@@ -256,10 +299,9 @@ class BeamSearcher:
     chosen = _top_k(flat, finite, self.beam)
     slots = cand.shape[1]
     if self.fast_track and len(finite) > len(chosen):
-      left = np.ones(len(flat), bool)
-      left[chosen] = False
-      words = finite[(finite % slots == self.grammar.word_slot) & left[finite]]
-      chosen = np.concatenate([chosen, _top_k(flat, words, self.fast_track)])
+      words = finite[finite % slots == self.grammar.word_slot]
+      fast = _top_k(flat, words, self.fast_track)
+      chosen = np.concatenate([chosen, fast[~np.isin(fast, chosen)]])
     return chosen // slots, chosen % slots
 
   def _symbols(self, hist, hist_kind, pool) -> list[str]:
@@ -267,7 +309,7 @@ class BeamSearcher:
     used = int(np.count_nonzero(hist_kind[best]))
     return self.tokenizer.decode(hist[best, :used])
 
-  def _completed(self, hist, hist_kind, score, pool) -> list[Completed]:
+  def _completed(self, hist, hist_kind, score, term, pool) -> list[Completed]:
     """The pool's rows (best first) without their final EOS, decoded in one call."""
     kinds_PT = hist_kind[pool]
     lengths = np.count_nonzero(kinds_PT, axis=1) - 1  # rows are contiguous and end with EOS
@@ -276,7 +318,7 @@ class BeamSearcher:
     kinds = kinds_PT[keep].astype(np.int8)
     symbols = self.tokenizer.decode(ids)
     bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    return [Completed(ids[a:b], kinds[a:b], symbols[a:b], float(score[row]))
+    return [Completed(ids[a:b], kinds[a:b], symbols[a:b], float(score[row]), float(term[row]))
             for a, b, row in zip(bounds[:-1], bounds[1:], pool.tolist())]
 
 
@@ -297,12 +339,7 @@ def _top_k(values: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
 
 def word_synchronous_beam(model: Decoder | Scorer | Any, tokenizer: Tokenizer,
                           configuration: Configuration, words: SequenceT[str], *,
-                          beam: int = 300, fast_track: int = 30, word_beam: int | None = None,
-                          max_len_factor: float = 6, min_len: int = 10,
-                          max_open: int | None = None, labels: SequenceT[str] | None = None,
-                          complete: bool = True) -> BeamResult:
-  """One sentence through a fresh `BeamSearcher` (use the class to search many sentences)."""
-  searcher = BeamSearcher(model, tokenizer, configuration, beam=beam, fast_track=fast_track,
-                          word_beam=word_beam, max_len_factor=max_len_factor, min_len=min_len,
-                          max_open=max_open, labels=labels)
-  return searcher.search(words, complete=complete)
+                          complete: bool = True, **options) -> BeamResult:
+  """One sentence through a fresh `BeamSearcher(..., **options)` (use the class to search many
+  sentences)."""
+  return BeamSearcher(model, tokenizer, configuration, **options).search(words, complete=complete)

@@ -5,12 +5,15 @@ Data: `../shared/data/blimp/<UID>.jsonl`, one pair per line with `sentence_good`
 PTB-style (punctuation, `n't`, `'s`, …) before proposals and the tokenizer see them.
 
 Each sentence is scored as a one-sentence document `<s> z </s>` (the `</s>` is scored, as in
-doc-PPL). Terminal-format models (terminal, pause, Tree-Shuffle) score the words directly: the sum
-of terminal + EOS log-probabilities (K = 1). Tree models score log p̃(x) = logsumexp over the
-distinct linearizations (under the model's scheme) of the proposal trees of the words, each the
-sum over the configuration's target tokens. A pair is right when p̃(good) > p̃(bad) (ties are
-wrong). Accuracy (%) per paradigm, per field and per linguistics term (means over their paradigms)
-and overall (mean over paradigms; equal to the pair mean when every paradigm has 1,000 pairs).
+doc-PPL). Terminal-format models score the words directly (K = 1), every position as trained:
+terminal: terminals + EOS; pause: terminals, pauses and EOS (SPEC §9); Tree-Shuffle: its
+terminals + EOS in lin0. Tree models score log p̃(x) = logsumexp over the distinct
+linearizations (under the model's scheme) of the proposal trees of the words, each the sum over
+the configuration's target tokens (`tree_scoring="terminal"`: the best candidate's terminal + EOS
+log-probs, `docppl.counted_tokens`). A pair is right when p̃(good) > p̃(bad) and both are finite:
+a tie or a non-finite score is wrong, and both are counted (`stats`: `ties`, `nonfinite_pairs`).
+Accuracy (%) per paradigm, per field and per linguistics term (means over their paradigms) and
+overall (mean over paradigms; equal to the pair mean when every paradigm has 1,000 pairs).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from slm_jax.configurations import Configuration
-from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, is_tree_model,
+from slm_jax.eval.docppl import (counted_tokens, distinct_candidates,
                                  make_sequence, scoring_linearization, sentence_ids,
                                  sequence_scores)
 from slm_jax.eval.proposals import ProposalSource
@@ -90,15 +93,17 @@ def load_blimp(directory: str | pathlib.Path, max_items: int | None = None) -> l
 
 def sentence_log_probs(scorer: Any, sentences: Sequence[Sequence[str]], tokenizer: Tokenizer,
                        configuration: Configuration, proposals: ProposalSource | None = None,
-                       chunk: int = 2048, progress: Callable[[str], None] | None = None
-                       ) -> tuple[np.ndarray, dict]:
+                       chunk: int = 2048, progress: Callable[[str], None] | None = None,
+                       tree_scoring: str = "joint") -> tuple[np.ndarray, dict]:
   """log p̃ of each one-sentence document (words); (scores [N], stats: proposals, candidates)."""
-  tree_model = is_tree_model(configuration)
+  tree_model = configuration.scheme.scored_with_structure
   if tree_model and proposals is None:
     raise ValueError(f"{configuration.name} is a tree model: BLiMP needs a proposal source")
   lin = scoring_linearization(configuration)
   out = np.empty(len(sentences))
   stats = collections.Counter()
+  if tree_model:
+    proposals.prefetch(sentences)
   for begin in range(0, len(sentences), chunk):
     sequences, masks, owner = [], [], []
     for n in range(begin, min(begin + chunk, len(sentences))):
@@ -115,12 +120,13 @@ def sentence_log_probs(scorer: Any, sentences: Sequence[Sequence[str]], tokenize
       for cand in candidates:
         seq = make_sequence([cand], tokenizer, eos=True)
         sequences.append(seq)
-        masks.append(counted_tokens(seq.kinds, configuration))
+        masks.append(counted_tokens(seq.kinds, configuration, tree_scoring))
         owner.append(n - begin)
     scores = sequence_scores(scorer, sequences, masks)
     owner_arr = np.asarray(owner)
     starts = np.flatnonzero(np.r_[True, owner_arr[1:] != owner_arr[:-1]])
-    out[begin:begin + len(starts)] = np.logaddexp.reduceat(scores, starts)
+    reduce = np.maximum if tree_scoring == "terminal" and tree_model else np.logaddexp
+    out[begin:begin + len(starts)] = reduce.reduceat(scores, starts)
     if progress:
       progress(f"blimp: {min(begin + chunk, len(sentences))}/{len(sentences)} sentences")
   return out, dict(stats)
@@ -143,10 +149,14 @@ class BlimpResult:
 
 def evaluate_blimp(scorer: Any, tokenizer: Tokenizer, configuration: Configuration,
                    blimp_dir: str | pathlib.Path, proposals: ProposalSource | None = None, *,
-                   max_items: int | None = None,
-                   progress: Callable[[str], None] | None = None) -> BlimpResult:
-  """Pair accuracy of a model on BLiMP (see module docstring)."""
-  paradigms = load_blimp(blimp_dir, max_items)
+                   max_items: int | None = None, tree_scoring: str = "joint",
+                   progress: Callable[[str], None] | None = None,
+                   paradigms: Sequence[Paradigm] | None = None) -> BlimpResult:
+  """Pair accuracy of a model on BLiMP (see module docstring). `paradigms`: already-read pairs
+  (e.g. `slm_jax.eval.tfds_sets.blimp_pairs_from_tfds`) instead of `blimp_dir`'s jsonl files."""
+  if paradigms is None:
+    paradigms = load_blimp(blimp_dir, max_items)
+  paradigms = list(paradigms)
   index: dict[tuple[str, ...], int] = {}
   good_ids, bad_ids, which = [], [], []
   for p_index, paradigm in enumerate(paradigms):
@@ -155,10 +165,20 @@ def evaluate_blimp(scorer: Any, tokenizer: Tokenizer, configuration: Configurati
       bad_ids.append(index.setdefault(tuple(word_tokenize(bad)), len(index)))
       which.append(p_index)
   scores, stats = sentence_log_probs(scorer, list(index), tokenizer, configuration, proposals,
-                                     progress=progress)
-  correct = scores[np.asarray(good_ids)] > scores[np.asarray(bad_ids)]
-  stats.update(unique_sentences=len(index), pairs=len(correct))
+                                     progress=progress, tree_scoring=tree_scoring)
+  good, bad = scores[np.asarray(good_ids)], scores[np.asarray(bad_ids)]
+  correct, ties, nonfinite = pair_verdicts(good, bad)
+  stats.update(unique_sentences=len(index), pairs=len(correct), ties=ties,
+               nonfinite_pairs=nonfinite, tree_scoring=tree_scoring)
   return summarize(paradigms, correct, np.asarray(which), stats)
+
+
+def pair_verdicts(good_N: np.ndarray, bad_N: np.ndarray) -> tuple[np.ndarray, int, int]:
+  """(correct [N] bool, ties, non-finite pairs): right iff good > bad with both finite; a tie
+  (equal finite scores) and a pair with a non-finite score are wrong (SPEC §9)."""
+  good, bad = np.asarray(good_N, np.float64), np.asarray(bad_N, np.float64)
+  finite = np.isfinite(good) & np.isfinite(bad)
+  return finite & (good > bad), int((finite & (good == bad)).sum()), int((~finite).sum())
 
 
 def summarize(paradigms: Sequence[Paradigm], correct: np.ndarray, which: np.ndarray,

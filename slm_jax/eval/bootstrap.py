@@ -1,8 +1,9 @@
 """Paired bootstrap between models (SPEC §9/§11, paper App. C).
 
-B = 10,000 resamples from `numpy.random.default_rng(2027)` (a fresh generator per task, so a
-task's intervals do not depend on which other tasks ran). Each resample draws example indices with
-replacement, `rng.integers(0, n, size=n)`, shared by all models; intervals are percentiles (2.5,
+B = 10,000 resamples from `numpy.random.default_rng(seed)`, seed 2027 (Tables 10–11; 2026 for
+App. F), a fresh generator per task, so a task's intervals do not depend on which other tasks
+ran. Each resample draws example indices with replacement, `rng.integers(0, n, size=n)`, shared
+by all models; intervals are percentiles (2.5,
 97.5) of the resampled statistic; the paired difference Δ = stat(a) − stat(b) gets its CI from its
 own percentiles and a two-sided p = min(1, 2·min(P(Δ ≤ 0), P(Δ ≥ 0))).
 
@@ -15,6 +16,15 @@ Statistics:
 
 Vectorized: resamples are drawn in chunks of rows ([C, n] indices, the same stream as B single
 draws) and every model's sums are gathers over the shared index matrix.
+
+`rank_first`: the share of resamples in which each model has the best statistic (highest; lowest
+for `ppl`), ties split evenly, so the shares sum to 1 (paper App. C: "TGTree ranks first in 52.18%
+of resamples").
+
+Macro averages (`macro_bootstrap`, paper Table 10's AVG rows) **resample tasks**: each resample
+draws T task indices with replacement (shared by all models) and averages the models' per-task
+scores over them, so the interval measures sensitivity to the task suite, not uncertainty within
+it; paired Δ, p and rank-first shares as above.
 """
 
 from __future__ import annotations
@@ -112,6 +122,13 @@ def percentile_ci(samples_B: np.ndarray, level: float = 0.95) -> tuple[float, fl
   return float(lo), float(hi)
 
 
+def rank_first(boot_BM: np.ndarray, lower_better: bool = False) -> np.ndarray:
+  """[M] share of resamples in which each model is best (ties split evenly; sums to 1)."""
+  values = -np.asarray(boot_BM) if lower_better else np.asarray(boot_BM)
+  best = values == values.max(axis=1, keepdims=True)
+  return (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
+
+
 @dataclasses.dataclass
 class BootstrapResult:
   statistic: str
@@ -121,14 +138,31 @@ class BootstrapResult:
   pairs: list[dict]  # {a, b, delta, ci, p} with delta = stat(a) - stat(b)
   resamples: int
   seed: int
-  examples: int
+  examples: int  # resampled units: examples, or tasks for a macro average
+  rank_first: dict[str, float] = dataclasses.field(default_factory=dict)
+  unit: str = "examples"  # what a resample draws: "examples" or "tasks"
 
   def to_json(self) -> dict:
     return {"statistic": self.statistic, "resamples": self.resamples, "seed": self.seed,
-            "examples": self.examples,
-            "models": {m: {"estimate": self.estimate[m], "ci": list(self.ci[m])}
-                       for m in self.models},
+            "examples": self.examples, "unit": self.unit,
+            "models": {m: {"estimate": self.estimate[m], "ci": list(self.ci[m]),
+                           "rank_first": self.rank_first.get(m)} for m in self.models},
             "pairs": [{**p, "ci": list(p["ci"])} for p in self.pairs]}
+
+
+def _result(statistic, models, point_M, boot_BM, pairs, resamples, seed, units, level,
+            unit="examples") -> BootstrapResult:
+  column = {m: i for i, m in enumerate(models)}
+  out_pairs = []
+  for a, b in (pairs if pairs is not None else itertools.combinations(models, 2)):
+    delta = boot_BM[:, column[a]] - boot_BM[:, column[b]]
+    out_pairs.append({"a": a, "b": b, "delta": float(point_M[column[a]] - point_M[column[b]]),
+                      "ci": percentile_ci(delta, level), "p": p_value(delta)})
+  first = rank_first(boot_BM, lower_better=statistic == "ppl")
+  return BootstrapResult(statistic, models, {m: float(point_M[column[m]]) for m in models},
+                         {m: percentile_ci(boot_BM[:, column[m]], level) for m in models},
+                         out_pairs, resamples, seed, int(units),
+                         {m: float(first[column[m]]) for m in models}, unit)
 
 
 def paired_bootstrap(per_example: Mapping[str, np.ndarray], statistic: str = "mean", *,
@@ -151,12 +185,23 @@ def paired_bootstrap(per_example: Mapping[str, np.ndarray], statistic: str = "me
   kwargs = dict(denominators_NM=den, groups_N=groups, scale=scale)
   point = point_statistic(values, statistic, **kwargs)
   boot = resampled_statistics(values, statistic, resamples=resamples, seed=seed, **kwargs)
-  column = {m: i for i, m in enumerate(models)}
-  out_pairs = []
-  for a, b in (pairs if pairs is not None else itertools.combinations(models, 2)):
-    delta = boot[:, column[a]] - boot[:, column[b]]
-    out_pairs.append({"a": a, "b": b, "delta": float(point[column[a]] - point[column[b]]),
-                      "ci": percentile_ci(delta, level), "p": p_value(delta)})
-  return BootstrapResult(statistic, models, {m: float(point[column[m]]) for m in models},
-                         {m: percentile_ci(boot[:, column[m]], level) for m in models},
-                         out_pairs, resamples, seed, int(values.shape[0]))
+  return _result(statistic, models, point, boot, pairs, resamples, seed, values.shape[0], level)
+
+
+def macro_bootstrap(task_scores: Mapping[str, Sequence[float]], *,
+                    pairs: Sequence[tuple[str, str]] | None = None, resamples: int = RESAMPLES,
+                    seed: int = SEED, level: float = 0.95) -> BootstrapResult:
+  """Macro average over tasks with task resampling: `task_scores[model]` = [T] per-task scores
+  (the same T tasks, in the same order, for every model)."""
+  models = list(task_scores)
+  if not models:
+    raise ValueError("macro_bootstrap: no models")
+  scores_TM = np.stack([np.asarray(task_scores[m], np.float64) for m in models], axis=1)
+  if scores_TM.shape[0] == 0 or not np.isfinite(scores_TM).all():
+    raise ValueError(f"macro_bootstrap: needs finite scores for at least one task, got "
+                     f"{scores_TM.shape[0]} tasks")
+  t = scores_TM.shape[0]
+  rng = np.random.default_rng(seed)
+  boot = _resampled_sums(rng, scores_TM, resamples) / t
+  return _result("macro_mean", models, scores_TM.mean(axis=0), boot, pairs, resamples, seed, t,
+                 level, unit="tasks")

@@ -11,9 +11,14 @@ under TG-family masks is not a target) and h_i = `<s>` ẑ_1 … ẑ_{i-1}, ẑ_
 distinct sequence of sentence j (ties: the first in proposal order). `</s>` belongs to the last
 sentence. PPL = exp(−Σ log p̃ / M), M = terminal + EOS tokens.
 
+`tree_scoring="terminal"` (tree models; the paper's `tree_eval_type=terminal`): a candidate
+scores its terminal and EOS tokens only (structure as context) and a sentence takes its best
+candidate's score instead of the sum; histories still follow the highest joint probability.
+
 Terminal-format models (lin0, pause1/2, and lin1_shuf, which the paper scores in terminal format)
-score each document's terminal sequence once, counting only terminal and EOS tokens (pauses are
-context only); M is the same.
+score each document's terminal-format sequence once, **every position counted** as trained
+(terminals, EOS and pause tokens: SPEC §9; lin1_shuf on its terminals only); M is the same
+terminal + EOS count as for tree models.
 
 Scoring is batched across documents: all candidates of sentence position i of every document go
 to the scorer in one call (the scorer splits them into batches).
@@ -31,30 +36,32 @@ from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
 from slm_jax.eval.proposals import NoProposals, ProposalSource
 from slm_jax.kinds import Kind
-from slm_jax.linearize import TERMINAL_SCHEMES, Sequence as LinSequence
+from slm_jax.linearize import Sequence as LinSequence
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 
 def scoring_linearization(configuration: Configuration) -> str:
-  """The scheme a model is scored in: its own, except Tree-Shuffle, scored as terminals (lin0)."""
-  lin = configuration.linearization
-  return "lin0" if lin == "lin1_shuf" else lin
+  """The scheme a model is scored in (the scheme table's `scored_as`: its own, except
+  Tree-Shuffle, scored as terminals)."""
+  return configuration.scheme.scored_as
 
 
-def is_tree_model(configuration: Configuration) -> bool:
-  """True when evaluation marginalizes over proposal trees: every tree scheme but Tree-Shuffle,
-  whose shuffled brackets are no targets (it is scored in the terminal format)."""
-  return configuration.linearization not in TERMINAL_SCHEMES + ("lin1_shuf",)
+TREE_SCORINGS = ("joint", "terminal")
 
 
-def counted_tokens(kinds_T: np.ndarray, configuration: Configuration) -> np.ndarray:
+def counted_tokens(kinds_T: np.ndarray, configuration: Configuration,
+                   tree_scoring: str = "joint") -> np.ndarray:
   """[T] bool: the tokens whose log-probabilities form a sequence's score (BOS never counts).
 
-  Tree models: the configuration's targets (SPEC §4). Terminal-format models: terminals and EOS.
+  The configuration's targets (SPEC §4), for every model: a tree model's structural targets, a
+  pause model's pauses, terminals and EOS, as trained (SPEC §9). `tree_scoring="terminal"`: a
+  tree model's terminals and EOS only.
   """
   kinds = np.asarray(kinds_T)
-  if not is_tree_model(configuration):
+  if tree_scoring not in TREE_SCORINGS:
+    raise ValueError(f"tree_scoring must be one of {TREE_SCORINGS}, got {tree_scoring!r}")
+  if tree_scoring == "terminal" and configuration.scheme.scored_with_structure:
     return (kinds == Kind.TERMINAL) | (kinds == Kind.EOS)
   segment = np.ones(len(kinds), dtype=np.int32)
   return np.asarray(target_mask(kinds, segment, configuration.linearization,
@@ -95,20 +102,22 @@ def distinct_candidates(trees: Sequence[Tree], tokenizer: Tokenizer,
   return list(seen.values())
 
 
-def sequence_scores(scorer: Any, sequences: Sequence[LinSequence], masks: Sequence[np.ndarray]
-                    ) -> np.ndarray:
-  """Σ log p over each sequence's `masks[n]` ([T] bool; position 0 is never scored)."""
-  if not sequences:
-    return np.zeros(0)
-  logprobs = scorer.logprobs(list(sequences))
-  out = np.empty(len(sequences))
-  for n, (lp, mask) in enumerate(zip(logprobs, masks)):
+def sequence_scores(scorer: Any, sequences: Sequence[LinSequence], masks: Sequence[np.ndarray],
+                    *more_masks: Sequence[np.ndarray]) -> np.ndarray:
+  """Σ log p over each sequence's `masks[n]` ([T] bool; position 0 is never scored), [N]; with
+  `more_masks`, one row per mask list ([1 + len(more_masks), N]) from one scoring pass."""
+  lists = (masks,) + more_masks
+  out = np.empty((len(lists), len(sequences)))
+  logprobs = scorer.logprobs(list(sequences)) if sequences else []
+  for n, lp in enumerate(logprobs):
     lp = np.asarray(lp, dtype=np.float64)
-    if lp.shape != (len(mask) - 1,):
-      raise ValueError(f"scorer returned {lp.shape} log-probs for a sequence of {len(mask)} "
-                       "tokens (expected one per token after the first)")
-    out[n] = lp[mask[1:]].sum()
-  return out
+    for row, mask_list in enumerate(lists):
+      mask = mask_list[n]
+      if lp.shape != (len(mask) - 1,):
+        raise ValueError(f"scorer returned {lp.shape} log-probs for a sequence of {len(mask)} "
+                         "tokens (expected one per token after the first)")
+      out[row, n] = lp[mask[1:]].sum()
+  return out if more_masks else out[0]
 
 
 @dataclasses.dataclass
@@ -139,19 +148,22 @@ def _words(sentence: Tree | Sequence[str]) -> tuple[str, ...]:
 def doc_ppl(scorer: Any, documents: Sequence[Sequence[Tree | Sequence[str]]],
             tokenizer: Tokenizer, configuration: Configuration,
             proposals: ProposalSource | None = None, *, max_context: int | None = None,
+            tree_scoring: str = "joint",
             progress: Callable[[str], None] | None = None) -> DocPPLResult:
   """SPEC §9 doc-PPL of `documents` (sentences as trees or word lists; only words are used).
 
   `proposals` is required for tree models. `max_context` (tokens) caps a scored sequence: the
   oldest history sentences are dropped (BOS kept) until it fits; such sentences are counted.
+  `tree_scoring`: "joint" (default) or "terminal" (module docstring).
   """
   documents = [[_words(s) for s in doc] for doc in documents]
   if any(not doc for doc in documents):
     raise ValueError("doc_ppl: a document has no sentences")
-  if not is_tree_model(configuration):
+  if not configuration.scheme.scored_with_structure:
     return _terminal_doc_ppl(scorer, documents, tokenizer, configuration, max_context)
   if proposals is None:
     raise ValueError(f"doc_ppl: {configuration.name} is a tree model and needs proposals")
+  proposals.prefetch(s for doc in documents for s in doc)
   lin = scoring_linearization(configuration)
   num = len(documents)
   history: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in documents]
@@ -159,7 +171,7 @@ def doc_ppl(scorer: Any, documents: Sequence[Sequence[Tree | Sequence[str]]],
   doc_tokens = np.zeros(num, dtype=np.int64)
   stats = dict(proposals=0, candidates=0, truncated=0, sentences=0)
   for position in range(max(len(d) for d in documents)):
-    sequences, masks, owner = [], [], []
+    sequences, masks, reported, owner = [], [], [], []
     for d, doc in enumerate(documents):
       if position >= len(doc):
         continue
@@ -183,24 +195,33 @@ def doc_ppl(scorer: Any, documents: Sequence[Sequence[Tree | Sequence[str]]],
         seq = make_sequence(hist + [cand], tokenizer, eos=last)
         mask = counted_tokens(seq.kinds, configuration)
         mask[:start] = False
+        shown = counted_tokens(seq.kinds, configuration, tree_scoring)
+        shown[:start] = False
         sequences.append(seq)
         masks.append(mask)
+        reported.append(shown)
         owner.append(d)
       doc_tokens[d] += int((candidates[0][1] == Kind.TERMINAL).sum()) + int(last)
     if progress:
       progress(f"doc-ppl: sentence position {position}: {len(sequences)} candidates")
-    scores = sequence_scores(scorer, sequences, masks)
+    scores, shown_scores = sequence_scores(scorer, sequences, masks, reported)
     owner_arr = np.asarray(owner)
     cursor = 0
     for d in dict.fromkeys(owner):
       count = int((owner_arr == d).sum())
       lps = scores[cursor:cursor + count]
-      doc_lp[d] += float(np.logaddexp.reduce(lps))
+      doc_lp[d] += reduce_candidates(shown_scores[cursor:cursor + count], tree_scoring)
       best = int(np.argmax(lps))  # first maximum: ties go to proposal order
       seq = sequences[cursor + best]
       history[d].append(_last_part(seq, tokenizer))
       cursor += count
   return _result(doc_lp, doc_tokens, stats)
+
+
+def reduce_candidates(scores: np.ndarray, tree_scoring: str = "joint") -> float:
+  """A sentence's log p̃ from its distinct candidates' scores: their logsumexp (joint), or the
+  best one (terminal-only scoring)."""
+  return float(np.max(scores) if tree_scoring == "terminal" else np.logaddexp.reduce(scores))
 
 
 def _fit(hist: list, needed: int, max_context: int | None) -> list:

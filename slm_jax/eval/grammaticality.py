@@ -42,11 +42,11 @@ import dataclasses
 import numpy as np
 
 from slm_jax.kinds import PTB_LABELS, Kind
-from slm_jax.linearize import CLOSING_KINDS, TREE_SCHEMES
+from slm_jax.linearize import SCHEME_TABLE, get_scheme
 from slm_jax.tokenizer import Tokenizer
 
 START, AFTER_ONT, AFTER_WORD, AFTER_CLOSE, DONE = range(5)  # `last` codes
-BEAM_LINEARIZATIONS = tuple(s for s in TREE_SCHEMES if s != "lin1_shuf")
+BEAM_LINEARIZATIONS = tuple(s.name for s in SCHEME_TABLE.values() if s.beam_searchable)
 
 
 @dataclasses.dataclass
@@ -86,22 +86,36 @@ class Grammar:
     unknown = [l for l in self.labels if l not in PTB_LABELS]
     if unknown or not self.labels:
       raise ValueError(f"labels must be a non-empty subset of the 26 PTB labels, got {unknown}")
-    self.closing = CLOSING_KINDS[linearization]  # kinds of one closing's tokens
+    facts = get_scheme(linearization)
+    self.closing = facts.closing_expansion  # kinds of one closing's tokens
     self.copies = len(self.closing)
     self.cnt2_scored = cnt2_scored
     self.max_open = max_open
-    self.tree = linearization in ("lin1", "lin2", "lin3")
+    self.tree = facts.invertible  # ONT-opened, label-matched closings
+    # The grammar family, from the scheme table: tree (lin1/2/3), noont (closings name their
+    # label, no ONTs) or merge (ONTs and unlabeled `)` runs).
+    self.family = "tree" if facts.invertible else "merge" if facts.opens else "noont"
     self.label_index = np.asarray([PTB_LABELS.index(l) for l in self.labels], np.int64)
     self.cnt_ids = np.asarray([tokenizer.cnt_id(l) for l in PTB_LABELS], np.int64)
-    self.n_ont = 0 if linearization == "lin1_noont" else len(self.labels)
-    self.n_close = len(self.labels) if linearization == "lin1_noont" else 1
+    # Without ONTs (lin1_noont) a closing names its label; else one closing slot (the label of
+    # the innermost open constituent, or lin1_merge's unlabeled `)`).
+    self.n_ont = len(self.labels) if facts.opens else 0
+    self.n_close = 1 if facts.opens else len(self.labels)
     self.word_slot = self.n_ont + self.n_close
     self.n_slots = self.word_slot + 1
 
   # ---- costs
 
   def min_completion(self, open_, last, remaining):
-    """Fewest tokens that still complete the sentence (before EOS)."""
+    """Fewest tokens that still complete the sentence (before EOS): the pieces of the words not
+    yet emitted plus the **reserved closings** — every open constituent's closing, `copies`
+    tokens each (1 lin1, 2 lin2, 3 lin3); one final `)` / closing for merge and noont.
+
+    This is where the cap max(6L, 10) of SPEC §9 counts the closings: `valid` admits a token
+    only if `length` (tokens after BOS so far) + the token(s) + this completion <= cap, so an
+    ONT is refused once its own closing would not fit, and every kept prefix extends to a tree
+    of at most `cap` tokens between BOS and EOS (EOS itself is not counted). Example, lin1 with
+    L = 2 one-piece words: cap 12 = 2 words + 5 constituents × 2 (tests/test_beam.py)."""
     if self.tree:
       return remaining + open_ * self.copies
     finished = (remaining == 0) & (last == AFTER_CLOSE)
@@ -114,9 +128,9 @@ class Grammar:
     n = len(state.length)
     ids = np.empty((n, self.n_slots), np.int64)
     ids[:, :self.n_ont] = [self.tokenizer.ont_id(l) for l in self.labels[:self.n_ont]]
-    if self.linearization == "lin1_noont":
+    if self.family == "noont":
       ids[:, self.n_ont:self.word_slot] = self.cnt_ids[self.label_index]
-    elif self.linearization == "lin1_merge":
+    elif self.family == "merge":
       ids[:, self.n_ont] = self.tokenizer.merged_close_id
     else:
       top = state.stack[np.arange(n), np.maximum(state.open - 1, 0)]
@@ -142,7 +156,7 @@ class Grammar:
       close = alive & (open_ >= (1 if at_end else 2)) & (last != AFTER_ONT) & (last != START)
       close &= length + self.copies + self.min_completion(open_ - 1, AFTER_CLOSE,
                                                          remaining) <= cap
-    elif self.linearization == "lin1_merge":
+    elif self.family == "merge":
       close = (last == AFTER_WORD) & (open_ >= (1 if at_end else 2))
       close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
     else:  # noont
@@ -152,7 +166,7 @@ class Grammar:
     if at_end:
       word = (open_ == 0) & (last == AFTER_CLOSE) if self.tree else last == AFTER_CLOSE
     else:
-      word = alive & ((open_ >= 1) if self.linearization != "lin1_noont" else True)
+      word = alive & ((open_ >= 1) if self.family != "noont" else True)
       word &= length + word_len + self.min_completion(open_, AFTER_WORD,
                                                       remaining - word_len) <= cap
     out[:, self.word_slot] = word
@@ -172,9 +186,9 @@ class Grammar:
       r = rows[is_ont]
       s.stack[r, s.open[r]] = self.label_index[slot[r]]
     s.open += is_ont
-    if self.tree or self.linearization == "lin1_merge":
+    if self.tree or self.family == "merge":
       s.open -= is_close
-      if self.linearization == "lin1_merge" and at_end:
+      if self.family == "merge" and at_end:
         s.open[is_close] = 0  # the final `)` closes everything
     s.length += np.where(is_ont, 1, 0) + np.where(is_close, self.copies, 0) + np.where(
         is_word & (not at_end), word_len, 0)

@@ -2,8 +2,8 @@
 
 `IncrementalDecoder(model, configuration, max_len=S, batch=N)` holds N hypotheses of up to S
 tokens. Keys and values live in a shared **token arena** (paged attention with one-token pages):
-  k, v      L × [G, A, K]  per-layer keys (RoPE applied) and values of every token fed, in the
-                           compute dtype; a token's slot is written once and never moves
+  k, v      L × [A, G, K]  per-layer keys (RoPE applied) and values of every token fed, in the
+                           compute dtype (A arena slots); a token's slot is written once, never moves
   path      [N, S]         the arena slot of each of a row's tokens (a shared prefix is stored once)
   kind, pop [N, S]         the SPEC §3 metadata of every token of the row, *as known so far*
   length    [N]            tokens fed (the next token goes to row slot `length`, RoPE position too)
@@ -11,10 +11,17 @@ tokens. Keys and values live in a shared **token arena** (paged attention with o
 A step appends the fed rows' new keys/values to the arena (one contiguous write) and attends
 each row over `k[path[row]]`; forking a hypothesis (`copy_rows`) copies its path and metadata
 rows (a few int32s per token), never keys or values. Everything is updated in place (donated
-buffers), and a step computes only the rows it feeds (bucketed row counts). The arena holds
-`arena_factor`·N·S slots (default 1.25: a search writes one slot per fed token, usually well
-under N·S per sentence, so the cache costs 1.25× a row-major one); when a step would overflow it,
-the live rows are compacted into its front (one gather, rare).
+buffers), and a step computes only the rows it feeds (bucketed row counts, `slm_jax.buckets`).
+The arena holds `arena_factor`·N·S slots (default 1.25: a search writes one slot per fed token,
+usually well under N·S per sentence, so the cache costs 1.25× a row-major one); when a step would
+overflow it, the live rows are compacted into its front (one gather, rare).
+
+The model runs its own forward pass (`Decoder.__call__`: embedding, blocks, final norm, head);
+this module plugs into its per-layer attention hook only: each layer hands over the new tokens'
+q/k/v, the hook writes k/v into the arena and calls the model's `attention_core` over the row's
+cached keys with the mask of the arena metadata. A block feature added to the model is decoded
+with no change here. The prefix of `start` goes through the same hook (keys recorded, attention by
+`xla_attention` over the prefix's `row_metadata`).
 
 Incremental metadata: a cached key that is not popped yet has pop = S ("infinity"); when a
 closing (CNT/CNT1) arrives at slot i, every not-yet-popped key in [innermost open ONT, i) gets
@@ -22,13 +29,8 @@ pop = i (the ONT itself, its direct children, and child CNT1s — deeper items w
 own closing); a CNT2 gets pop = i + 1. A mask only compares pop[j] with the query index (`> i`,
 `== i`), so for the prefix [0, i] this gives exactly the mask the full-sequence `row_metadata`
 gives. The new query's mask comes from `structure.attends` (the one predicate) with the
-configuration's per-head codes, so every attention type (causal, tg, tg_nomask, tg_nomask_aug,
+configuration's head-group codes, so every attention type (causal, tg, tg_nomask, tg_nomask_aug,
 hybrids) is decoded the way it was trained.
-
-The layers are the model's own submodules (`embed_tokens`, `blocks[i].attn_norm`, `attn.q/k/v/o`,
-`mlp_norm`, `mlp`, `final_norm`, the tied head) and `apply_rope`; only the attention over the
-cache is re-implemented (same float32 softmax, GQA layout h = g·R + r, masked probabilities
-zeroed).
 All functions are jitted once per (graphdef, N, S, row bucket, slot bucket) and vectorized over
 hypotheses; the arena offset of a step is a traced scalar (no recompiles).
 """
@@ -43,103 +45,69 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from slm_jax.buckets import bucket, buckets
 from slm_jax.configurations import Configuration
-from slm_jax.eval.scorer import check_attention
-from slm_jax.kinds import CNT1_CODE as _CNT1, CNT2_CODE as _CNT2, CNT_CODE as _CNT, ONT_CODE as _ONT
+from slm_jax.eval.scorer import check_attention, split_model
+from slm_jax.kinds import CNT2_CODE as _CNT2, ONT_CODE as _ONT, is_closing
+from slm_jax.model.attention import attention_core, xla_attention
 from slm_jax.model.decoder import Decoder
-from slm_jax.model.layers import apply_rope
-from slm_jax.structure import TokenMeta, attends, row_metadata
+from slm_jax.structure import RowMetadata, TokenMeta, attends, row_metadata
 
+ROW_BUCKET = 32  # fewest rows a step computes (fewer compiled variants; padding is cheap)
+SLOT_BUCKET = 16  # fewest cache slots a step reads
 
 
 class DecoderCache(NamedTuple):
   """Device state of N hypotheses (see module docstring)."""
 
-  k: tuple  # per layer [G, A, K] arena (kv heads leading: attention's batch dims come first)
-  v: tuple  # per layer [G, A, K] arena
+  k: tuple  # per layer [A, G, K] arena (slot-major: a gather by path gives [N, S, G, K])
+  v: tuple  # per layer [A, G, K] arena
   path: jax.Array  # [N, S] int32 arena slot of each row token
   kind: jax.Array  # [N, S] int32
   pop: jax.Array  # [N, S] int32
   length: jax.Array  # [N] int32
 
 
-def _attend(q_MHK, k_GMSK, v_GMSK, mask_MHS):
-  """Softmax attention of one query per row over its S cached keys (xla_attention's math)."""
-  M, H, K = q_MHK.shape
-  G = k_GMSK.shape[0]
-  q_GMRK = q_MHK.reshape(M, G, H // G, K).transpose(1, 0, 2, 3)
-  logits_GMRS = jnp.einsum("gmrk,gmsk->gmrs", q_GMRK, k_GMSK,
-                           preferred_element_type=jnp.float32) * (K ** -0.5)
-  mask_GMRS = mask_MHS.reshape(M, G, H // G, -1).transpose(1, 0, 2, 3)
-  logits_GMRS = jnp.where(mask_GMRS, logits_GMRS, jnp.finfo(jnp.float32).min)
-  probs_GMRS = jnp.where(mask_GMRS, jax.nn.softmax(logits_GMRS, axis=-1), 0.0)
-  o_GMRK = jnp.einsum("gmrs,gmsk->gmrk", probs_GMRS.astype(v_GMSK.dtype), v_GMSK)
-  return o_GMRK.transpose(1, 0, 2, 3).reshape(M, H, K)
+def _group_mask(groups: tuple, q_index_MC, q_kind_MC, key_kind_MS, key_pop_MS):
+  """attends() of queries [M, C] against keys [M, S] under each head-group code → [M, A, C, S]
+  (one segment; key j's row index is j)."""
+  S = key_kind_MS.shape[-1]
+  query = TokenMeta(q_index_MC[:, None, :, None], 1, q_kind_MC[:, None, :, None], 0)
+  key = TokenMeta(jnp.arange(S), 1, key_kind_MS[:, None, None, :], key_pop_MS[:, None, None, :])
+  return attends(query, key, jnp.asarray(groups, jnp.int32)[:, None, None])
 
 
-def _attend_chunk(q_PTHK, k_PTGK, v_PTGK, mask_PHTT):
-  """`_attend` for the T prefix queries of each row over the row's T prefix keys."""
-  P, T, H, K = q_PTHK.shape
-  G = k_PTGK.shape[2]
-  q_PGRTK = q_PTHK.reshape(P, T, G, H // G, K).transpose(0, 2, 3, 1, 4)
-  logits = jnp.einsum("pgrtk,psgk->pgrts", q_PGRTK, k_PTGK,
-                      preferred_element_type=jnp.float32) * (K ** -0.5)
-  mask = mask_PHTT.reshape(P, G, H // G, T, -1)
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
-  o_PGRTK = jnp.einsum("pgrts,psgk->pgrtk", probs.astype(v_PTGK.dtype), v_PTGK)
-  return o_PGRTK.transpose(0, 3, 1, 2, 4).reshape(P, T, H, K)
+def _last_logprobs(logits_BTV) -> jax.Array:
+  """log-softmax of the last position's logits, float32 [B, V]."""
+  return jax.nn.log_softmax(logits_BTV[:, -1].astype(jnp.float32), axis=-1)
 
 
-def _mask(codes_H, q_index, q_kind, key_kind, key_pop):
-  """attends() of queries [..., C] against keys [..., S] → [..., H, C, S]; one segment."""
-  S = key_kind.shape[-1]
-  query = TokenMeta(q_index[..., None, :, None], 1, q_kind[..., None, :, None], 0)
-  key = TokenMeta(jnp.arange(S), 1, key_kind[..., None, None, :], key_pop[..., None, None, :])
-  return attends(query, key, jnp.asarray(codes_H)[:, None, None])
-
-
-def _head(model: Decoder, x_MD, *, normed: bool = False):
-  """Next-token log-probabilities [M, V] from the last residual-stream states [M, D] (or from
-  states that already went through the final norm, as `Decoder.hidden` returns, if `normed`)."""
-  h_M1D = x_MD[:, None] if normed else model.final_norm(x_MD[:, None])
-  return jax.nn.log_softmax(model.logits(h_M1D)[:, 0].astype(jnp.float32), axis=-1)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4, 5))
-def _prefill(graphdef, params, codes_H: tuple, n: int, max_len: int, arena: int, tokens_PT,
-             kind_PT, pop_PT):
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
+def _prefill(graphdef, params, n: int, max_len: int, arena: int, tokens_PT, meta: RowMetadata):
   """Feeds the prefix [P, T] (P = 1 or n) → (n-row cache, logprobs [n, V]); the prefix of row p
   takes arena slots [p·T, (p+1)·T) (P = 1: one copy shared by every row)."""
-  model = nnx.merge(graphdef, params)
+  model = nnx.merge(graphdef.graphdef, params)
   P, T = tokens_PT.shape
   S = max_len
-  index = jnp.arange(T)
-  pop_PT = jnp.where(kind_PT == _CNT2, index + 1, jnp.where(pop_PT >= T, S, pop_PT))
-  mask_PHTT = _mask(codes_H, jnp.broadcast_to(index, (P, T)), kind_PT, kind_PT, pop_PT)
-  pos_PT = jnp.broadcast_to(index, (P, T))
-  x = model.embed(tokens_PT).astype(model.config.compute_dtype)
   dtype = model.config.compute_dtype
   ks, vs = [], []
-  for block in model.blocks:
-    attn = block.attn
-    H, G, K = attn.shape
-    h = block.attn_norm(x)
-    q = apply_rope(attn.q(h).reshape(P, T, H, K), pos_PT, attn.rope_theta)
-    k = apply_rope(attn.k(h).reshape(P, T, G, K), pos_PT, attn.rope_theta).astype(dtype)
-    v = attn.v(h).reshape(P, T, G, K).astype(dtype)
-    o = _attend_chunk(q, k, v, mask_PHTT)
-    x = x + attn.o(o.reshape(P, T, H * K)).astype(x.dtype)
-    x = x + block.mlp(block.mlp_norm(x)).astype(x.dtype)
-    put = lambda a: jnp.zeros((G, arena, K), dtype).at[:, :P * T].set(
-        a.reshape(P * T, G, K).transpose(1, 0, 2))
-    ks.append(put(k))
-    vs.append(put(v))
-  lp = _head(model, x[:, -1])
+
+  def record(layer, q_PTHK, k_PTGK, v_PTGK, meta_, attention):
+    G, K = k_PTGK.shape[2:]
+    put = lambda a: jnp.zeros((arena, G, K), dtype).at[:P * T].set(
+        a.reshape(P * T, G, K).astype(dtype))
+    ks.append(put(k_PTGK))
+    vs.append(put(v_PTGK))
+    return xla_attention(q_PTHK, k_PTGK.astype(dtype), v_PTGK.astype(dtype), meta_, attention)
+
+  hidden_PTD = model.hidden(model.embed(tokens_PT), meta, record)
+  lp = _last_logprobs(model.logits(hidden_PTD[:, -1:]))  # the head on the last position only
   grow = lambda a: jnp.broadcast_to(a, (n,) + a.shape[1:])
+  index = jnp.arange(T)
+  pop_PT = jnp.where(meta.kind == _CNT2, index + 1, jnp.where(meta.pop >= T, S, meta.pop))
   prefix_slots = jnp.arange(P * T, dtype=jnp.int32).reshape(P, T)
   path = jnp.zeros((P, S), jnp.int32).at[:, :T].set(prefix_slots)
-  kind_PS = jnp.zeros((P, S), jnp.int32).at[:, :T].set(kind_PT)
+  kind_PS = jnp.zeros((P, S), jnp.int32).at[:, :T].set(meta.kind)
   pop_PS = jnp.full((P, S), S, jnp.int32).at[:, :T].set(pop_PT)
   return (DecoderCache(tuple(ks), tuple(vs), grow(path), grow(kind_PS), grow(pop_PS),
                        jnp.full((n,), T, jnp.int32)), grow(lp))
@@ -153,7 +121,7 @@ def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
   i = pos_M[:, None]
   open_ont = (kind_MS == _ONT) & (pop_MS == inf) & (j < i)
   innermost = jnp.max(jnp.where(open_ont, j, -1), axis=-1)[:, None]  # -1: nothing open
-  closes = (active_M & ((kinds_M == _CNT) | (kinds_M == _CNT1)))[:, None] & (innermost >= 0)
+  closes = (active_M & is_closing(kinds_M))[:, None] & (innermost >= 0)
   pop_MS = jnp.where(closes & (j >= innermost) & (j < i) & (pop_MS == inf), i, pop_MS)
   new = (j == i) & active_M[:, None]
   kind_MS = jnp.where(new, kinds_M[:, None], kind_MS)
@@ -162,14 +130,14 @@ def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3), donate_argnums=(4, 5))
-def _step_rows(graphdef, params, codes_H: tuple, width: int, cache: DecoderCache, logprobs_NV,
+def _step_rows(graphdef, params, groups: tuple, width: int, cache: DecoderCache, logprobs_NV,
                fed_3M, base):
   """Appends token fed_3M[1, m] (kind fed_3M[2, m]) to row fed_3M[0, m] (index N = padding,
   ignored); the M new keys/values take arena slots [base, base + M). Cache updated in place.
 
   Only row slots [0, width) are read (width > every fed row's length).
   """
-  model = nnx.merge(graphdef, params)
+  model = nnx.merge(graphdef.graphdef, params)
   rows_M, tokens_M, kinds_M = fed_3M[0], fed_3M[1], fed_3M[2]
   N, S = cache.kind.shape
   M = rows_M.shape[0]
@@ -181,27 +149,25 @@ def _step_rows(graphdef, params, codes_H: tuple, width: int, cache: DecoderCache
   slot_M = base + jnp.arange(M, dtype=jnp.int32)
   path_MS = jnp.where(jnp.arange(width)[None, :] == pos_M[:, None], slot_M[:, None],
                       cache.path[rows, :width])
-  mask_MHS = _mask(codes_H, pos_M[:, None], kinds_M[:, None], kind_MS, pop_MS)[:, :, 0]
-  x = model.embed(tokens_M[:, None]).astype(model.config.compute_dtype)
+  mask_MA1S = _group_mask(groups, pos_M[:, None], kinds_M[:, None], kind_MS, pop_MS)
   ks, vs = list(cache.k), list(cache.v)
-  for layer, block in enumerate(model.blocks):
-    attn = block.attn
-    H, G, K = attn.shape
-    h = block.attn_norm(x)
-    q = apply_rope(attn.q(h).reshape(M, 1, H, K), pos_M[:, None], attn.rope_theta)[:, 0]
-    k = apply_rope(attn.k(h).reshape(M, 1, G, K), pos_M[:, None], attn.rope_theta)[:, 0]
-    v = attn.v(h).reshape(M, G, K)
-    write = lambda a, new: jax.lax.dynamic_update_slice_in_dim(
-        a, new.transpose(1, 0, 2).astype(a.dtype), base, 1)
-    ks[layer], vs[layer] = write(ks[layer], k), write(vs[layer], v)
-    o = _attend(q, ks[layer][:, path_MS], vs[layer][:, path_MS], mask_MHS)
-    x = x + attn.o(o.reshape(M, 1, H * K)).astype(x.dtype)
-    x = x + block.mlp(block.mlp_norm(x)).astype(x.dtype)
-  lp = _head(model, x[:, 0])
+
+  def attend(layer, q_M1HK, k_M1GK, v_M1GK, meta, attention):
+    write = lambda arena, new: jax.lax.dynamic_update_slice_in_dim(
+        arena, new[:, 0].astype(arena.dtype), base, 0)
+    ks[layer], vs[layer] = write(ks[layer], k_M1GK), write(vs[layer], v_M1GK)
+    return attention_core(q_M1HK, ks[layer][path_MS], vs[layer][path_MS], mask_MA1S)
+
+  # The cache supplies keys, values and mask; the model needs the new tokens' positions (RoPE).
+  new_pop = jnp.take_along_axis(pop_MS, pos_M[:, None], axis=1)
+  meta = RowMetadata(kinds_M[:, None], jnp.ones((M, 1), jnp.int32), pos_M[:, None],
+                     jnp.zeros((M, 1), jnp.int32), new_pop)
+  lp = _last_logprobs(model(tokens_M[:, None], meta, attend))
   drop = lambda a, new: a.at[rows_M].set(new, mode="drop")
-  meta = lambda a, new: a.at[rows_M, :width].set(new, mode="drop")
-  cache = DecoderCache(tuple(ks), tuple(vs), meta(cache.path, path_MS), meta(cache.kind, kind_MS),
-                       meta(cache.pop, pop_MS), drop(cache.length, pos_M + 1))
+  meta_rows = lambda a, new: a.at[rows_M, :width].set(new, mode="drop")
+  cache = DecoderCache(tuple(ks), tuple(vs), meta_rows(cache.path, path_MS),
+                       meta_rows(cache.kind, kind_MS), meta_rows(cache.pop, pop_MS),
+                       drop(cache.length, pos_M + 1))
   return cache, drop(logprobs_NV, lp)
 
 
@@ -224,7 +190,7 @@ def _compact(width: int, cache: DecoderCache):
   """Moves every row's first `width` tokens to arena slots [0, N·width) (row-major)."""
   N = cache.path.shape[0]
   used = cache.path[:, :width].reshape(-1)
-  move = lambda a: a.at[:, :N * width].set(a[:, used])  # the gather reads before the write
+  move = lambda a: a.at[:N * width].set(a[used])  # the gather reads before the write
   path = cache.path.at[:, :width].set(jnp.arange(N * width, dtype=jnp.int32).reshape(N, width))
   return cache._replace(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), path=path)
 
@@ -234,30 +200,16 @@ def _gather(logprobs_NV, ids_NC):
   return jnp.take_along_axis(logprobs_NV, ids_NC, axis=1)
 
 
+def gather_logprobs(logprobs_NV, ids_NC) -> np.ndarray:
+  """logprobs_NV[n, ids_NC[n, c]] as float64 numpy [N, C] (a small device→host transfer)."""
+  return np.asarray(_gather(logprobs_NV, jnp.asarray(np.asarray(ids_NC, np.int32))), np.float64)
+
+
 def _distinct_indices(index: np.ndarray, n: int) -> bool:
   """All of `index` in [0, n) and no repeats (O(n), no sort)."""
   if index.min() < 0 or index.max() >= n:
     return False
   return int(np.bincount(index, minlength=n).max()) <= 1
-
-
-ROW_BUCKET = 32  # fewest rows a step computes (fewer compiled variants; padding is cheap)
-
-
-def _bucket(m: int, cap: int, least: int = ROW_BUCKET) -> int:
-  """Padded size for m: `least`·{1, 1.5, 2, 3, 4, 6, …}, at most `cap` (rows, or cache slots)."""
-  size = least
-  while size < m:
-    size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
-  return min(cap, size)
-
-
-def _buckets(cap: int, least: int) -> list[int]:
-  """Every size `_bucket` returns up to `cap`."""
-  sizes = {min(cap, least)}
-  while max(sizes) < cap:
-    sizes.add(_bucket(max(sizes) + 1, cap, least))
-  return sorted(sizes)
 
 
 class IncrementalDecoder:
@@ -275,20 +227,23 @@ class IncrementalDecoder:
   """
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
-               arena_factor: float = 1.25):
-    config = model.config
+               arena_factor: float = 1.25, slot_bucket: int = SLOT_BUCKET):
     check_attention(model, configuration)
-    if arena_factor < 1:
-      raise ValueError(f"arena_factor must be >= 1, got {arena_factor}")
+    if arena_factor < 1 or slot_bucket < 1:
+      raise ValueError(f"need arena_factor >= 1 and slot_bucket >= 1, got {arena_factor}, "
+                       f"{slot_bucket}")
     self.model = model
     self.configuration = configuration
     self.max_len = int(max_len)
     self.batch = int(batch)
+    # Fewest cache slots a step reads: larger = fewer compiled variants (slot_bucket >= max_len:
+    # one per function, for short runs such as live metrics), more attention work per step.
+    self.slot_bucket = int(slot_bucket)
     # N·S slots hold every row at full length after a compaction; the rest is room to grow.
     self.arena = int(max(arena_factor * self.batch * self.max_len,
-                         self.batch * self.max_len + _bucket(self.batch, self.batch)))
-    self.graphdef, self.params = nnx.split(model)
-    self.codes = tuple(int(c) for c in configuration.attention.head_codes(config.n_heads))
+                         self.batch * self.max_len + bucket(self.batch, ROW_BUCKET, self.batch)))
+    self.graphdef, self.params = split_model(model)
+    self.groups = tuple(int(g) for g in configuration.attention.groups)  # head-group codes
     self.cache: DecoderCache | None = None
     self._logprobs: jax.Array | None = None
     self.lengths = np.zeros(self.batch, np.int64)  # host mirror of cache.length
@@ -316,11 +271,10 @@ class IncrementalDecoder:
     T = ids.shape[1]
     if T > self.max_len:
       raise ValueError(f"start: prefix of {T} tokens exceeds max_len={self.max_len}")
-    pop = row_metadata(kinds, np.ones_like(kinds)).pop
+    meta = jax.tree.map(jnp.asarray, row_metadata(kinds, np.ones_like(kinds)))
     self.cache = self._logprobs = None  # free the old cache before allocating the new one
-    self.cache, self._logprobs = _prefill(self.graphdef, self.params, self.codes, self.batch,
-                                          self.max_len, self.arena, jnp.asarray(ids),
-                                          jnp.asarray(kinds), jnp.asarray(pop))
+    self.cache, self._logprobs = _prefill(self.graphdef, self.params, self.batch, self.max_len,
+                                          self.arena, jnp.asarray(ids), meta)
     self.lengths = np.full(self.batch, T, np.int64)
     self.free = ids.shape[0] * T
     return jnp.copy(self._logprobs)
@@ -339,20 +293,20 @@ class IncrementalDecoder:
     if full.any():
       raise ValueError(f"step: row {int(rows[full][0])} already holds max_len={self.max_len} "
                        "tokens")
-    width = _bucket(m, self.batch)
-    slots = _bucket(int(lengths.max()) + 1, self.max_len, 16)
+    width = bucket(m, ROW_BUCKET, self.batch)
+    slots = bucket(int(lengths.max()) + 1, self.slot_bucket, self.max_len)
     if self.free + width > self.arena:
       self._compact()
     fed = np.zeros((3, width), np.int32)
     fed[0, m:] = self.batch  # padding rows: writes dropped
     fed[0, :m], fed[1, :m], fed[2, :m] = rows, token_ids, kinds
-    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.codes, slots,
+    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
                                             self.cache, self._logprobs, fed, np.int32(self.free))
     self.free += width
     self.lengths[rows] += 1
 
   def _compact(self) -> None:
-    width = _bucket(int(self.lengths.max()), self.max_len, 16)
+    width = bucket(int(self.lengths.max()), self.slot_bucket, self.max_len)
     self.cache = _compact(width, self.cache)
     self.free = self.batch * width
     self.compactions += 1
@@ -380,8 +334,8 @@ class IncrementalDecoder:
         src.max() >= self.batch):
       raise ValueError(f"copy_rows: dest (distinct) and src must be parallel indices in "
                        f"[0, {self.batch})")
-    width = _bucket(m, self.batch)
-    slots = _bucket(int(self.lengths[src].max()), self.max_len, 16)
+    width = bucket(m, ROW_BUCKET, self.batch)
+    slots = bucket(int(self.lengths[src].max()), self.slot_bucket, self.max_len)
     moves = np.zeros((2, width), np.int32)
     moves[0, m:] = self.batch
     moves[0, :m], moves[1, :m] = dest, src
@@ -403,15 +357,15 @@ class IncrementalDecoder:
     all rows are padding, their arena slots are past the used ones); returns how many.
     Benchmarks call it so no timing includes a compile."""
     self._check_started()
-    if self.free + _bucket(self.batch, self.batch) > self.arena:
+    if self.free + bucket(self.batch, ROW_BUCKET, self.batch) > self.arena:
       self._compact()
     count = 0
-    for width in _buckets(self.batch, ROW_BUCKET):
+    for width in buckets(self.batch, ROW_BUCKET):
       fed = np.zeros((3, width), np.int32)
       fed[0] = self.batch
-      for slots in _buckets(self.max_len, 16):
+      for slots in buckets(self.max_len, self.slot_bucket):
         base = np.int32(self.free)
-        self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.codes, slots,
+        self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
                                                 self.cache, self._logprobs, fed, base)
         self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, fed[:2])
         count += 2
@@ -421,4 +375,4 @@ class IncrementalDecoder:
   def gather(self, ids_NC) -> np.ndarray:
     """logprobs[n, ids_NC[n, c]] as float64 numpy [N, C] (a small device→host transfer)."""
     self._check_started()
-    return np.asarray(_gather(self._logprobs, np.asarray(ids_NC, np.int32)), np.float64)
+    return gather_logprobs(self._logprobs, ids_NC)

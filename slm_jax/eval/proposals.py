@@ -30,7 +30,7 @@ import collections
 import itertools
 import json
 import pathlib
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -60,6 +60,10 @@ class ProposalSource(abc.ABC):
   @abc.abstractmethod
   def proposals(self, sentence_words: Sequence[str]) -> list[Tree]:
     """Distinct trees whose leaves are `sentence_words` (at most K); raises `NoProposals`."""
+
+  def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:
+    """A hint: these sentences come next (a batched source computes them together)."""
+    del sentences
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -163,6 +167,9 @@ class FallbackProposals(ProposalSource):
     self.fallback = fallback
     self.stats: collections.Counter = collections.Counter()
 
+  def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:
+    self.primary.prefetch(sentences)
+
   def proposals(self, sentence_words: Sequence[str]) -> list[Tree]:
     try:
       out = self.primary.proposals(sentence_words)
@@ -177,14 +184,14 @@ class FallbackProposals(ProposalSource):
 
 def check_beam_proposals(configuration: Configuration) -> None:
   """Raises ValueError unless the model's completed beam hypotheses determine trees (lin1/2/3)."""
-  lin = configuration.linearization
-  if lin in INVERTIBLE_SCHEMES:
+  lin, facts = configuration.linearization, configuration.scheme
+  if facts.invertible:
     return
-  if lin in ("lin1_noont", "lin1_merge"):
+  if facts.scored_with_structure:
     raise ValueError(f"beam proposals need a one-to-one linearization "
                      f"({', '.join(INVERTIBLE_SCHEMES)}); {configuration.name} uses {lin}, whose "
                      "token sequences do not determine a tree: use a file of proposals "
-                     "(--blimp-proposals=FILE / --docppl-proposals=FILE, e.g. a parser's K-best "
+                     "(--blimp_proposals=FILE / --docppl_proposals=FILE, e.g. a parser's K-best "
                      "trees)")
   raise ValueError(f"{configuration.name} ({lin}) is scored in terminal format and needs no "
                    "proposal trees; beam proposals are for tree models (lin1, lin2, lin3)")

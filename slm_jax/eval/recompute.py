@@ -16,8 +16,9 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.configurations import Configuration
-from slm_jax.eval.incremental import ROW_BUCKET, _bucket, _buckets, _gather, _head
-from slm_jax.eval.scorer import check_attention
+from slm_jax.buckets import bucket, buckets
+from slm_jax.eval.incremental import ROW_BUCKET, SLOT_BUCKET, gather_logprobs
+from slm_jax.eval.scorer import check_attention, split_model
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import row_metadata
 
@@ -35,7 +36,7 @@ class RecomputeDecoder:
     self.configuration = configuration
     self.max_len = int(max_len)
     self.batch = int(batch)
-    self.graphdef, self.params = nnx.split(model)
+    self.graphdef, self.params = split_model(model)
     self.tokens = np.zeros((self.batch, self.max_len), np.int32)
     self.kinds = np.zeros((self.batch, self.max_len), np.int32)
     self.lengths = np.zeros(self.batch, np.int64)
@@ -56,10 +57,10 @@ class RecomputeDecoder:
 
   def _forward_rows(self, rows: np.ndarray) -> tuple[jax.Array, jax.Array]:
     """Fresh logprobs of `rows` padded to a row bucket, and the padded row index (N = pad)."""
-    width = _bucket(len(rows), self.batch)
+    width = bucket(len(rows), ROW_BUCKET, self.batch)
     padded = np.concatenate([rows, np.full(width - len(rows), rows[0])])
     lengths = self.lengths[padded]
-    slots = _bucket(int(lengths.max()), self.max_len, 16)
+    slots = bucket(int(lengths.max()), SLOT_BUCKET, self.max_len)
     segment = (np.arange(slots)[None, :] < lengths[:, None]).astype(np.int32)
     meta = row_metadata(self.kinds[padded, :slots], segment)
     fresh = _last_logprobs(self.graphdef, self.params, jnp.asarray(self.tokens[padded, :slots]),
@@ -105,7 +106,7 @@ class RecomputeDecoder:
       return
     self.tokens[dest], self.kinds[dest] = self.tokens[src], self.kinds[src]
     self.lengths[dest] = self.lengths[src]
-    width = _bucket(m, self.batch)
+    width = bucket(m, ROW_BUCKET, self.batch)
     pad = lambda a, fill: jnp.asarray(np.concatenate([a, np.full(width - m, fill)]).astype(
         np.int32))
     self._logprobs = _put_rows(self._logprobs, pad(dest, self.batch),
@@ -117,10 +118,10 @@ class RecomputeDecoder:
   def precompile(self) -> int:
     """Compiles the forward pass for every (row bucket, slot bucket); returns how many."""
     count = 0
-    for width in [self.batch] if self.all_rows else _buckets(self.batch, ROW_BUCKET):
+    for width in [self.batch] if self.all_rows else buckets(self.batch, ROW_BUCKET):
       index = jnp.full((width,), self.batch, jnp.int32)
       self._logprobs = _put_rows(self._logprobs, index, self._logprobs[jnp.zeros_like(index)])
-      for slots in _buckets(self.max_len, 16):
+      for slots in buckets(self.max_len, SLOT_BUCKET):
         tokens = np.zeros((width, slots), np.int32)
         meta = row_metadata(tokens, np.ones_like(tokens))
         _last_logprobs(self.graphdef, self.params, jnp.asarray(tokens),
@@ -129,8 +130,7 @@ class RecomputeDecoder:
     return count
 
   def gather(self, ids_NC) -> np.ndarray:
-    return np.asarray(_gather(self._logprobs, jnp.asarray(np.asarray(ids_NC, np.int32))),
-                      np.float64)
+    return gather_logprobs(self._logprobs, ids_NC)
 
 
 @jax.jit
@@ -141,7 +141,7 @@ def _put_rows(logprobs_NV, index_M, values_MV):
 @functools.partial(jax.jit, static_argnums=(0,))
 def _last_logprobs(graphdef, params, tokens_MS, meta: Any, last_M):
   """Full forward over [M, S]; log-softmax of the logits at each row's last real token."""
-  model = nnx.merge(graphdef, params)
-  h = model.hidden(model.embed(tokens_MS), meta)
-  h_last = jnp.take_along_axis(h, last_M[:, None, None], axis=1)
-  return _head(model, h_last[:, 0], normed=True)  # `hidden` ends with the final norm
+  model = nnx.merge(graphdef.graphdef, params)
+  h_MSD = model.hidden(model.embed(tokens_MS), meta)
+  h_M1D = jnp.take_along_axis(h_MSD, last_M[:, None, None], axis=1)
+  return jax.nn.log_softmax(model.logits(h_M1D)[:, 0], axis=-1)

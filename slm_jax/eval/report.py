@@ -2,18 +2,21 @@
 
 `results` is the dict `slm_jax.evaluate` builds (and writes as JSON):
 
-  {"settings": {...},
-   "models": [{"name", "configuration", "workdir", "step",
-               "sg": {"score", "circuits": {circuit: acc}, "suites": {suite: acc}} | absent,
-               "blimp": {"overall", "fields", "terms", "paradigms", ...} | absent,
-               "docppl": {"ppl", "tokens", ...} | absent}, ...],
-   "bootstrap": {task: BootstrapResult.to_json()}}
+  {"settings": {...}, "conventions": {...},
+   "models": [{"name", "configuration", "workdir", "step", "dtype",
+               "sg": {"score" (headline), "suite_mean", "circuits" (pooled), "suites", ...},
+               "blimp": {"overall", "fields", "terms", "paradigms", "stats", ...},
+               "docppl": {"ppl", "tokens", ...}}, ...],   (each task: present when it ran)
+   "bootstrap": {task: BootstrapResult.to_json()}}   (sg, blimp, docppl, *_macro, macro)
 
-Tables (best value per column in bold, as in the paper):
-- Table 4 layout: one row per model, SG↑ BLiMP↑ Doc-PPL↓.
-- Table 6 layout: SG circuits (Table 13 abbreviations) with SG and BLiMP.
-- Table 13 layout, per suite: a row per SG suite (grouped by circuit), a column per model.
-- BLiMP by field and by linguistics term; doc-PPL details; bootstrap CIs and paired tests.
+Tables (best value per column in bold, as in the paper), each followed by the conventions that
+produced it (suites, item rule, CNT2 scoring in the beam, tree scoring, dtype, proposals, beam):
+- Table 4 layout: one row per model, SG↑ BLiMP↑ Doc-PPL↓ (SG = the headline).
+- Table 6 layout: BLiMP↑ SG↑, and BLiMP by phenomenon (linguistics term) and by field.
+- Tables 13/14 layout: the six SG circuits (pooled over items), SG, and the suite mean; then a row
+  per suite, with the accuracy of each later prediction beside it.
+- Tables 10/11 layout: bootstrap estimates with 95% CIs per task and macro averages (those
+  resample tasks), rank-first shares; paired differences with CIs and two-sided p.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ DISPLAY_NAMES = {
     "tree_shuffle": "Tree-Shuffle", "tgnomask_mix_tg": "TGNomask-Mix-TG",
     "tgtree_mix_tg": "TGTree-Mix-TG", "pause1": "Pause-1", "pause2": "Pause-2",
 }
-TASK_TITLES = {"sg": "SG", "blimp": "BLiMP", "docppl": "Doc-PPL"}
 
 
 def display_names(configurations: Sequence[str], workdirs: Sequence[str]) -> list[str]:
@@ -83,50 +85,101 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[float | None | str]],
   return "\n".join(lines)
 
 
+CONVENTION_KEYS = {  # which conventions a table depends on
+    "main": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
+             "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K", "dtype"),
+    "sg": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
+           "beam_cnt2", "dtype"),
+    "blimp": ("blimp_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "syntax": ("sg_suites", "sg_item_rule", "tree_scoring", "beam_search", "beam_cnt2",
+               "blimp_proposals", "proposals_K", "dtype"),
+    "docppl": ("docppl_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "bootstrap": ("bootstrap", "sg_suites", "sg_item_rule", "tree_scoring", "beam_cnt2",
+                  "dtype"),
+}
+
+
+def conventions_line(results: dict, table: str) -> str:
+  """`_Conventions: key=value, …_` for one table (empty when nothing is recorded)."""
+  conv = results.get("conventions") or {}
+  parts = [f"{k}={conv[k]}" for k in CONVENTION_KEYS[table] if k in conv]
+  return f"_Conventions: {'; '.join(parts)}._" if parts else ""
+
+
 def main_table(results: dict) -> str:
-  """Table 4 layout: Model, SG↑, BLiMP↑, Doc-PPL↓."""
+  """Table 4 layout: Model, SG↑ (headline), BLiMP↑, Doc-PPL↓."""
   rows = [[m["name"], _get(m, "sg", "score"), _get(m, "blimp", "overall"),
            _get(m, "docppl", "ppl")] for m in results["models"]]
   return _table(["Model", "SG↑", "BLiMP↑", "Doc-PPL↓"], rows, [0, 2, 2, 3],
                 [None, False, False, True])
 
 
-def circuits_table(results: dict) -> str:
-  """Table 6 layout with the SG circuits of Table 13: Agr … LDD, SG(paper) = their mean, SG
-  (31 suites), BLiMP."""
-  header = (["Model"] + [CIRCUIT_ABBREVIATIONS[c] + "↑" for c in CIRCUITS]
-            + ["SG(paper)↑", "SG↑", "BLiMP↑"])
-  rows = [[m["name"]] + [_get(m, "sg", "circuits", c) for c in CIRCUITS]
-          + [_get(m, "sg", "score_paper"), _get(m, "sg", "score"), _get(m, "blimp", "overall")]
+def syntax_table(results: dict) -> str:
+  """Table 6 layout: Model, BLiMP↑, SG↑."""
+  rows = [[m["name"], _get(m, "blimp", "overall"), _get(m, "sg", "score")]
           for m in results["models"]]
-  return _table(header, rows, [0] + [2] * 9, [None] + [False] * 9)
+  return _table(["Model", "BLiMP↑", "SG↑"], rows, [0, 2, 2], [None, False, False])
+
+
+def circuits_table(results: dict) -> str:
+  """Tables 13/14 layout: Agr … LDD (each pooled over its items), SG↑ = their mean, and the
+  mean of the suite accuracies (secondary)."""
+  header = (["Model"] + [CIRCUIT_ABBREVIATIONS[c] + "↑" for c in CIRCUITS]
+            + ["SG↑", "Suite mean↑"])
+  rows = [[m["name"]] + [_get(m, "sg", "circuits", c) for c in CIRCUITS]
+          + [_get(m, "sg", "score"), _get(m, "sg", "suite_mean")]
+          for m in results["models"] if m.get("sg")]
+  return _table(header, rows, [0] + [2] * 8, [None] + [False] * 8)
 
 
 def suites_table(results: dict, circuit_suites: dict[str, list[str]] | None = None) -> str:
-  """Table 13 detail: a row per SG suite (circuit, suite), a column per model."""
-  models = results["models"]
+  """A row per SG suite (circuit, suite), a column per model: the suite accuracy (the first
+  prediction) and, after a slash, the accuracy of each later prediction."""
+  models = [m for m in results["models"] if m.get("sg")]
   suites: list[tuple[str, str]] = []
   if circuit_suites:
     suites = [(CIRCUIT_ABBREVIATIONS.get(c, c), s) for c in CIRCUITS
               for s in circuit_suites.get(c, [])]
   known = {s for _, s in suites}
   for m in models:
-    for s in (m.get("sg") or {}).get("suites", {}):
+    for s in m["sg"].get("suites", {}):
       if s not in known:
         suites.append(("(not in the 31)" if circuit_suites else "", s))
         known.add(s)
-  rows = [[c, s] + [_get(m, "sg", "suites", s) for m in models] for c, s in suites]
+  ran = {s for m in models for s in m["sg"].get("suites", {})}
+  suites = [(c, s) for c, s in suites if s in ran]
+
+  def cell(m, s):
+    value = _get(m, "sg", "suites", s)
+    later = ((m["sg"].get("predictions") or {}).get(s) or [])[1:]
+    text = _fmt(value, 2)
+    return text + "".join(f" / {_fmt(v, 2)}" for v in later)
+
+  rows = [[c, s] + [cell(m, s) for m in models] for c, s in suites]
   return _table(["Circuit", "Suite"] + [m["name"] for m in models], rows,
-                [0, 0] + [2] * len(models), [None, None] + [None] * len(models))
+                [0, 0] + [0] * len(models), [None, None] + [None] * len(models))
 
 
 def blimp_breakdown(results: dict, key: str) -> str:
-  """BLiMP accuracy per `fields` or `terms` (rows) and model (columns)."""
+  """BLiMP accuracy per `fields` or `terms` (phenomena; rows) and model (columns)."""
   models = results["models"]
   names = sorted({k for m in models for k in ((m.get("blimp") or {}).get(key) or {})})
   rows = [[n] + [_get(m, "blimp", key, n) for m in models] for n in names]
   return _table([key[:-1].capitalize()] + [m["name"] for m in models], rows,
                 [0] + [2] * len(models), [None] * (1 + len(models)))
+
+
+def blimp_counts_table(results: dict) -> str:
+  """Pairs, ties and non-finite pairs (both scored wrong) per model."""
+  rows = []
+  for m in results["models"]:
+    b = m.get("blimp")
+    if b:
+      stats = b.get("stats") or {}
+      rows.append([m["name"], str(b.get("pairs")), str(stats.get("ties", 0)),
+                   str(stats.get("nonfinite_pairs", 0))])
+  return _table(["Model", "Pairs", "Ties (wrong)", "Non-finite (wrong)"], rows, [0] * 4,
+                [None] * 4)
 
 
 def docppl_table(results: dict) -> str:
@@ -143,21 +196,57 @@ def docppl_table(results: dict) -> str:
                 [0, 3, 0, 0, 0, 0, 0, 0], [None, True] + [None] * 6)
 
 
+BOOTSTRAP_ROWS = (  # results["bootstrap"] key -> row title (paper Table 10 order)
+    ("sg", "SG"), ("blimp", "BLiMP"), ("docppl", "Doc-PPL"),
+    ("sg_macro", "SG circuits AVG†"), ("blimp_macro", "BLiMP paradigms AVG†"),
+    ("macro", "AVG (SG, BLiMP)†"))
+
+
+def _interval(value: float, ci, digits: int, signed: bool = False) -> str:
+  f = f"{{:{'+' if signed else ''}.{digits}f}}"
+  return f"{f.format(value)} [{f.format(ci[0])}, {f.format(ci[1])}]"
+
+
+def _p(p: float) -> str:
+  return "p<.001" if p < 0.001 else "p=" + f"{p:.3f}".lstrip("0")
+
+
 def bootstrap_tables(results: dict) -> str:
-  parts = []
-  for task, boot in (results.get("bootstrap") or {}).items():
-    title = TASK_TITLES.get(task, task)
-    digits = 3 if boot["statistic"] == "ppl" else 2
-    rows = [[m, f"{v['estimate']:.{digits}f} [{v['ci'][0]:.{digits}f}, {v['ci'][1]:.{digits}f}]"]
-            for m, v in boot["models"].items()]
-    parts.append(f"**{title}** ({boot['examples']} examples, {boot['resamples']} resamples, "
-                 f"seed {boot['seed']})\n\n"
-                 + _table(["Model", "Estimate [95% CI]"], rows, [0, 0], [None, None]))
-    if boot["pairs"]:
-      rows = [[f"{p['a']} − {p['b']}",
-               f"{p['delta']:+.{digits}f} [{p['ci'][0]:+.{digits}f}, {p['ci'][1]:+.{digits}f}]",
-               "<.001" if p["p"] < 0.001 else f"{p['p']:.3f}"] for p in boot["pairs"]]
-      parts.append(_table(["Pair", "Δ [95% CI]", "p"], rows, [0, 0, 0], [None] * 3))
+  """Table 10 layout (estimates [95% CI], a row per task, a column per model), rank-first
+  shares, and Table 11 layout (paired Δ [95% CI]; p, a column per pair)."""
+  boots = results.get("bootstrap") or {}
+  present = [(k, t) for k, t in BOOTSTRAP_ROWS if k in boots]
+  if not present:
+    return ""
+  models = list(dict.fromkeys(m for k, _ in present for m in boots[k]["models"]))
+  digits = lambda k: 3 if boots[k]["statistic"] == "ppl" else 2
+  rows = [[title] + [_interval(boots[k]["models"][m]["estimate"], boots[k]["models"][m]["ci"],
+                               digits(k)) if m in boots[k]["models"] else "–" for m in models]
+          for k, title in present]
+  parts = [_table(["Task"] + models, rows, [0] * (1 + len(models)), [None] * (1 + len(models)))]
+  first = [[title] + [_fmt(100 * boots[k]["models"][m]["rank_first"], 2)
+                      if m in boots[k]["models"] and boots[k]["models"][m].get("rank_first")
+                      is not None else "–" for m in models] for k, title in present]
+  parts.append("Ranks first (% of resamples, ties split):\n\n" + _table(
+      ["Task"] + models, first, [0] * (1 + len(models)), [None] * (1 + len(models))))
+  pair_names = list(dict.fromkeys(f"{p['a']} − {p['b']}" for k, _ in present
+                                  for p in boots[k]["pairs"]))
+  if pair_names:
+    rows = []
+    for k, title in present:
+      by_name = {f"{p['a']} − {p['b']}": p for p in boots[k]["pairs"]}
+      rows.append([title] + [
+          f"{_interval(by_name[n]['delta'], by_name[n]['ci'], digits(k), True)}; "
+          f"{_p(by_name[n]['p'])}" if n in by_name else "–" for n in pair_names])
+    parts.append(_table(["Task"] + pair_names, rows, [0] * (1 + len(pair_names)),
+                        [None] * (1 + len(pair_names))))
+  described = []
+  for k, title in present:
+    b = boots[k]
+    unit = "tasks" if b.get("unit") == "tasks" else "examples"
+    described.append(f"{title}: {b['examples']} {unit}, B={b['resamples']}, seed {b['seed']}")
+  parts.append("; ".join(described) + ". † Macro averages resample tasks: they measure "
+               "sensitivity to the task suite, not uncertainty within it.")
   return "\n\n".join(parts)
 
 
@@ -167,22 +256,33 @@ def markdown(results: dict, circuit_suites: dict[str, list[str]] | None = None) 
   out = ["# Evaluation results", "",
          "Models: " + ", ".join(f"{m['name']} = `{m['workdir']}` (step {m.get('step')})"
                                 for m in results["models"]), "",
-         "Settings: " + ", ".join(f"{k}={v}" for k, v in s.items() if not isinstance(v, dict)),
-         "", "## Main results (paper Table 4 layout)", "", main_table(results)]
-  if any(m.get("sg") or m.get("blimp") for m in results["models"]):
-    out += ["", "## Syntactic evaluation: SG circuits and BLiMP (paper Tables 6 and 13 layout)", "",
-            circuits_table(results)]
-  if any(m.get("sg") for m in results["models"]):
-    out += ["", "## SG per suite (paper Table 13, by suite)", "",
-            suites_table(results, circuit_suites)]
-  if any(m.get("blimp") for m in results["models"]):
-    out += ["", "## BLiMP by field", "", blimp_breakdown(results, "fields"),
-            "", "## BLiMP by linguistics term", "", blimp_breakdown(results, "terms")]
-  if any(m.get("docppl") for m in results["models"]):
-    out += ["", "## Doc-PPL details", "", docppl_table(results)]
+         "Settings: " + ", ".join(f"{k}={v}" for k, v in s.items() if not isinstance(v, dict))]
+
+  def section(title: str, table: str, kind: str) -> None:
+    if table:
+      out.extend(["", f"## {title}", "", table])
+      line = conventions_line(results, kind)
+      if line:
+        out.extend(["", line])
+
+  section("Main results (paper Table 4 layout)", main_table(results), "main")
+  models = results["models"]
+  if any(m.get("sg") or m.get("blimp") for m in models):
+    section("Syntactic evaluation (paper Table 6 layout)", syntax_table(results), "syntax")
+  if any(m.get("sg") for m in models):
+    section("SG circuits (paper Tables 13/14 layout)", circuits_table(results), "sg")
+    section("SG per suite (first prediction / later predictions)",
+            suites_table(results, circuit_suites), "sg")
+  if any(m.get("blimp") for m in models):
+    section("BLiMP by phenomenon (paper Table 6 BLiMP, by linguistics term)",
+            blimp_breakdown(results, "terms"), "blimp")
+    section("BLiMP by field", blimp_breakdown(results, "fields"), "blimp")
+    section("BLiMP pairs, ties and non-finite scores", blimp_counts_table(results), "blimp")
+  if any(m.get("docppl") for m in models):
+    section("Doc-PPL details", docppl_table(results), "docppl")
   if results.get("bootstrap"):
-    out += ["", "## Paired bootstrap (95% percentile CIs; Δ = first − second)", "",
-            bootstrap_tables(results)]
+    section("Paired bootstrap (paper Tables 10/11 layout; Δ = first − second)",
+            bootstrap_tables(results), "bootstrap")
   notes = results.get("notes")
   if notes:
     out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
@@ -208,7 +308,7 @@ def plot_sg_circuits(results: dict, path: str | pathlib.Path) -> pathlib.Path | 
   ax.set_xticklabels(labels)
   ax.set_ylabel("accuracy (%)")
   ax.set_ylim(0, 100)
-  ax.set_title("SyntaxGym circuits")
+  ax.set_title("SyntaxGym circuits (pooled over items) and the headline SG")
   ax.legend(fontsize="small", ncol=min(len(models), 4))
   ax.grid(axis="y", alpha=0.3)
   fig.tight_layout()
@@ -224,12 +324,33 @@ def write_reports(results: dict, out_dir: str | pathlib.Path,
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   paths = {"json": out / "results.json", "markdown": out / "tables.md"}
-  paths["json"].write_text(json.dumps(results, indent=1, default=_json_default) + "\n")
+  write_json(results, paths["json"])
   paths["markdown"].write_text(markdown(results, circuit_suites))
   png = plot_sg_circuits(results, out / "sg_circuits.png")
   if png is not None:
     paths["png"] = png
   return paths
+
+
+def write_json(results: dict, path: pathlib.Path) -> None:
+  """Strict JSON (no NaN / Infinity tokens, which most JSON readers reject): a non-finite
+  number is written as null; the tables say "–" for it."""
+  path.write_text(json.dumps(_finite(results), indent=1, default=_json_default,
+                             allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+  import math
+  import numpy as np
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite(v) for v in value]
+  if isinstance(value, np.ndarray):
+    return _finite(value.tolist())
+  if isinstance(value, (float, np.floating)):
+    return float(value) if math.isfinite(value) else None
+  return value
 
 
 def _json_default(value: Any):

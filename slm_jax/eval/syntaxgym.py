@@ -9,15 +9,17 @@ search, terminal/pause (and Tree-Shuffle) models from teacher forcing.
 
 Formulas (SyntaxGym semantics): `[`/`]` read as `(`/`)`; `(R;%c%)` is the surprisal of region R
 (or `*`, the whole sentence) in condition c; arithmetic + − * / and unary minus; comparisons
-< > and `=` (approximately equal: |a − b| <= 1e-3 + 1e-5·|b|); `&` and `|` (lowest). A small
-recursive-descent parser, no eval. An item is correct when all of the suite's predictions hold;
-suite accuracy = correct items / items.
+< > and `=` (approximately equal: |a − b| <= 1e-3 + 1e-5·|b|); `&` and `|` with **equal
+precedence, left to right** (the official syntaxgym grammar: `a | b & c` is `(a | b) & c`), below
+the comparisons. A small recursive-descent parser, no eval.
 
-Aggregates: per circuit the mean of its suites' accuracies (`circuits.json` circuit_suites), the
-31-suite mean (fgd-embed3, fgd-embed4, nn-nv-rpl dropped), and — the convention the paper's
-Tables 13/14 follow (their numbers are k/57, k/56, k/152, k/92, k/266, k/218) — per circuit the
-item-level accuracy over every suite whose tag (`re.split("[-_0-9]", name)[0]`) maps to it,
-fgd-embed3/4 included, and "SG" = the mean of those six.
+**An item is correct when the suite's first prediction holds** (SPEC §9; the convention of Hu et
+al.'s released results and of the paper's code) and its surprisals are finite; suite accuracy =
+correct items / items. Every prediction's own accuracy is reported separately (`predictions`),
+e.g. fgd_hierarchy's second one (two surprisals in different contexts equal within 1e-3), and
+never folded into the verdict. Aggregation — the headline SG (mean of the six circuits, each
+pooled over its items), the suite mean, the suite sets `hu31` / `paper32` — is
+`slm_jax.eval.sg_aggregate`.
 """
 
 from __future__ import annotations
@@ -32,17 +34,11 @@ from typing import Any, Callable, Sequence as SequenceT
 
 import numpy as np
 
+from slm_jax.eval import sg_aggregate
 from slm_jax.parse.splitting import ptb_words
 
 _LOG = logging.getLogger(__name__)
 
-EXCLUDED_SUITES = ("fgd-embed3", "fgd-embed4", "nn-nv-rpl")
-# circuits.json `circuit_tags` (used when the file is absent).
-CIRCUIT_TAGS = {
-    "Licensing": ("npi", "reflexive"), "Long-Distance Dependencies": ("fgd", "cleft"),
-    "Agreement": ("number",), "Garden-Path Effects": ("npz", "mvrr"),
-    "Gross Syntactic State": ("subordination",), "Center Embedding": ("center",),
-}
 RTOL, ATOL = 1e-5, 1e-3
 
 PrefixFn = Callable[[list[list[str]]], list[np.ndarray]]
@@ -117,18 +113,20 @@ def load_suite(path: str | pathlib.Path) -> Suite:
 
 
 def load_suites(suites_dir: str | pathlib.Path,
-                suites: SequenceT[str] | None = None) -> list[Suite]:
-  """The suites of a folder of JSONs (all, or those named), sorted by file name."""
+                suites: str | SequenceT[str] | None = "all") -> list[Suite]:
+  """The suites of a folder of JSONs, sorted by file name: "all", a named set (`hu31`,
+  `paper32`; None = hu31, `sg_aggregate.select_suites`) or the names listed."""
   folder = pathlib.Path(suites_dir)
   paths = sorted(folder.glob("*.json"))
   if not paths:
     raise FileNotFoundError(f"no suite *.json files in {folder}")
-  if suites is not None:
-    wanted = set(suites)
+  if suites != "all":
+    try:
+      names, _ = sg_aggregate.select_suites([p.stem for p in paths], suites)
+    except FileNotFoundError as error:
+      raise FileNotFoundError(f"{folder}: {error}") from None
+    wanted = set(names)
     paths = [p for p in paths if p.stem in wanted]
-    missing = wanted - {p.stem for p in paths}
-    if missing:
-      raise FileNotFoundError(f"suites not found in {folder}: {sorted(missing)}")
   return [load_suite(p) for p in paths]
 
 
@@ -216,8 +214,7 @@ def parse_formula(formula: str) -> tuple:
     op = take("<", ">", "=", "==", "<=", ">=", "!=")
     return ("cmp", op, left, total()) if op else left
 
-  conjunction = binary(comparison, ("&",), "logic")
-  disjunction = binary(conjunction, ("|",), "logic")
+  disjunction = binary(comparison, ("&", "|"), "logic")  # one level: left to right
   tree = disjunction()
   if position != len(tokens):
     raise SuiteError(f"formula {formula!r}: unexpected {peek()[1]!r} at token {position}")
@@ -267,49 +264,45 @@ def evaluate_formula(tree, surprisal: Callable[[Any, str], float]):
 # ---- evaluation
 
 
-def prefix_logprob_fn(scorer, **beam_options) -> PrefixFn:
+TREE_SCORINGS = ("joint", "terminal")
+
+
+def prefix_logprob_fn(scorer, *, tree_scoring: str = "joint", **beam_options) -> PrefixFn:
   """sentences → per sentence log p̃(x≤w), w = 1..L (natural log) for a `Scorer`'s model.
 
   Terminal, pause and Tree-Shuffle models: teacher forcing in the terminal format (a word's
-  pieces and its trailing pauses). Other tree models: `BeamSearcher(scorer, **beam_options)`.
+  pieces and its trailing pauses; Tree-Shuffle on terminals only, SPEC §9). Other tree models:
+  `BeamSearcher(scorer, **beam_options)`; `tree_scoring="joint"` (default) reads the beam's
+  marginal logsumexp of joint log-probs, `"terminal"` the best beam hypothesis' terminal-token
+  log-probs only (the paper's `tree_eval_type=terminal`).
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
-  from slm_jax.eval.docppl import is_tree_model  # pylint: disable=g-import-not-at-top
-  if not is_tree_model(scorer.configuration):
+  if tree_scoring not in TREE_SCORINGS:
+    raise ValueError(f"tree_scoring must be one of {TREE_SCORINGS}, got {tree_scoring!r}")
+  if not scorer.configuration.scheme.scored_with_structure:
     return lambda sentences: [np.cumsum(w) for w in scorer.terminal_word_logprobs(sentences)]
   return _beam_prefix_fn(BeamSearcher(scorer, scorer.tokenizer, scorer.configuration,
-                                      **beam_options))
+                                      **beam_options), tree_scoring)
 
 
-def _beam_prefix_fn(searcher) -> PrefixFn:
+def _beam_prefix_fn(searcher, tree_scoring: str = "joint") -> PrefixFn:
   """Prefix log-probabilities by beam search; the longest sentence goes first, so its cache size
   serves them all (`BeamSearcher.decoder` reuses a cache large enough)."""
+  field = "terminal_prefix_logprobs" if tree_scoring == "terminal" else "prefix_logprobs"
 
   def prefixes(sentences):
     longest_first = sorted(range(len(sentences)), key=lambda i: -searcher.slots(sentences[i]))
-    found = {i: searcher.search(sentences[i], complete=False).prefix_logprobs
+    found = {i: getattr(searcher.search(sentences[i], complete=False), field)
              for i in longest_first}
     return [found[i] for i in range(len(sentences))]
 
   return prefixes
 
 
-def _circuits(suites_dir: pathlib.Path, circuits_path) -> tuple[dict, dict]:
-  path = pathlib.Path(circuits_path) if circuits_path else suites_dir.parent / "circuits.json"
-  if path.is_file():
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return ({c: tuple(t) for c, t in data["circuit_tags"].items()},
-            {c: tuple(s) for c, s in data["circuit_suites"].items()})
-  return dict(CIRCUIT_TAGS), {}
-
-
-def suite_tag(name: str) -> str:
-  return re.split(r"[-_0-9]", name)[0]
-
-
 def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None = None,
                    base: float = 2.0, vocabulary: Callable[[str], bool] | None = None) -> dict:
-  """Accuracy of one suite (JSON-ready dict with per-item verdicts and surprisals)."""
+  """Accuracy of one suite (JSON-ready dict with per-item verdicts and surprisals): an item is
+  correct when the first prediction holds; `predictions` gives each prediction's accuracy."""
   items = suite.items[:max_items] if max_items is not None else suite.items
   layouts = {}  # (item, condition) -> (words, region boundaries)
   for item in items:
@@ -319,8 +312,9 @@ def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None =
       layouts[(item.number, condition)] = ([w for ws in region_words for w in ws], bounds)
   unique = sorted({tuple(words) for words, _ in layouts.values() if words})
   prefixes = dict(zip(unique, prefix_fn([list(s) for s in unique]))) if unique else {}
-  item_correct, failed, surprisals, prediction_hits = [], 0, [], np.zeros(len(suite.predictions))
-  for item in items:
+  verdicts_IP = np.zeros((len(items), len(suite.predictions)), bool)
+  failed, surprisals = 0, []
+  for i, item in enumerate(items):
     table = {}
     for condition in item.conditions:
       words, bounds = layouts[(item.number, condition)]
@@ -333,19 +327,22 @@ def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None =
     surprisal = lambda region, condition: float(
         table[condition].sum() if region == "*" else table[condition][
             sorted(suite.regions).index(region)])
-    verdicts = [bool(evaluate_formula(p.tree, surprisal)) and finite for p in suite.predictions]
+    verdicts_IP[i] = [bool(evaluate_formula(p.tree, surprisal)) and finite
+                      for p in suite.predictions]
     failed += not finite
-    prediction_hits += verdicts
-    item_correct.append(all(verdicts))
     surprisals.append({c: [round(float(x), 4) for x in v] for c, v in table.items()})
   n = len(items)
+  item_correct = verdicts_IP[:, 0] if suite.predictions else np.zeros(n, bool)
   unknown = sum(1 for words in unique for w in words if vocabulary and not vocabulary(w))
   return {
-      "accuracy": float(np.mean(item_correct)) if n else math.nan,
-      "items": n, "correct": int(sum(item_correct)), "failed_items": failed,
-      "predictions": [{"formula": p.formula, "accuracy": float(h / n) if n else math.nan}
-                      for p, h in zip(suite.predictions, prediction_hits)],
-      "item_numbers": [i.number for i in items], "item_correct": item_correct,
+      "accuracy": float(item_correct.mean()) if n else math.nan,
+      "items": n, "correct": int(item_correct.sum()), "failed_items": failed,
+      "item_rule": sg_aggregate.ITEM_RULE,
+      "predictions": [{"formula": p.formula, "accuracy": float(h / n) if n else math.nan,
+                       "correct": int(h)} for p, h in zip(suite.predictions,
+                                                          verdicts_IP.sum(axis=0))],
+      "all_predictions_correct": int(verdicts_IP.all(axis=1).sum()),
+      "item_numbers": [i.number for i in items], "item_correct": item_correct.tolist(),
       "surprisals": surprisals, "sentences": len(unique),
       "words": int(sum(len(s) for s in unique)), "unknown_words": unknown,
       "empty_regions": int(sum(int(np.sum(b[1:] == b[:-1])) for _, b in layouts.values())),
@@ -353,13 +350,14 @@ def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None =
 
 
 def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
-                       max_items: int | None = None, suites: SequenceT[str] | None = None,
+                       max_items: int | None = None, suites: str | SequenceT[str] | None = None,
                        base: float = 2.0, circuits_path: str | None = None,
-                       **beam_options) -> dict:
-  """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the 31-suite mean, paper SG.
+                       tree_scoring: str = "joint", **beam_options) -> dict:
+  """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the headline SG, the suite mean.
 
-  `scorer_or_beam_fn`: a `Scorer` (tree models → beam search with `beam_options`), a
-  `BeamSearcher`, or a prefix function `sentences -> [log p̃(x≤w), w = 1..L]` per sentence.
+  `scorer_or_beam_fn`: a `Scorer` (tree models → beam search with `beam_options`, read as
+  `tree_scoring`), a `BeamSearcher`, or a prefix function `sentences -> [log p̃(x≤w)]`.
+  `suites`: `hu31` (None, the default), `paper32`, or suite names (`sg_aggregate`).
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
   from slm_jax.eval.scorer import Scorer  # pylint: disable=g-import-not-at-top
@@ -368,40 +366,27 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   fn = scorer_or_beam_fn
   if isinstance(fn, Scorer):
     tokenizer = fn.tokenizer
-    fn = prefix_logprob_fn(fn, **beam_options)
+    fn = prefix_logprob_fn(fn, tree_scoring=tree_scoring, **beam_options)
   elif isinstance(fn, BeamSearcher):
-    tokenizer, fn = fn.tokenizer, _beam_prefix_fn(fn)
+    tokenizer, fn = fn.tokenizer, _beam_prefix_fn(fn, tree_scoring)
   else:
     tokenizer = None
   if tokenizer is not None and tokenizer.base.kind == "word":
     vocabulary = lambda w: tokenizer.encode_word(w) != (0,)
-  circuit_tags, circuit_suites = _circuits(suites_dir, circuits_path)
-  tag_circuit = {t: c for c, tags in circuit_tags.items() for t in tags}
+  tags = sg_aggregate.circuit_tags(circuits_path or suites_dir.parent / "circuits.json")
+  available = sorted(p.stem for p in suites_dir.glob("*.json"))
+  names, label = sg_aggregate.select_suites(available, suites) if available else ([], "")
   results = {}
-  for suite in load_suites(suites_dir, suites):
+  for suite in load_suites(suites_dir, names):
     result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
-    result["circuit"] = tag_circuit.get(suite_tag(suite.name))
+    result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
     results[suite.name] = result
     _LOG.info("SyntaxGym %s: %d/%d items correct", suite.name, result["correct"],
               result["items"])
-  by_suite = {}
-  for circuit, names in circuit_suites.items():
-    accs = [results[s]["accuracy"] for s in names if s in results]
-    by_suite[circuit] = float(np.mean(accs)) if accs else None
-  by_items = {}
-  for circuit in circuit_tags:
-    members = [r for r in results.values() if r["circuit"] == circuit]
-    items = sum(r["items"] for r in members)
-    by_items[circuit] = sum(r["correct"] for r in members) / items if items else None
-  kept = [n for n in results if n not in EXCLUDED_SUITES]
-  paper = [v for v in by_items.values() if v is not None]
+  summary = sg_aggregate.aggregate({n: r["item_correct"] for n, r in results.items()}, tags,
+                                   label)
   return {
-      "suites": results,
-      "circuits": by_suite,
-      "circuits_by_items": by_items,
-      "sg_31": float(np.mean([results[n]["accuracy"] for n in kept])) if kept else None,
-      "sg_31_suites": len(kept),
-      "sg_paper": float(np.mean(paper)) if len(paper) == len(by_items) else None,
+      "suites": results, **summary,
       "counts": {
           "suites": len(results), "items": sum(r["items"] for r in results.values()),
           "sentences": sum(r["sentences"] for r in results.values()),
@@ -409,6 +394,8 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
           "unknown_words": sum(r["unknown_words"] for r in results.values()),
           "empty_regions": sum(r["empty_regions"] for r in results.values()),
           "failed_items": sum(r["failed_items"] for r in results.values()),
+          "items_failing_a_later_prediction": sum(
+              r["correct"] - r["all_predictions_correct"] for r in results.values()),
       },
-      "base": base,
+      "base": base, "tree_scoring": tree_scoring,
   }

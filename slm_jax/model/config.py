@@ -15,11 +15,14 @@ import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
+from slm_jax.sections import Rules, option
 from slm_jax.structure import AttentionSpec, parse_attention
 
 ATTENTION_IMPLS = ("xla", "pallas_tpu", "triton_gpu", "auto")
+NORM_POSITIONS = ("pre", "post")  # pre: x + f(norm(x)); post (OLMo-2): x + norm(f(x))
+ROPE_SCALINGS = ("none", "llama3")
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # the projections adapters may adapt
 
 # Paper Table 7 (App. A): d_model, mlp_ratio, layers, heads.
 SCALES = {
@@ -29,91 +32,142 @@ SCALES = {
 }
 
 
-def _positive(name: str, value: Any) -> None:
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-    raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Decoder hyperparameters. `attention` accepts an `AttentionSpec` or its name (`mix(A,B)`).
+  """Decoder hyperparameters: the `model` section of a run's config (its rules live here only).
 
   mlp_ratio follows OLMo: the fused up-projection has mlp_ratio·d_model outputs (value and gate
-  halves), the down-projection mlp_ratio·d_model/2 inputs. `n_kv_heads` (GQA) defaults to
-  n_heads, `head_dim` to d_model // n_heads. `qkv_bias` (Qwen-2.5) biases q/k/v only, `mlp_bias`
-  the MLP projections, `include_bias` (OLMo) every linear layer and norm of the blocks.
+  halves), the down-projection mlp_ratio·d_model/2 inputs. `vocab_size` None = the run's
+  tokenizer's size (set before the model is built); `n_kv_heads` (GQA) None (or 0) = n_heads,
+  `head_dim` None = d_model // n_heads. `qkv_bias` (Qwen-2.5) biases q/k/v only, `mlp_bias` the
+  MLP projections, `include_bias` (OLMo) every linear layer and norm of the blocks; `qk_norm`
+  (OLMo-2) RMS-normalizes the projected queries and keys over their whole width before RoPE.
+  `attention` (an `AttentionSpec` or its name, `mix(A,B)`) is not a key of the model section: a
+  run takes it from its configuration section.
+
+  Options for imported checkpoints (SPEC §13; `slm_jax.hf` sets them from a `config.json`):
+  `o_bias` biases the output projection (Llama/OLMo-2 `attention_bias`); `norm_position` "post"
+  is OLMo-2's block (x + norm(attn(x)), x + norm(mlp(x)), no input norms); `norm_cast_first`
+  casts the normalized value to the compute dtype before the norm weight (Llama/Qwen2);
+  `rope_scaling` "llama3" rescales the inverse frequencies with `rope_factor`,
+  `rope_low_freq_factor`, `rope_high_freq_factor`, `rope_original_max_position`. `init_from` is
+  a Hugging Face checkpoint folder a run starts from ("" = random init).
+  LoRA (`slm_jax.model.lora`): `lora_rank` > 0 adds adapters of that rank, scaled by
+  lora_alpha / lora_rank, with input dropout `lora_dropout`, to the projections named in
+  `lora_targets` (q, k, v, o, gate, up, down).
   """
 
-  vocab_size: int
   d_model: int
   n_layers: int
   n_heads: int
+  vocab_size: int | None = option(None, required=False)
   n_kv_heads: int | None = None
   mlp_ratio: float = 4
-  head_dim: int | None = None
+  head_dim: int | None = option(None, required=False)
   rope_theta: float = 10000.0
   norm_eps: float = 1e-6
   tie_embeddings: bool = True
   qkv_bias: bool = False
   mlp_bias: bool = False
   include_bias: bool = False
+  qk_norm: bool = option(False, required=False)
   init_std: float = 0.02
   param_dtype: Any = jnp.float32
   compute_dtype: Any = jnp.bfloat16
-  attention: AttentionSpec | str = "causal"
+  attention: Any = option("causal", config=False)
   attention_impl: str = "auto"
+  o_bias: bool = option(False, required=False)
+  norm_position: str = option("pre", required=False)
+  norm_cast_first: bool = option(False, required=False)
+  rope_scaling: str = option("none", required=False)
+  rope_factor: float = option(8.0, required=False)
+  rope_low_freq_factor: float = option(1.0, required=False)
+  rope_high_freq_factor: float = option(4.0, required=False)
+  rope_original_max_position: int = option(8192, required=False)
+  init_from: str = option("", required=False)
+  lora_rank: int = option(0, required=False)
+  lora_alpha: float = option(16.0, required=False)
+  lora_dropout: float = option(0.0, required=False)
+  lora_targets: tuple[str, ...] = option(LORA_TARGETS, required=False)
 
   def __post_init__(self):
-    for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
-      _positive(name, getattr(self, name))
+    rules = Rules("model", self)
     set_ = lambda name, value: object.__setattr__(self, name, value)
-    if self.n_kv_heads is None:
+    if rules.typed:
+      self._check(rules, set_)
+    rules.done()
+
+  def _check(self, rules: Rules, set_) -> None:
+    need = rules.need
+    for name in ("d_model", "n_layers", "n_heads"):
+      need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
+    need(self.vocab_size is None or self.vocab_size > 0,
+         f"vocab_size={self.vocab_size} must be positive (or None: the tokenizer's)")
+    if self.n_kv_heads in (None, 0):
       set_("n_kv_heads", self.n_heads)
-    _positive("n_kv_heads", self.n_kv_heads)
-    if self.n_heads % self.n_kv_heads:
-      raise ValueError(f"ModelConfig.n_kv_heads={self.n_kv_heads} must divide "
-                       f"n_heads={self.n_heads}")
-    if self.head_dim is None:
+    need(self.n_kv_heads > 0, f"n_kv_heads={self.n_kv_heads} must be positive (or None)")
+    if self.n_heads > 0 and self.n_kv_heads > 0:
+      need(self.n_heads % self.n_kv_heads == 0,
+           f"n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads}")
+    if self.head_dim is None and self.n_heads > 0:
       if self.d_model % self.n_heads:
-        raise ValueError(f"ModelConfig.head_dim: d_model={self.d_model} is not divisible by "
-                         f"n_heads={self.n_heads}; set head_dim explicitly")
-      set_("head_dim", self.d_model // self.n_heads)
-    _positive("head_dim", self.head_dim)
-    if self.head_dim % 2:
-      raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        rules.need(False, f"head_dim: model.d_model={self.d_model} is not divisible by "
+                   f"model.n_heads={self.n_heads}; set model.head_dim explicitly")
+      else:
+        set_("head_dim", self.d_model // self.n_heads)
+    if self.head_dim is not None:
+      need(self.head_dim > 0 and self.head_dim % 2 == 0,
+           f"head_dim={self.head_dim} must be positive and even for RoPE")
     hidden = self.mlp_ratio * self.d_model
-    if (isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0 or hidden != int(hidden)
-        or int(hidden) % 2):
-      raise ValueError(f"ModelConfig.mlp_ratio={self.mlp_ratio!r}: mlp_ratio·d_model must be a "
-                       f"positive even integer (gate and value halves), got {hidden}")
-    if not self.rope_theta > 0:
-      raise ValueError(f"ModelConfig.rope_theta must be > 0, got {self.rope_theta!r}")
-    if not self.norm_eps > 0:
-      raise ValueError(f"ModelConfig.norm_eps must be > 0, got {self.norm_eps!r}")
-    if not self.init_std > 0:
-      raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std!r}")
+    need(self.mlp_ratio > 0 and hidden == int(hidden) and int(hidden) % 2 == 0,
+         f"mlp_ratio={self.mlp_ratio!r}: mlp_ratio·d_model must be a positive even integer "
+         f"(gate and value halves), got {hidden}")
+    for name in ("rope_theta", "norm_eps", "init_std"):
+      need(getattr(self, name) > 0, f"{name}={getattr(self, name)!r} must be positive")
     for name in ("param_dtype", "compute_dtype"):
       try:
         dtype = jnp.dtype(getattr(self, name))
       except TypeError as error:
-        raise ValueError(f"ModelConfig.{name}: {error}") from None
-      if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"ModelConfig.{name} must be a floating dtype, got {dtype}")
+        need(False, f"{name}={getattr(self, name)!r}: {error}")
+        continue
+      need(jnp.issubdtype(dtype, jnp.floating), f"{name} must be a floating dtype, got {dtype}")
       set_(name, dtype)
     if isinstance(self.attention, str):
       try:
         set_("attention", parse_attention(self.attention))
       except ValueError as error:
-        raise ValueError(f"ModelConfig.attention: {error}") from None
-    if not isinstance(self.attention, AttentionSpec):
-      raise ValueError(f"ModelConfig.attention must be an AttentionSpec or a name, "
-                       f"got {self.attention!r}")
-    if self.n_heads % len(self.attention.groups):
-      raise ValueError(f"ModelConfig.n_heads={self.n_heads} must be divisible by the "
-                       f"{len(self.attention.groups)} head groups of {self.attention.name}")
-    if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(f"ModelConfig.attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, "
-                       f"got {self.attention_impl!r}")
+        need(False, f"attention: {error}")
+    if isinstance(self.attention, AttentionSpec):
+      groups = len(self.attention.groups)
+      need(self.n_heads % groups == 0,
+           f"n_heads={self.n_heads} must be divisible by {groups}, the head groups of attention "
+           f"{self.attention.name}")
+    elif not isinstance(self.attention, str):
+      need(False, f"attention must be an AttentionSpec or a name, got {self.attention!r}")
+    need(self.attention_impl in ATTENTION_IMPLS,
+         f"attention_impl={self.attention_impl!r} is not one of {', '.join(ATTENTION_IMPLS)}")
+    self._check_imported(need)
+
+  def _check_imported(self, need) -> None:
+    """Rules of the checkpoint-import and LoRA options."""
+    need(self.norm_position in NORM_POSITIONS,
+         f"norm_position={self.norm_position!r} is not one of {', '.join(NORM_POSITIONS)}")
+    need(self.rope_scaling in ROPE_SCALINGS,
+         f"rope_scaling={self.rope_scaling!r} is not one of {', '.join(ROPE_SCALINGS)}")
+    if self.rope_scaling == "llama3":
+      need(self.rope_factor > 0, f"rope_factor={self.rope_factor} must be positive")
+      need(0 < self.rope_low_freq_factor < self.rope_high_freq_factor,
+           f"rope_low_freq_factor={self.rope_low_freq_factor} must be positive and below "
+           f"model.rope_high_freq_factor={self.rope_high_freq_factor}")
+      need(self.rope_original_max_position > 0,
+           f"rope_original_max_position={self.rope_original_max_position} must be positive")
+    need(self.lora_rank >= 0, f"lora_rank={self.lora_rank} must be ≥ 0 (0 = no adapters)")
+    need(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha} must be positive")
+    need(0 <= self.lora_dropout < 1, f"lora_dropout={self.lora_dropout} must be in [0, 1)")
+    unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+    need(not unknown, f"lora_targets: {unknown} not among {', '.join(LORA_TARGETS)}")
+    need(self.lora_rank == 0 or bool(self.lora_targets),
+         f"lora_targets is empty but model.lora_rank={self.lora_rank}")
 
   @property
   def mlp_hidden(self) -> int:

@@ -3,38 +3,56 @@
 `Decoder(tokens_BT, meta)` → float32 logits [B, T, V]. The pieces are public so callers can
 start from precomputed embeddings (`embed`, `hidden`, `logits`): the causality tests
 differentiate with respect to the input embeddings, and GTCA reads hidden states.
+
+The per-layer hook: `hidden`/`__call__` take `attend(layer, q_BTHK, k_BSGK, v_BSGK, meta,
+attention) → o_BTHK`, the kernel seam with the layer index in front. When given, every block's
+self-attention calls it with its own q/k/v instead of the model's attention function: a KV cache
+(`slm_jax.eval.incremental`) stores the new keys/values and attends over its cache this way, so
+decoding runs the model's own blocks and head; a block feature added here is decoded for free.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from slm_jax.model.attention import SelfAttention
+from slm_jax.model.attention import AttentionFn, SelfAttention
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.layers import RMSNorm, SwiGLU, dense
 from slm_jax.structure import RowMetadata
 
+# attend(layer, q_BTHK, k_BSGK, v_BSGK, meta, attention) -> o_BTHK (see the module docstring).
+LayerAttention = Callable[..., jax.Array]
+
 
 def _norm(config: ModelConfig) -> RMSNorm:
   return RMSNorm(config.d_model, eps=config.norm_eps, use_bias=config.include_bias,
-                 dtype=config.compute_dtype, param_dtype=config.param_dtype)
+                 dtype=config.compute_dtype, param_dtype=config.param_dtype,
+                 cast_first=config.norm_cast_first)
 
 
 class Block(nnx.Module):
-  """x + attn(norm(x)); x + mlp(norm(x))."""
+  """Pre-norm: x + attn(norm(x)); x + mlp(norm(x)). Post-norm (`norm_position="post"`, OLMo-2):
+  x + norm(attn(x)); x + norm(mlp(x)) — the same two norms, applied to the branch outputs."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     self.attn_norm = _norm(config)
     self.attn = SelfAttention(config, rngs=rngs)
     self.mlp_norm = _norm(config)
     self.mlp = SwiGLU(config, rngs=rngs)
+    self.post_norm = config.norm_position == "post"
 
-  def __call__(self, x_BTD: jax.Array, meta: RowMetadata) -> jax.Array:
-    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), meta).astype(x_BTD.dtype)
+  def __call__(self, x_BTD: jax.Array, meta: RowMetadata,
+               attend: AttentionFn | None = None) -> jax.Array:
+    if self.post_norm:
+      x_BTD = x_BTD + self.attn_norm(self.attn(x_BTD, meta, attend)).astype(x_BTD.dtype)
+      return x_BTD + self.mlp_norm(self.mlp(x_BTD)).astype(x_BTD.dtype)
+    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), meta, attend).astype(x_BTD.dtype)
     return x_BTD + self.mlp(self.mlp_norm(x_BTD)).astype(x_BTD.dtype)
 
 
@@ -42,6 +60,9 @@ class Decoder(nnx.Module):
   """Token embedding, `n_layers` blocks, final RMSNorm, output head tied to the embedding."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    if config.vocab_size is None:
+      raise ValueError("ModelConfig.vocab_size is not set (a run sets it from its tokenizer: "
+                       "config.replace(vocab_size=tokenizer.vocab_size))")
     self.config = config
     self.embed_tokens = nnx.Embed(config.vocab_size, config.d_model, dtype=config.compute_dtype,
                                   param_dtype=config.param_dtype,
@@ -56,11 +77,12 @@ class Decoder(nnx.Module):
     """Input embeddings [B, T, D] in the compute dtype."""
     return self.embed_tokens(tokens_BT)
 
-  def hidden(self, x_BTD: jax.Array, meta: RowMetadata) -> jax.Array:
+  def hidden(self, x_BTD: jax.Array, meta: RowMetadata,
+             attend: LayerAttention | None = None) -> jax.Array:
     """Final-normed hidden states [B, T, D] from input embeddings; meta fields are [B, T]."""
     x_BTD = x_BTD.astype(self.config.compute_dtype)
-    for block in self.blocks:
-      x_BTD = block(x_BTD, meta)
+    for layer, block in enumerate(self.blocks):
+      x_BTD = block(x_BTD, meta, None if attend is None else functools.partial(attend, layer))
     return self.final_norm(x_BTD)
 
   def logits(self, h_BTD: jax.Array) -> jax.Array:
@@ -74,13 +96,13 @@ class Decoder(nnx.Module):
     return jnp.einsum("btd,dv->btv", h_BTD.astype(dtype), w_DV,
                       preferred_element_type=jnp.float32)
 
-  def __call__(self, tokens_BT: jax.Array, meta: RowMetadata) -> jax.Array:
-    return self.logits(self.hidden(self.embed(tokens_BT), meta))
+  def __call__(self, tokens_BT: jax.Array, meta: RowMetadata,
+               attend: LayerAttention | None = None) -> jax.Array:
+    return self.logits(self.hidden(self.embed(tokens_BT), meta, attend))
 
 
 def _abstract_params(config: ModelConfig) -> dict[str, int]:
   """Parameter sizes by top-level attribute, from shapes only (`nnx.eval_shape`, no allocation)."""
-  config = config.replace(attention_impl="xla")  # counting needs no kernel
   model = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
   sizes: dict[str, int] = {}
   for path, leaf in nnx.to_flat_state(nnx.state(model, nnx.Param)):

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 from clu import metrics as clu_metrics
 
-from slm_jax.kinds import Kind
+from slm_jax.kinds import STRUCTURAL_KINDS, Kind
 
 KIND_GROUPS = {
     "terminal": (Kind.TERMINAL, Kind.EOS),
-    "structural": (Kind.ONT, Kind.CNT, Kind.CNT1, Kind.CNT2),
+    "structural": STRUCTURAL_KINDS,
     "pause": (Kind.PAUSE,),
 }
 

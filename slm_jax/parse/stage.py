@@ -7,7 +7,8 @@ part file (JSONL lines `{"id", "trees": ["(S …)", …]}`, or Parquet with colu
 report, each atomically (temporary name, then rename). A rerun skips units whose report exists and
 counts them from it, so a killed run resumes where it stopped; `--force` redoes units, and the
 cache (SQLite, keyed by backend identity + the sentence's leaves) still makes it parse nothing
-twice. The pass-through backend reads the trees in the text instead (lenient, counted).
+twice. The pass-through backend reads the trees in the text instead
+(`tree_documents.documents_of_text`: lenient, counted).
 
 Every document and sentence that does not come out is counted by reason in the shard's report
 (`report.json`, an `accounting.StageCounts`): unreadable or empty documents, sentences longer than
@@ -32,6 +33,8 @@ from typing import Iterable, Sequence
 
 from slm_jax import ptb
 from slm_jax.data.accounting import StageCounts
+from slm_jax.data.inputs import PARSE_INPUTS, discover
+from slm_jax.data.tree_documents import documents_of_text
 from slm_jax.parse import readers
 from slm_jax.parse.backends import ParseFailure, ParserBackend
 from slm_jax.parse.splitting import Sentence, Splitter, default_splitter
@@ -183,39 +186,44 @@ class _UnitParser:
       if doc.problem:
         counts.drop("documents", doc.problem)
         continue
-      report = ptb.ReadReport()
-      trees = ptb.parse_trees(doc.text, source=doc.id, lenient=True, report=report)
-      counts.add_read_report(report)
-      words = sum(len(t.leaves()) for t in trees)
-      counts.tokens_in += words
-      counts.tokens_out += words
-      if not trees:
-        counts.drop("documents", "empty document")
-        continue
-      counts.documents_out += 1
-      out.append((doc.id, [ptb.format_tree(t) for t in trees]))
+      for doc_id, trees in documents_of_text(doc.id, doc.text, counts):
+        words = sum(len(t.leaves()) for t in trees)
+        counts.tokens_in += words
+        counts.tokens_out += words
+        counts.documents_out += 1
+        out.append((doc_id, [ptb.format_tree(t) for t in trees]))
     return out
 
 
-def _write_part(path: pathlib.Path, documents: list[tuple[str, list[str]]], fmt: str) -> None:
+def _atomic_write(path: pathlib.Path, write) -> None:
+  """`write(tmp)` then rename to `path`; a failed write (a full disk) leaves no temporary file."""
   tmp = path.with_name("." + path.name + ".tmp")
-  if fmt == "parquet":
-    import pyarrow as pa  # pylint: disable=g-import-not-at-top
-    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-    table = pa.table({"id": [d for d, _ in documents],
-                      "text": ["\n".join(trees) for _, trees in documents]})
-    pq.write_table(table, tmp)
-  else:
-    with open(tmp, "w", encoding="utf-8") as f:
-      for doc_id, trees in documents:
-        f.write(json.dumps({"id": doc_id, "trees": trees}, ensure_ascii=False) + "\n")
+  try:
+    write(tmp)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
   tmp.rename(path)
+
+
+def _write_part(path: pathlib.Path, documents: list[tuple[str, list[str]]], fmt: str) -> None:
+  def write(tmp: pathlib.Path) -> None:
+    if fmt == "parquet":
+      import pyarrow as pa  # pylint: disable=g-import-not-at-top
+      import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+      table = pa.table({"id": [d for d, _ in documents],
+                        "text": ["\n".join(trees) for _, trees in documents]})
+      pq.write_table(table, tmp)
+    else:
+      with open(tmp, "w", encoding="utf-8") as f:
+        for doc_id, trees in documents:
+          f.write(json.dumps({"id": doc_id, "trees": trees}, ensure_ascii=False) + "\n")
+
+  _atomic_write(path, write)
 
 
 def _write_json(path: pathlib.Path, data: dict) -> None:
-  tmp = path.with_name("." + path.name + ".tmp")
-  tmp.write_text(json.dumps(data, indent=1))
-  tmp.rename(path)
+  _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1)))
 
 
 @dataclasses.dataclass
@@ -236,7 +244,7 @@ def run_shard(inputs: Sequence[str | pathlib.Path], output: str | pathlib.Path,
   index, count = shard
   if options.output_format not in ("jsonl", "parquet"):
     raise ValueError(f"--output_format must be jsonl or parquet, got {options.output_format!r}")
-  files = readers.list_files(inputs, options.input_format)
+  files = discover(inputs, PARSE_INPUTS, options.input_format)
   units = readers.shard_units(readers.list_units(files, options.jsonl_block), index, count)
   directory = shard_dir(output, index, count)
   directory.mkdir(parents=True, exist_ok=True)

@@ -5,23 +5,106 @@ into a temporary folder and commits by rename, so a run killed mid-save leaves n
 step behind. On resume the newest step is restored; a step that fails to restore (a corrupt or
 truncated file) is reported, moved aside as `<step>.unreadable`, and the previous one is tried.
 If checkpoints exist but none can be read, `CheckpointError` stops the run: it never silently restarts from step 0.
+
+Restores go onto the mesh of the state given (Orbax with the target's shardings): a checkpoint
+written on 4 devices (fsdp 2) resumes on 2 or on 8. A checkpoint whose parameters do not fit the
+state (another model shape: a changed width, depth or vocabulary) is `CheckpointMismatchError`,
+naming the parameters that differ; it is not "unreadable" and is never moved aside.
+
+Multi-process runs: every host's data iterator state is kept (`data_extra` / `host_data`), since
+each host reads its own share of the data and Orbax writes the JSON items from process 0 only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import pathlib
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+from slm_jax.sections import Rules
 
 _LOG = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointSection:
+  """The `checkpoint` section of a run's config."""
+
+  dir: str  # default workdir when --workdir is not given
+  max_to_keep: int
+  resume: bool  # restore the newest readable step of the workdir
+
+  def __post_init__(self):
+    rules = Rules("checkpoint", self)
+    if rules.typed:
+      rules.need(bool(self.dir), "dir is empty")
+      rules.need(self.max_to_keep > 0, "max_to_keep must be positive")
+    rules.done()
+
+
 class CheckpointError(RuntimeError):
-  """Checkpoints exist in the workdir but none could be restored."""
+  """Checkpoints exist in the workdir but none could be restored, or one could not be saved."""
+
+  exit_code = 2
+
+
+def data_extra(state: dict) -> dict:
+  """The checkpoint's `extra` entries for the data iterator's `state` on this host. Orbax writes
+  `extra` from process 0 only, so with several processes every host's state (each reads its own
+  share of the data) is gathered into `data_by_process`; `data` stays process 0's."""
+  if jax.process_count() == 1:
+    return {"data": state}
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  encoded = np.frombuffer(json.dumps(state).encode("utf-8"), np.uint8)
+  lengths = multihost_utils.process_allgather(np.asarray([len(encoded)], np.int64)).reshape(-1)
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[:len(encoded)] = encoded
+  rows = multihost_utils.process_allgather(padded).reshape(len(lengths), -1)
+  states = [json.loads(bytes(row[:n]).decode("utf-8")) for row, n in zip(rows, lengths)]
+  return {"data": states[0], "data_by_process": states}
+
+
+def host_data(extra: dict) -> dict:
+  """This host's data iterator state from a restored `extra` (see `data_extra`)."""
+  states = extra.get("data_by_process")
+  if states is None:
+    if jax.process_count() > 1:
+      raise CheckpointError("the checkpoint holds one data iterator state, written by a "
+                            f"single-process run; this run has {jax.process_count()} processes")
+    return extra["data"]
+  if len(states) != jax.process_count():
+    raise CheckpointError(f"the checkpoint was written by {len(states)} processes, this run has "
+                          f"{jax.process_count()}: restart with {len(states)} hosts (each reads "
+                          "its own share of the data)")
+  return states[jax.process_index()]
+
+
+class CheckpointMismatchError(CheckpointError):
+  """A checkpoint's parameters have other names or shapes than the state it should restore."""
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+  """Parameter path → shape of a tree of arrays, ShapeDtypeStructs or Orbax array metadata."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+  return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
+          for path, leaf in leaves}
+
+
+def layout_mismatch(saved: Any, target: Any, limit: int = 4) -> list[str]:
+  """How the parameter trees `saved` and `target` differ (missing / unexpected / reshaped
+  parameters, at most `limit` of each), empty when they fit."""
+  have, want = _shapes(saved), _shapes(target)
+  problems = [f"{p}: {have[p]} saved, {want[p]} now" for p in want
+              if p in have and have[p] != want[p]][:limit]
+  problems += [f"{p}: not in the checkpoint" for p in want if p not in have][:limit]
+  problems += [f"{p}: in the checkpoint only" for p in have if p not in want][:limit]
+  return problems
 
 
 @dataclasses.dataclass
@@ -36,21 +119,35 @@ class Checkpointer:
   """A thin wrapper around `ocp.CheckpointManager` with fallback on unreadable steps."""
 
   def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3,
-               async_save: bool = True):
+               async_save: bool = True, read_only: bool = False):
+    """`read_only` (evaluation): nothing in the directory is created, moved or written; an
+    unreadable newest step is skipped (and reported in `Restored.skipped`), not moved aside."""
     self.directory = pathlib.Path(directory).absolute()
+    self.read_only = read_only
+    if read_only and not self.directory.is_dir():
+      raise CheckpointError(f"no checkpoints in {self.directory} (the folder does not exist)")
     self.manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
                                              enable_async_checkpointing=async_save,
-                                             create=True))
+                                             create=not read_only, read_only=read_only))
 
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
   def save(self, step: int, state: Any, extra: dict) -> None:
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    extra=ocp.args.JsonSave(extra)),
-                      force=True)
+    """Starts saving `step` (asynchronously); a failure of this or the previous save (a full
+    disk, a lost mount) raises `CheckpointError` naming the folder, so training stops at once."""
+    if self.read_only:
+      raise CheckpointError(f"{self.directory} was opened read-only")
+    try:
+      self.manager.check_for_errors()  # the previous asynchronous save
+      self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                      extra=ocp.args.JsonSave(extra)),
+                        force=True)
+    except Exception as error:  # pylint: disable=broad-except  # any failed write
+      raise CheckpointError(f"cannot save checkpoint step {step} in {self.directory}: "
+                            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
 
   def restore_latest(self, abstract_state: Any, step: int | None = None) -> Restored | None:
     """The newest readable step (or exactly `step`), None when the directory holds none."""
@@ -62,6 +159,7 @@ class Checkpointer:
     skipped: list[tuple[int, str]] = []
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
     for step in reversed(steps):
+      self._check_layout(step, target)
       try:
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
@@ -72,7 +170,8 @@ class Checkpointer:
                      step, self.directory, reason)
         skipped.append((step, reason))
         continue
-      self._quarantine([s for s, _ in skipped])
+      if not self.read_only:
+        self._quarantine([s for s, _ in skipped])
       return Restored(step, restored.state, dict(restored.extra), skipped)
     if steps:
       details = "; ".join(f"step {s}: {r}" for s, r in skipped)
@@ -80,6 +179,23 @@ class Checkpointer:
           f"{self.directory} holds checkpoints {steps} but none can be restored ({details}). "
           "Refusing to restart from step 0: move the directory away to start over.")
     return None
+
+  def _check_layout(self, step: int, target: Any) -> None:
+    """Raises `CheckpointMismatchError` when the saved parameters (`target["params"]`, where the
+    state has them) do not fit; a step whose metadata cannot be read is left to the restore."""
+    if not isinstance(target, dict) or "params" not in target:
+      return
+    try:
+      saved = ocp.StandardCheckpointHandler().metadata(
+          self.directory / str(step) / "state").tree["params"]
+    except Exception:  # pylint: disable=broad-except  # unreadable metadata: restore decides
+      return
+    problems = layout_mismatch(saved, target["params"])
+    if problems:
+      raise CheckpointMismatchError(
+          f"checkpoint step {step} in {self.directory} does not fit this model: "
+          f"{'; '.join(problems)}. It was written by a run with another model shape (width, "
+          "depth, heads or vocabulary): resume with that run's config, or use a new --workdir")
 
   def _quarantine(self, steps: list[int]) -> None:
     """Moves unreadable steps aside (`<step>.unreadable`, kept for inspection, never deleted),
@@ -97,7 +213,15 @@ class Checkpointer:
       self.manager.reload()
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    """Waits for the pending save; its failure raises `CheckpointError` naming the folder."""
+    try:
+      self.manager.wait_until_finished()
+      self.manager.check_for_errors()
+    except CheckpointError:
+      raise
+    except Exception as error:  # pylint: disable=broad-except
+      raise CheckpointError(f"cannot save a checkpoint in {self.directory}: "
+                            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
 
   def close(self) -> None:
     self.manager.close()

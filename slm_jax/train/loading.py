@@ -10,50 +10,66 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from typing import Any
 
 import jax
-import ml_collections
 from flax import nnx
 
-from slm_jax.configurations import Configuration, resolve
+from slm_jax.config_builder import ConfigError, RunConfig, validate
+from slm_jax.configurations import Configuration
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.optimizer import make_optimizer
-from slm_jax.train.trainer import CONFIG_FILE, model_config
+from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE
 
 
 @dataclasses.dataclass
 class LoadedRun:
-  cfg: Any
+  cfg: RunConfig
   configuration: Configuration
   tokenizer: Tokenizer
   model: Decoder
   step: int
   workdir: pathlib.Path
+  newest_step: int = -1  # the newest checkpoint on disk (== step unless it was unreadable)
+  skipped: tuple = ()    # (step, reason) of newer checkpoints that could not be read
 
 
-def run_config(workdir: str | pathlib.Path) -> tuple[Any, Configuration]:
-  """The saved config of training workdir `workdir` and its configuration (no model loaded)."""
+def run_config(workdir: str | pathlib.Path) -> tuple[RunConfig, Configuration]:
+  """The saved config of training workdir `workdir`, validated, and its configuration (no
+  model loaded). A config.json that is not valid JSON or not a valid config (an older slm_jax,
+  an edit) is an error naming the file and every problem."""
   workdir = pathlib.Path(workdir)
   config_path = workdir / CONFIG_FILE
   if not config_path.exists():
     raise FileNotFoundError(f"{config_path} not found: is {workdir} a slm_jax training workdir?")
-  cfg = ml_collections.ConfigDict(json.loads(config_path.read_text()))
-  configuration = resolve(linearization=cfg.configuration.linearization,
-                          attention=cfg.configuration.attention)
-  return cfg, dataclasses.replace(configuration, name=cfg.configuration.name)
+  try:
+    run = validate(json.loads(config_path.read_text()))
+  except json.JSONDecodeError as error:
+    raise ConfigError([f"{config_path}: not valid JSON ({error})"]) from None
+  except ConfigError as error:
+    raise ConfigError([f"{config_path}: {p}" for p in error.problems]) from None
+  return run, run.resolved
 
 
-def load_run(workdir: str | pathlib.Path, step: int | None = None) -> LoadedRun:
-  """The model of `workdir` at its newest readable checkpoint."""
+def load_run(workdir: str | pathlib.Path, step: int | None = None,
+             dtype: str | None = "float32") -> LoadedRun:
+  """The model of `workdir` at its newest readable checkpoint (or `step`).
+
+  `dtype`: the compute dtype the model is built with — float32 by default, as the paper
+  evaluates (SPEC §9), `"bfloat16"` optional, None = the run's own `model.compute_dtype`.
+  Parameters are float32 either way; `run.cfg.model` is the config the model was built with.
+  """
   workdir = pathlib.Path(workdir)
   cfg, configuration = run_config(workdir)
+  if dtype is not None:
+    cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype=dtype))
   tokenizer = Tokenizer.load(workdir / SPEC_FILE_NAME)
-  model = Decoder(model_config(cfg, tokenizer.vocab_size), rngs=nnx.Rngs(0))
+  model = Decoder(cfg.model.replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
-  checkpointer = Checkpointer(workdir / "checkpoints", async_save=False)
+  # Read-only: evaluating never moves, creates or writes anything in the training workdir.
+  checkpointer = Checkpointer(workdir / "checkpoints", async_save=False, read_only=True)
+  steps = checkpointer.steps()
   params = nnx.to_pure_dict(params)
   tx = make_optimizer(cfg.optimizer, cfg.train.steps, accumulate=False)
   abstract = {"params": params, "opt_state": jax.eval_shape(tx.init, params)}
@@ -64,4 +80,6 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> LoadedRun:
   state = nnx.state(model, nnx.Param)
   nnx.replace_by_pure_dict(state, restored.state["params"])
   nnx.update(model, state)
-  return LoadedRun(cfg, configuration, tokenizer, model, restored.step, workdir)
+  return LoadedRun(cfg, configuration, tokenizer, model, restored.step, workdir,
+                   newest_step=max(steps) if steps else restored.step,
+                   skipped=tuple(restored.skipped))

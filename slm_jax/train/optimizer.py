@@ -15,10 +15,16 @@ Conventions:
   clipping, so it equals one step on the concatenated batch when every micro-batch loss is a mean
   over the same number of targets. A train step that normalizes by the global target count
   should accumulate itself and call `make_optimizer(..., accumulate=False)`.
+- Frozen-backbone / LoRA training: `trainable` names the parameter groups that train
+  (`TRAINABLE_GROUPS`, comma-joined: "all", "lora", "lora,norms", …). The optimizer then keeps
+  state for those leaves only (`optax.masked`; the others hold empty `MaskedNode`s) and returns
+  zero updates for the rest. `trainable_mask(params, trainable)` is the same selection as a
+  pytree of bools; the train step (`slm_jax.train.finetune`) differentiates only those leaves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -26,10 +32,77 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from slm_jax.model.lora import is_lora_path
+from slm_jax.sections import Rules, option
 from slm_jax.train.sharding import path_string
 
 # A parameter is exempt from weight decay when a component of its path matches this (lowercased).
 NO_DECAY_PATTERN = re.compile(r"embed|norm|^bias$|^scale$|^ln(_|\d|$)")
+
+# Parameter groups `optimizer.trainable` may name: group -> predicate of the '/'-joined path.
+TRAINABLE_GROUPS = {
+    "all": lambda path: True,
+    "lora": is_lora_path,
+    "embed": lambda path: path.startswith("embed_tokens/"),
+    "head": lambda path: path.startswith("lm_head/") and not is_lora_path(path),
+    "norms": lambda path: "norm" in path.rsplit("/", 2)[-2],
+    "biases": lambda path: path.endswith("/bias") and "norm" not in path.rsplit("/", 2)[-2],
+    "attn": lambda path: "/attn/" in path and not is_lora_path(path),
+    "mlp": lambda path: "/mlp/" in path and not is_lora_path(path),
+}
+
+
+def trainable_groups(trainable: str) -> list[str]:
+  """The group names of an `optimizer.trainable` value ("lora, norms" → [lora, norms])."""
+  return [g.strip() for g in str(trainable).split(",") if g.strip()]
+
+
+def is_trainable(path: str, trainable: str) -> bool:
+  """Whether the parameter at '/'-joined `path` trains under `optimizer.trainable`."""
+  return any(TRAINABLE_GROUPS[g](path) for g in trainable_groups(trainable))
+
+
+def trainable_mask(params: Any, trainable: str) -> Any:
+  """A pytree of bools like `params`: the leaves that train (all of them for "all")."""
+  return jax.tree_util.tree_map_with_path(lambda p, _: is_trainable(path_string(p), trainable),
+                                          params)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSection:
+  """The `optimizer` section of a run's config (SPEC §7; its rules live here only)."""
+
+  peak_lr: float
+  min_lr: float
+  warmup_steps: int
+  warmup_start_lr: float
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  clip: float  # global-norm clip; 0 = off
+  grad_accum_steps: int  # micro-batches per update
+  trainable: str = option("all", required=False)  # comma-joined TRAINABLE_GROUPS
+
+  def __post_init__(self):
+    rules = Rules("optimizer", self)
+    if rules.typed:
+      need = rules.need
+      need(self.peak_lr > 0, f"peak_lr must be positive, got {self.peak_lr}")
+      need(0 <= self.min_lr <= self.peak_lr, f"min_lr={self.min_lr} must be in [0, peak_lr]")
+      need(0 <= self.warmup_start_lr <= self.peak_lr,
+           f"warmup_start_lr={self.warmup_start_lr} must be in [0, peak_lr]")
+      need(self.warmup_steps >= 0, "warmup_steps must be ≥ 0")
+      need(self.weight_decay >= 0, "weight_decay must be ≥ 0")
+      need(0 <= self.b1 < 1 and 0 <= self.b2 < 1, "b1 and optimizer.b2 must be in [0, 1)")
+      need(self.eps > 0, "eps must be positive")
+      need(self.clip >= 0, "clip must be ≥ 0 (0 turns clipping off)")
+      need(self.grad_accum_steps >= 1, "grad_accum_steps must be ≥ 1")
+      unknown = [g for g in trainable_groups(self.trainable) if g not in TRAINABLE_GROUPS]
+      need(not unknown and bool(trainable_groups(self.trainable)),
+           f"trainable={self.trainable!r}: groups must be comma-joined names among "
+           f"{', '.join(TRAINABLE_GROUPS)}")
+    rules.done()
 
 
 def warmup_cosine(peak_lr: float, min_lr: float, warmup_steps: int, total_steps: int,
@@ -90,6 +163,11 @@ def make_optimizer(opt_cfg: Any, total_steps: int, *,
   parts.append(optax.adamw(lambda count: schedule(count + 1), b1=opt_cfg.b1, b2=opt_cfg.b2,
                            eps=opt_cfg.eps, weight_decay=opt_cfg.weight_decay, mask=decay_mask))
   tx = optax.chain(*parts)
+  trainable = getattr(opt_cfg, "trainable", "all")
+  if "all" not in trainable_groups(trainable):  # state for the trainable leaves only
+    mask = lambda params: trainable_mask(params, trainable)
+    frozen = lambda params: jax.tree.map(lambda t: not t, mask(params))
+    tx = optax.chain(optax.masked(tx, mask), optax.masked(optax.set_to_zero(), frozen))
   k = int(opt_cfg.grad_accum_steps)
   if accumulate and k > 1:
     return optax.MultiSteps(tx, every_k_schedule=k).gradient_transformation()

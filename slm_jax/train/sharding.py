@@ -9,11 +9,14 @@ step functions are the single-device ones, the compiler inserts the collectives.
 
 Multi-host (TPU pods, multi-node GPU): `initialize_distributed` runs `jax.distributed.initialize()`
 before anything touches a device; each host then feeds the rows of the global batch that its
-devices hold (`global_batch`).
+devices hold (`place_batch`). Clusters JAX detects (TPU pods, Slurm, Open MPI, Kubernetes) need no
+settings; elsewhere `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` name the
+processes (e.g. several processes on one machine, whose CPU collectives use gloo).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -22,6 +25,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from slm_jax.sections import Rules, SectionError
 
 _LOG = logging.getLogger(__name__)
 
@@ -51,6 +56,32 @@ class MeshError(ValueError):
   """The mesh does not fit the devices, or the batch does not fit the mesh."""
 
 
+@dataclasses.dataclass(frozen=True)
+class MeshSection:
+  """The `mesh` section of a run's config: axis sizes and multi-host start-up (its rules)."""
+
+  data: int = -1  # -1: every device left after fsdp
+  fsdp: int = 1
+  distributed: str = "auto"  # auto | on | off (jax.distributed.initialize)
+
+  def __post_init__(self):
+    rules = Rules("mesh", self)
+    if rules.typed:
+      rules.need(self.data == -1 or self.data >= 1,
+                 f"data={self.data} must be ≥ 1, or -1 (every device left after mesh.fsdp)")
+      rules.need(self.fsdp >= 1, f"fsdp={self.fsdp} must be ≥ 1")
+      rules.need(self.distributed in DISTRIBUTED_MODES, f"distributed={self.distributed!r} is "
+                 f"not one of {', '.join(DISTRIBUTED_MODES)}")
+    rules.done()
+
+
+def _mesh_section(**values) -> MeshSection:
+  try:
+    return MeshSection(**values)
+  except SectionError as error:
+    raise MeshError(str(error)) from None
+
+
 def _multi_process_environment() -> bool:
   if any(os.environ.get(k) for k in _CLUSTER_HINTS):
     return True
@@ -63,17 +94,32 @@ def _multi_process_environment() -> bool:
   return False
 
 
+def _explicit_processes() -> dict[str, int]:
+  """`num_processes` / `process_id` from `JAX_NUM_PROCESSES` / `JAX_PROCESS_ID` when set: with
+  `JAX_COORDINATOR_ADDRESS`, a cluster JAX does not detect (several processes on one machine,
+  a hand-started job) names each process."""
+  names = {"num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
+  out = {}
+  for arg, env in names.items():
+    value = os.environ.get(env, "")
+    if value:
+      try:
+        out[arg] = int(value)
+      except ValueError:
+        raise MeshError(f"{env}={value!r} is not a whole number") from None
+  return out
+
+
 def initialize_distributed(mode: str = "auto") -> bool:
   """`jax.distributed.initialize()` for multi-host runs; call before any device query.
 
   mode: `on` always, `off` never, `auto` when the environment names several processes.
   Returns whether it initialized.
   """
-  if mode not in DISTRIBUTED_MODES:
-    raise MeshError(f"mesh.distributed={mode!r} is not one of {', '.join(DISTRIBUTED_MODES)}")
+  _mesh_section(distributed=mode)
   if mode == "off" or (mode == "auto" and not _multi_process_environment()):
     return False
-  jax.distributed.initialize()
+  jax.distributed.initialize(**_explicit_processes())
   _LOG.warning("jax.distributed initialized: process %d of %d, %d devices",
                jax.process_index(), jax.process_count(), jax.device_count())
   return True
@@ -83,8 +129,7 @@ def make_mesh(data: int = -1, fsdp: int = 1, devices=None) -> Mesh:
   """A ('data', 'fsdp') mesh over `devices` (default: all); data = -1 fills the rest."""
   devices = list(jax.devices() if devices is None else devices)
   count = len(devices)
-  if fsdp < 1 or (data != -1 and data < 1):
-    raise MeshError(f"mesh.fsdp={fsdp} must be ≥ 1 and mesh.data={data} ≥ 1 or -1")
+  _mesh_section(data=data, fsdp=fsdp)
   if data == -1:
     if count % fsdp:
       raise MeshError(f"mesh.fsdp={fsdp} does not divide the {count} devices")
@@ -182,7 +227,7 @@ def check_batch(rows: int, accumulation: int, mesh: Mesh, what: str = "train.glo
   return batch_layout(rows, accumulation, batch_divisor(mesh), what)
 
 
-def global_batch(batch: dict[str, np.ndarray], mesh: Mesh, host_local: bool) -> dict[str, Any]:
+def place_batch(batch: dict[str, Any], mesh: Mesh, host_local: bool) -> dict[str, Any]:
   """Device arrays of the global batch, rows split over the mesh.
 
   host_local: `batch` holds only this host's rows (the Grain pipeline: process i of n reads
@@ -191,11 +236,10 @@ def global_batch(batch: dict[str, np.ndarray], mesh: Mesh, host_local: bool) -> 
   """
   sharding = batch_sharding(mesh)
   if host_local:
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-            for k, v in batch.items()}
-  return {k: jax.make_array_from_callback(np.shape(v), sharding,
-                                          lambda index, v=v: np.asarray(v[index]))
-          for k, v in batch.items()}
+    return jax.tree.map(
+        lambda v: jax.make_array_from_process_local_data(sharding, np.asarray(v)), batch)
+  return jax.tree.map(lambda v: jax.make_array_from_callback(
+      np.shape(v), sharding, lambda index: np.asarray(v[index])), batch)
 
 
 def describe(mesh: Mesh) -> str:

@@ -14,54 +14,77 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from slm_jax.model.lora import dropout_rng
 from slm_jax.model.loss import loss_and_metrics
+from slm_jax.train.optimizer import trainable_mask
 from slm_jax.structure import RowMetadata
 
-BATCH_FIELDS = ("tokens", "kinds", "segment", "position", "depth", "pop", "targets")
-
-
-def metadata(batch: dict[str, jax.Array]) -> RowMetadata:
-  return RowMetadata(batch["kinds"], batch["segment"], batch["position"], batch["depth"],
-                     batch["pop"])
-
-
 def _sums(graphdef, params, batch):
+  """batch: `Batch.as_dict()` on device — tokens [B, T], meta (`RowMetadata`), targets."""
   model = nnx.merge(graphdef, params)
-  logits_BTV = model(batch["tokens"], metadata(batch))
-  _, sums = loss_and_metrics(logits_BTV, batch["tokens"], batch["targets"], batch["kinds"])
+  meta: RowMetadata = batch["meta"]
+  logits_BTV = model(batch["tokens"], meta)
+  _, sums = loss_and_metrics(logits_BTV, batch["tokens"], batch["targets"], meta.kind)
   return sums["loss_sum"], sums
 
 
+def _split(tree: Any, mask: Any, keep: bool) -> Any:
+  """The leaves of `tree` whose mask is `keep` (others None)."""
+  return jax.tree.map(lambda x, m: x if m == keep else None, tree, mask)
+
+
+def _join(trained: Any, frozen: Any) -> Any:
+  return jax.tree.map(lambda a, b: b if a is None else a, trained, frozen,
+                      is_leaf=lambda x: x is None)
+
+
 def make_train_step(graphdef: Any, tx: optax.GradientTransformation, accumulation: int,
-                    shardings: tuple | None = None) -> Callable:
+                    shardings: tuple | None = None, trainable: str = "all") -> Callable:
   """`step(params, opt_state, batch) -> (params, opt_state, sums)`; batch fields [B, T].
 
   Micro-batch a holds rows a, A + a, 2A + a, … so that, with rows split over devices in
   contiguous blocks, every micro-batch is spread over every device. `shardings` =
   (params, opt_state, micro-batch rows, replicated) NamedShardings keep the state where the
   partition table puts it (see `slm_jax.train.sharding`); None: single device.
+
+  `trainable` (`optimizer.trainable`, frozen-backbone / LoRA training): only those leaves get
+  gradients; the frozen ones enter the loss as constants (no cotangents), keep no optimizer
+  state (`make_optimizer` masks it) and come out of the step as the same arrays. LoRA dropout
+  draws its randomness from the update count (a no-op for models without dropout).
   """
 
   def step(params, opt_state, batch):
+    mask = trainable_mask(params, trainable)
+    trained, frozen = _split(params, mask, True), _split(params, mask, False)
     micro = jax.tree.map(
         lambda x: x.reshape(-1, accumulation, *x.shape[1:]).swapaxes(0, 1), batch)
     if shardings is not None:
       micro = jax.lax.with_sharding_constraint(micro, shardings[2])
-    zeros = jax.tree.map(jnp.zeros_like, params)
+    counts = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+    key = jax.random.fold_in(jax.random.key(0), counts[0][1] if counts else 0)
 
-    def body(carry, micro_batch):
+    def loss(trained_params, micro_batch, micro_key):
+      with dropout_rng(micro_key):
+        return _sums(graphdef, _join(trained_params, frozen), micro_batch)
+
+    def body(carry, inputs):
       grads, totals = carry
-      (_, sums), g = jax.value_and_grad(_sums, argnums=1, has_aux=True)(graphdef, params,
-                                                                        micro_batch)
+      index, micro_batch = inputs
+      (_, sums), g = jax.value_and_grad(loss, has_aux=True)(
+          trained, micro_batch, jax.random.fold_in(key, index))
       return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, totals, sums)), None
 
-    _, first_sums = jax.eval_shape(_sums, graphdef, params, jax.tree.map(lambda x: x[0], micro))
-    init = (zeros, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), first_sums))
-    (grads, sums), _ = jax.lax.scan(body, init, micro)
+    first = jax.tree.map(lambda x: x[0], micro)
+    _, first_sums = jax.eval_shape(lambda: loss(trained, first, key))
+    init = (jax.tree.map(jnp.zeros_like, trained),
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), first_sums))
+    (grads, sums), _ = jax.lax.scan(body, init, (jnp.arange(accumulation), micro))
     grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
     sums["grad_norm"] = optax.tree.norm(grads)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, sums
+    full = _join(grads, jax.tree.map(jnp.zeros_like, frozen))  # frozen: no update is applied
+    updates, opt_state = tx.update(full, opt_state, params)
+    new = optax.apply_updates(trained, _split(updates, mask, True))
+    return _join(new, frozen), opt_state, sums
 
   if shardings is None:
     return jax.jit(step, donate_argnums=(0, 1))

@@ -13,23 +13,23 @@ import logging
 import math
 import pathlib
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
-from slm_jax.configurations import resolve
+from slm_jax import config_builder
+from slm_jax.data.config import DROP_WARNING
 from slm_jax.data.loader import BatchIterator, PackedDataset
 from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
-from slm_jax.model.config import ModelConfig
-from slm_jax.model.decoder import Decoder, non_embedding_param_count, param_count
+from slm_jax.model.decoder import non_embedding_param_count, param_count
 from slm_jax.model.loss import LossMetrics
-from slm_jax.train import sharding
-from slm_jax.train.checkpointing import Checkpointer
+from slm_jax.train import finetune, mfu, sharding
+from slm_jax.train.checkpointing import Checkpointer, data_extra, host_data
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
 from slm_jax.train.steps import make_eval_step, make_train_step  # noqa: F401  (re-exported)
+from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, NothingToDo, check_workdir
 
 _LOG = logging.getLogger(__name__)
 
@@ -42,37 +42,32 @@ def window_counts(metrics: LossMetrics, group: str) -> float:
 class NonFiniteLossError(RuntimeError):
   """The loss became NaN or Inf; the run stops instead of writing a broken checkpoint."""
 
+  exit_code = 3
+
 
 @dataclasses.dataclass
 class RunSummary:
+  """What a run did; the eval fields are None when it has no held-out documents."""
+
   steps: int
   tokens_trained: int
   final_train_loss: float
-  eval_terminal_ppl: float  # exp(NLL of terminal + EOS targets / their count), gold structure given
-  eval_loss: float
-  eval_joint_ppl: float  # exp(NLL of all targets / terminal + EOS count): bounds p(words) for trees
+  eval_terminal_ppl: float | None  # exp(NLL of terminal + EOS targets / their count), gold tree
+  eval_loss: float | None
+  eval_joint_ppl: float | None  # exp(NLL of all targets / terminal + EOS count): bounds p(words)
   seconds: float
   resumed_from: int
   workdir: str
+  backbone_unchanged: bool | None = None  # frozen arrays bitwise as loaded (None: none frozen)
+
+  def to_json(self) -> str:
+    """Strict JSON (never a bare NaN)."""
+    return json.dumps(dataclasses.asdict(self), indent=2, allow_nan=False)
 
 
-def model_config(cfg: Any, vocab_size: int) -> ModelConfig:
-  m = cfg.model
-  return ModelConfig(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers,
-                     n_heads=m.n_heads, n_kv_heads=m.n_kv_heads or None, mlp_ratio=m.mlp_ratio,
-                     rope_theta=m.rope_theta, norm_eps=m.norm_eps,
-                     tie_embeddings=m.tie_embeddings, qkv_bias=m.qkv_bias, mlp_bias=m.mlp_bias,
-                     include_bias=m.include_bias, init_std=m.init_std, param_dtype=m.param_dtype,
-                     compute_dtype=m.compute_dtype, attention=cfg.configuration.attention,
-                     attention_impl=m.attention_impl)
-
-
-CONFIG_FILE = "config.json"
-
-
-def save_config(cfg: Any, workdir: pathlib.Path) -> None:
+def save_config(run: config_builder.RunConfig, workdir: pathlib.Path) -> None:
   """The run's full config, so evaluation can rebuild the model from the workdir alone."""
-  (workdir / CONFIG_FILE).write_text(cfg.to_json_best_effort(indent=2))
+  (workdir / CONFIG_FILE).write_text(run.to_json())
 
 
 def _device_batch(batch, mesh=None, host_local: bool = False,
@@ -81,12 +76,12 @@ def _device_batch(batch, mesh=None, host_local: bool = False,
   `padded_rows` (a training `BatchLayout`; this host's share if host_local), else (evaluation)
   to a multiple of the devices."""
   if mesh is None:
-    return {k: jnp.asarray(v) for k, v in batch.as_dict().items()}
+    return jax.tree.map(jnp.asarray, batch.as_dict())
   if padded_rows is not None:
     batch = batch.pad_rows(padded_rows // jax.process_count() if host_local else padded_rows)
   elif not host_local:
     batch = batch.pad_rows(sharding.batch_divisor(mesh))
-  return sharding.global_batch(batch.as_dict(), mesh, host_local)
+  return sharding.place_batch(batch.as_dict(), mesh, host_local)
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -110,6 +105,24 @@ def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
           "eval_target_tokens": result["target_tokens"]}
 
 
+class DataDropError(ValueError):
+  """More of the training tokens were dropped than `data.max_drop_fraction` allows."""
+
+
+def check_dropped(tokens: int, dropped: int, limit: float, what: str) -> None:
+  """Warns loudly when a run drops most of its tokens (sentences longer than a row), and stops
+  it above `data.max_drop_fraction` (SPEC §8: drops are counted, never silent)."""
+  fraction = dropped / max(tokens, 1)
+  message = (f"{what}: {dropped:,} of {tokens:,} tokens ({fraction:.1%}) dropped in sentences "
+             "longer than a row (data.seq_len)")
+  if fraction > limit:
+    raise DataDropError(f"{message}; above data.max_drop_fraction={limit}: raise data.seq_len "
+                        "or the limit")
+  if fraction > DROP_WARNING:
+    print(f"WARNING: {message}. Most of the corpus is not trained on; raise data.seq_len "
+          "(data.max_drop_fraction makes this an error)", flush=True)
+
+
 class _TrainStream:
   """The training batches with one state interface for both loaders (saved in checkpoints)."""
 
@@ -128,19 +141,29 @@ def _train_stream(cfg: Any, corpus, tokenizer, configuration) -> _TrainStream:
     return _TrainStream(iterator, iterator.get_state, iterator.set_state, describe, True)
   data = PackedDataset(corpus.train, tokenizer, configuration, cfg.data.seq_len,
                        seed=cfg.data.linearization_seed)
+  check_dropped(data.stats.tokens, data.stats.tokens_dropped, cfg.data.max_drop_fraction,
+                "training data")
   iterator = BatchIterator(data, cfg.train.global_batch, seed=cfg.train.seed)
   return _TrainStream(iterator, iterator.state, iterator.restore, data.stats.summary(), False)
 
 
-def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
+LiveMetrics = Callable[[Any, Any, Any, Any], Callable[[Any], dict]]
+
+
+def train(cfg: Any, workdir: str | pathlib.Path,
+          live_metrics: LiveMetrics | None = None) -> RunSummary:
+  """Trains the run of `cfg` (a `RunConfig`, or a ConfigDict validated here) in `workdir`.
+
+  `live_metrics(train_section, graphdef, tokenizer, configuration)` builds the callable that
+  `train.eval_syntax_every` calls with the parameters (`slm_jax.eval.live.LiveSyntax`; the
+  entry point passes it in, so training never imports the evaluation layer)."""
   started = time.time()
+  cfg = config_builder.validate(cfg)
   workdir = pathlib.Path(workdir)
+  check_workdir(cfg, workdir)  # another run's workdir is refused before any write
   workdir.mkdir(parents=True, exist_ok=True)
   lead = jax.process_index() == 0  # the one host that writes run files (all hosts checkpoint)
-  if lead:
-    save_config(cfg, workdir)
-  configuration = resolve(linearization=cfg.configuration.linearization,
-                          attention=cfg.configuration.attention)
+  configuration = cfg.resolved
   corpus = load_corpus(cfg.data)
   tokenizer = load_or_build_tokenizer(cfg.data, corpus, workdir, save=lead)
   batches = _train_stream(cfg, corpus, tokenizer, configuration)
@@ -157,16 +180,15 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
           f"micro-batches over {sharding.batch_divisor(mesh)} devices; running "
           f"{layout.accumulation} micro-batches of {layout.micro_rows} rows, "
           f"{layout.padded_rows - layout.rows} of them padding without targets", flush=True)
-  mconfig = model_config(cfg, tokenizer.vocab_size)
-  model = Decoder(mconfig, rngs=nnx.Rngs(cfg.train.seed))
-  graphdef, params = nnx.split(model, nnx.Param)
-  params = nnx.to_pure_dict(params)
+  mconfig = cfg.model.replace(vocab_size=tokenizer.vocab_size)
+  graphdef, params = finetune.build_params(mconfig, mesh, cfg.train.seed)
+  trainable = cfg.optimizer.trainable
+  loaded = finetune.fingerprints(params, trainable)
   total_steps = cfg.train.steps
   tx = make_optimizer(cfg.optimizer, total_steps, accumulate=False)
   schedule = make_schedule(cfg.optimizer, total_steps)
   param_sh = sharding.tree_shardings(params, mesh)
   opt_sh = sharding.tree_shardings(jax.eval_shape(tx.init, params), mesh)
-  params = jax.device_put(params, param_sh)
   opt_state = jax.jit(tx.init, out_shardings=opt_sh)(params)
   print(sharding.describe(mesh), flush=True)
   print(f"model: {configuration.name} ({configuration.linearization} + "
@@ -174,32 +196,46 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         f"({non_embedding_param_count(mconfig):,} non-embedding), vocab {tokenizer.vocab_size}",
         flush=True)
 
-  checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.checkpoint.max_to_keep)
+  checkpointer = Checkpointer(workdir / CHECKPOINTS, max_to_keep=cfg.checkpoint.max_to_keep)
   start_step = 0
   if cfg.checkpoint.resume:
     restored = checkpointer.restore_latest({"params": params, "opt_state": opt_state})
     if restored is not None:
       params, opt_state = restored.state["params"], restored.state["opt_state"]
-      batches.restore(restored.extra["data"])
+      batches.restore(host_data(restored.extra))
       start_step = restored.step
       for step, reason in restored.skipped:
         print(f"warning: checkpoint step {step} unreadable ({reason}); resumed from "
               f"{restored.step}", flush=True)
       print(f"resumed from step {start_step} ({checkpointer.directory})", flush=True)
+      if start_step >= total_steps:
+        checkpointer.close()
+        raise NothingToDo(start_step, total_steps, workdir)
+  if lead:  # the workdir's record of the run (after the checks: an intact run stays intact)
+    save_config(cfg, workdir)
 
   writer = MetricsWriter(workdir, resume_step=start_step, enabled=lead)
-  train_step = make_train_step(graphdef, tx, layout.accumulation,
-                               (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
-                                sharding.replicated(mesh)))
+  live = None  # live SG / BLiMP metrics, built by the caller's factory (before any step)
+  if 0 < cfg.train.eval_syntax_every <= total_steps:
+    if live_metrics is None:
+      raise config_builder.ConfigError(
+          "train.eval_syntax_every is set but no live-metrics factory was given: run through "
+          "`python -m slm_jax.main` or pass live_metrics=slm_jax.eval.live.LiveSyntax")
+    live = live_metrics(cfg.train, graphdef, tokenizer, configuration)
+  step_shardings = (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
+                    sharding.replicated(mesh))
+  train_step = make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable)
   eval_step = make_eval_step(graphdef)
   tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
+  flops_per_token = mfu.model_flops_per_token(mconfig, cfg.data.seq_len)
+  chips, device_kind = mesh.devices.size, mesh.devices.flat[0].device_kind
   window = LossMetrics.empty()  # clu metrics over the steps since the last log line
   window_start, window_steps, grad_norm_sum = time.time(), 0, 0.0
   last_loss = float("nan")
 
   def save(step: int) -> None:
     checkpointer.save(step, {"params": params, "opt_state": opt_state},
-                      {"data": batches.state(), "step": step})
+                      {**data_extra(batches.state()), "step": step})
 
   try:
     for step in range(start_step, total_steps):
@@ -223,13 +259,17 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         record = {"step": done, "loss": computed["loss"], "lr": float(schedule(done)),
                   "grad_norm": grad_norm_sum / window_steps,
                   "tokens_per_s": window_steps * tokens_per_step / max(elapsed, 1e-9)}
+        record.update(mfu.throughput(record["tokens_per_s"], chips, flops_per_token,
+                                     device_kind))
         for group in ("terminal", "structural", "pause"):
           if window_counts(window, group):
             record[f"loss_{group}"] = computed[f"{group}_loss"]
         writer.write(record)
         eta = (total_steps - done) * elapsed / window_steps
         print(f"step {done}/{total_steps} | loss {record['loss']:.4f} | "
-              f"{record['tokens_per_s']:,.0f} tok/s | lr {record['lr']:.2e} | "
+              f"{record['tokens_per_s']:,.0f} tok/s"
+              + (f" (MFU {100 * record['mfu']:.1f}%)" if "mfu" in record else "")
+              + f" | lr {record['lr']:.2e} | "
               f"ETA {_fmt_seconds(eta)}", flush=True)
         window, window_start, window_steps = LossMetrics.empty(), time.time(), 0
         grad_norm_sum = 0.0
@@ -240,22 +280,26 @@ def train(cfg: Any, workdir: str | pathlib.Path) -> RunSummary:
         writer.write({"step": done, **result})
         print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
               f"{result['eval_terminal_ppl']:.3f}", flush=True)
+      if live and done % cfg.train.eval_syntax_every == 0:
+        writer.write({"step": done, **live(params)})
       if (cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0) or \
           done == total_steps:
         save(done)
   finally:
     checkpointer.wait()
 
-  nan = float("nan")
   final = (evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches, mesh)
-           if eval_data else {"eval_terminal_ppl": nan, "eval_loss": nan, "eval_joint_ppl": nan})
-  writer.write({"step": total_steps, **final})
+           if eval_data else {})
+  if final:
+    writer.write({"step": total_steps, **final})
   writer.close()
   checkpointer.close()
+  unchanged, backbone = finetune.backbone_check(loaded, params, trainable)
+  print(backbone, flush=True)
   summary = RunSummary(total_steps, (total_steps - start_step) * tokens_per_step, last_loss,
-                       final["eval_terminal_ppl"], final["eval_loss"], final["eval_joint_ppl"],
-                       time.time() - started,
-                       start_step, str(workdir))
+                       final.get("eval_terminal_ppl"), final.get("eval_loss"),
+                       final.get("eval_joint_ppl"), time.time() - started, start_step,
+                       str(workdir), unchanged)
   if lead:
-    (workdir / "summary.json").write_text(json.dumps(dataclasses.asdict(summary), indent=2))
+    (workdir / "summary.json").write_text(summary.to_json())
   return summary

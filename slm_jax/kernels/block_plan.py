@@ -3,7 +3,7 @@
 A tile is `empty` when `structure.attends` is False for every (query, key) pair in it, `full` when
 it is True for every pair (the kernel may skip evaluating the predicate), else `partial`. The plan
 is built on device from O(T) per-block summaries of the row metadata (min/max of segment, pop,
-query index, whether a block holds padding / CNT1 / CNT2 tokens) and O(Q·K) bound checks per
+query index, whether a block holds padding / CNT1 / CNT2 tokens) and O(I·J) bound checks per
 distinct attention code — never from a dense T×T mask. Every rule below is a sufficient condition
 (conservative): a tile is called empty only if a necessary condition of the predicate fails for
 every pair, full only if the predicate provably holds for every pair.
@@ -40,20 +40,21 @@ _BIG = np.int32(2**30)  # sentinel above any index / segment / pop (pop ≤ T �
 
 
 class BlockPlan(NamedTuple):
-  """Tile classification and the visit lists of a [B, T] row batch (H heads).
+  """Tile classification and the visit lists of a [B, T] row batch (H heads; I query blocks,
+  J key blocks — block counts, not the head dim K of the model's legend).
 
-  kind_BHQK     int8, EMPTY / PARTIAL / FULL for query block q and key block k
-  count_BHQ     int32, number of non-empty key blocks of query block q (≥ 1)
-  kblocks_BHQK  int32, their key-block indices in increasing order, padded with the last one
-  qcount_BHK    int32, number of non-empty query blocks of key block k (≥ 1)
-  qblocks_BHKQ  int32, their query-block indices in increasing order, padded with the last one
+  kind_BHIJ     int8, EMPTY / PARTIAL / FULL for query block q and key block k
+  count_BHI     int32, number of non-empty key blocks of query block q (≥ 1)
+  kblocks_BHIJ  int32, their key-block indices in increasing order, padded with the last one
+  qcount_BHJ    int32, number of non-empty query blocks of key block k (≥ 1)
+  qblocks_BHJI  int32, their query-block indices in increasing order, padded with the last one
   """
 
-  kind_BHQK: Any
-  count_BHQ: Any
-  kblocks_BHQK: Any
-  qcount_BHK: Any
-  qblocks_BHKQ: Any
+  kind_BHIJ: Any
+  count_BHI: Any
+  kblocks_BHIJ: Any
+  qcount_BHJ: Any
+  qblocks_BHJI: Any
 
 
 class BlockSummary(NamedTuple):
@@ -114,7 +115,7 @@ def summarize_blocks(meta: RowMetadata, size: int, xp=jnp) -> BlockSummary:
       has_cnt2=bany(cnt2), has_noncnt2=bany(real & ~cnt2))
 
 
-# --- one rule per predicate term; q fields are [B, Q, 1], k fields [B, 1, K] --------------------
+# --- one rule per predicate term; q fields are [B, I, 1], k fields [B, 1, J] --------------------
 
 
 def _meets_diagonal(q: BlockSummary, k: BlockSummary):
@@ -182,7 +183,7 @@ def _full(q: BlockSummary, k: BlockSummary, code: int):
 
 
 def classify(q: BlockSummary, k: BlockSummary, code: int, xp=jnp):
-  """int8 [B, Q, K] tile kinds for one attention code (a Python int)."""
+  """int8 [B, I, J] tile kinds for one attention code (a Python int)."""
   qx = BlockSummary(*(f[:, :, None] for f in q))
   kx = BlockSummary(*(f[:, None, :] for f in k))
   empty = ~_meets_diagonal(qx, kx) & (
@@ -217,13 +218,13 @@ def plan_groups(meta: RowMetadata, codes_C, block_q: int, block_k: int, xp=jnp) 
                      f"block_k={block_k} (pad with pad_metadata)")
   q = summarize_blocks(meta, block_q, xp)
   k = summarize_blocks(meta, block_k, xp)
-  kind_BCQK = xp.stack([classify(q, k, int(code), xp) for code in codes_C], axis=1)
-  B, C, Q, K = kind_BCQK.shape
-  visit = kind_BCQK != EMPTY
-  count, kblocks = _compact(visit.reshape(-1, K), xp)
-  qcount, qblocks = _compact(xp.swapaxes(visit, -1, -2).reshape(-1, Q), xp)
-  return BlockPlan(kind_BCQK, count.reshape(B, C, Q), kblocks.reshape(B, C, Q, K),
-                   qcount.reshape(B, C, K), qblocks.reshape(B, C, K, Q))
+  kind_BCIJ = xp.stack([classify(q, k, int(code), xp) for code in codes_C], axis=1)
+  B, C, I, J = kind_BCIJ.shape
+  visit = kind_BCIJ != EMPTY
+  count, kblocks = _compact(visit.reshape(-1, J), xp)
+  qcount, qblocks = _compact(xp.swapaxes(visit, -1, -2).reshape(-1, I), xp)
+  return BlockPlan(kind_BCIJ, count.reshape(B, C, I), kblocks.reshape(B, C, I, J),
+                   qcount.reshape(B, C, J), qblocks.reshape(B, C, J, I))
 
 
 def distinct_codes(codes_H) -> tuple[list[int], np.ndarray]:
@@ -272,7 +273,7 @@ def padded_length(T: int, block_q: int, block_k: int) -> int:
 
 def skip_fraction(plan: BlockPlan) -> dict[str, float]:
   """Fractions of all tiles (over rows and heads) that are empty (skipped) / partial / full."""
-  kind = np.asarray(plan.kind_BHQK)
+  kind = np.asarray(plan.kind_BHIJ)
   total = kind.size
   return {"empty": float((kind == EMPTY).sum() / total),
           "partial": float((kind == PARTIAL).sum() / total),

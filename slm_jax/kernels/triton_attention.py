@@ -1,5 +1,5 @@
 """Fused structural attention on GPUs: the Triton kernels of `triton_kernels`, launched from JAX
-with jax-triton; registers attention_impl "triton_gpu" at import.
+with jax-triton (attention_impl "triton_gpu", found by the model's kernel table).
 
 Needs the `gpu` extra (jax-triton and a CUDA/ROCm jaxlib): without jax_triton (or with a CPU
 jaxlib, where jax_triton refuses to import) this import raises ImportError, which the model's
@@ -57,10 +57,9 @@ except Exception as error:  # pylint: disable=broad-except
   raise ImportError(f"jax_triton failed to import: {type(error).__name__}: {error}") from error
 import triton  # pylint: disable=g-import-not-at-top
 
-from pallas_kernels import triton_kernels as tk
-from pallas_kernels.triton_kernels import KernelLaunch, TritonLaunch
-from pallas_kernels.block_plan import pad_metadata, padded_length, plan_blocks
-from slm_jax.model.attention import register_attention_kernel
+from slm_jax.kernels import triton_kernels as tk
+from slm_jax.kernels.triton_kernels import KernelLaunch, TritonLaunch
+from slm_jax.kernels.block_plan import pad_metadata, padded_length, plan_blocks
 from slm_jax.structure import AttentionSpec, RowMetadata
 
 # jax-triton renamed `out_shape` to `out_type` (the old name is deprecated, then gone).
@@ -85,10 +84,10 @@ def _call(kernel, args, out, grid, launch: KernelLaunch, **constexprs):
 
 
 def _constexprs(q_BTHK, k_BSGK, launch: KernelLaunch, static: _Static) -> dict:
-  _, T, H, D = q_BTHK.shape
+  _, T, H, K = q_BTHK.shape
   return dict(T=T, H=H, G=k_BSGK.shape[2], BLOCK_Q=launch.block_q, BLOCK_K=launch.block_k,
               NQ=static.length // launch.block_q, NK=static.length // launch.block_k,
-              CODE=static.code, **tk.launch_config(jnp.dtype(q_BTHK.dtype).name, D))
+              CODE=static.code, **tk.launch_config(jnp.dtype(q_BTHK.dtype).name, K))
 
 
 def _forward(q_BTHK, k_BSGK, v_BSGK, aux, static: _Static):
@@ -160,15 +159,15 @@ def triton_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, me
   `launch` sets each kernel's tiles and launch (default `TritonLaunch()`); `block_q`, `block_k`,
   `num_warps`, `num_stages`, when given, set those of all three kernels instead.
   """
-  B, T, H, D = q_BTHK.shape
+  B, T, H, K = q_BTHK.shape
   G = k_BSGK.shape[2]
-  if k_BSGK.shape != (B, T, G, D) or v_BSGK.shape != k_BSGK.shape:
-    raise ValueError(f"triton_attention: self-attention needs k and v of shape {(B, T, G, D)} "
+  if k_BSGK.shape != (B, T, G, K) or v_BSGK.shape != k_BSGK.shape:
+    raise ValueError(f"triton_attention: self-attention needs k and v of shape {(B, T, G, K)} "
                      f"(q {q_BTHK.shape}), got k {k_BSGK.shape}, v {v_BSGK.shape}")
   if H % G:
     raise ValueError(f"triton_attention: {H} query heads are not a multiple of {G} KV heads")
-  if D > 256:
-    raise ValueError(f"triton_attention: head_dim {D} > 256 is not supported")
+  if K > 256:
+    raise ValueError(f"triton_attention: head_dim {K} > 256 is not supported")
   if not q_BTHK.dtype == k_BSGK.dtype == v_BSGK.dtype:
     raise ValueError(f"triton_attention: q, k, v dtypes differ: {q_BTHK.dtype}, "
                      f"{k_BSGK.dtype}, {v_BSGK.dtype}")
@@ -195,17 +194,15 @@ def triton_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, me
     if blocks not in by_blocks:
       plan = plan_blocks(padded, codes_H, *blocks)
       nq, nk = length // blocks[0], length // blocks[1]
-      expected = {"count_BHQ": (B, H, nq), "kblocks_BHQK": (B, H, nq, nk),
-                  "qcount_BHK": (B, H, nk), "qblocks_BHKQ": (B, H, nk, nq)}
+      expected = {"count_BHI": (B, H, nq), "kblocks_BHIJ": (B, H, nq, nk),
+                  "qcount_BHJ": (B, H, nk), "qblocks_BHJI": (B, H, nk, nq)}
       for field, shape in expected.items():
         if tuple(getattr(plan, field).shape) != shape:
           raise ValueError(f"triton_attention: plan_blocks returned {field} of shape "
                            f"{tuple(getattr(plan, field).shape)}, expected {shape}")
-      by_blocks[blocks] = (i32(plan.count_BHQ), i32(plan.kblocks_BHQK), i32(plan.qcount_BHK),
-                           i32(plan.qblocks_BHKQ))
+      by_blocks[blocks] = (i32(plan.count_BHI), i32(plan.kblocks_BHIJ), i32(plan.qcount_BHJ),
+                           i32(plan.qblocks_BHJI))
     plans[name] = by_blocks[blocks]
   aux = (i32(meta.segment), i32(meta.kind), i32(meta.pop), i32(codes_H), plans)
   return _fused(q_BTHK, k_BSGK, v_BSGK, aux, _Static(*launch, length=length, code=code))
 
-
-register_attention_kernel("triton_gpu", triton_attention)

@@ -1,4 +1,4 @@
-"""Fused structural flash attention for TPU (Pallas / Mosaic), registered as "pallas_tpu".
+"""Fused structural flash attention for TPU (Pallas / Mosaic) (attention_impl "pallas_tpu").
 
 `pallas_attention` has the semantics of `slm_jax.model.attention.xla_attention`: per-head SPEC §3
 masks (codes from `AttentionSpec.head_codes(H)`, hybrids in one launch), GQA (head h reads KV head
@@ -8,7 +8,7 @@ Design (forward and the two backward kernels share it):
 - `block_plan.plan_groups` classifies every (query block, key block) tile per distinct attention
   code on device from O(T) block summaries, and lists each query block's non-empty key blocks
   (and each key block's non-empty query blocks for dK/dV).
-- Grid (B, H, Q, K): the last axis walks the list; step kk < count fetches key block
+- Grid (B, H, I, J): the last axis walks the list; step kk < count fetches key block
   kblocks[kk] (scalar-prefetched plan, `PrefetchScalarGridSpec`, so the block index is data
   dependent), steps beyond the count repeat the last block (no new DMA) and do nothing.
 - In a partial tile the mask is `structure.attends` itself, evaluated on the tile's metadata
@@ -35,9 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from pallas_kernels import block_plan
-from pallas_kernels.block_plan import FULL
-from slm_jax.model.attention import register_attention_kernel
+from slm_jax.kernels import block_plan
+from slm_jax.kernels.block_plan import FULL
 from slm_jax.structure import AttentionSpec, RowMetadata, TokenMeta, attends
 
 # Mosaic TPU APIs (importable on any backend): the scalar-prefetch grid spec and VMEM scratch
@@ -45,7 +44,7 @@ from slm_jax.structure import AttentionSpec, RowMetadata, TokenMeta, attends
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402  pylint: disable=g-import-not-at-top
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - m) never NaN
-# Largest plan (B·C·Q·K int32 entries, 128 KiB) kept in scalar memory by one launch; larger
+# Largest plan (B·C·I·J int32 entries, 128 KiB) kept in scalar memory by one launch; larger
 # batches run in row chunks. An assumption about SMEM capacity, not yet measured on a TPU.
 SMEM_PLAN_ENTRIES = 1 << 15
 
@@ -85,7 +84,7 @@ def _tile_mask(code, q0, qmeta_ref, k0, kmeta_ref):
 
 
 def _logits(q, k, scale):
-  """q [bq, D] · k [bk, D]^T in float32, scaled."""
+  """q [bq, K] · k [bk, K]^T in float32, scaled."""
   s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   return s * scale
 
@@ -149,13 +148,13 @@ def _forward_kernel(codes_ref, group_ref, count_ref, visit_ref,  # scalar prefet
 
 class _Specs(NamedTuple):
   q: Any  # width -> BlockSpec of a [B, H, T, width] query-side operand
-  kv: Any  # BlockSpec of k / v [B, G, T, D]
+  kv: Any  # BlockSpec of k / v [B, G, T, K]
   qmeta: Any  # BlockSpec of query metadata [B, 3, T, 1]
   kmeta: Any  # BlockSpec of key metadata [B, 3, 1, T]
   k_out: Any  # width -> BlockSpec of a per-query-head key-side output [B, H, T, width]
 
 
-def _specs(cfg: _Config, D: int, num_outer: int, num_inner: int, transposed: bool) -> _Specs:
+def _specs(cfg: _Config, K: int, num_outer: int, num_inner: int, transposed: bool) -> _Specs:
   """BlockSpecs for grid (b, h, outer, step); index maps get the scalar-prefetched
   (codes, group, count, visit) after the grid indices.
 
@@ -174,7 +173,7 @@ def _specs(cfg: _Config, D: int, num_outer: int, num_inner: int, transposed: boo
   return _Specs(
       q=lambda width: pl.BlockSpec((None, None, bq, width),
                                    lambda b, h, o, s, *p: (b, h, q_block(b, h, o, s, *p), 0)),
-      kv=pl.BlockSpec((None, None, bk, D),
+      kv=pl.BlockSpec((None, None, bk, K),
                       lambda b, h, o, s, *p: (b, h // R, k_block(b, h, o, s, *p), 0)),
       qmeta=pl.BlockSpec((None, 3, bq, 1),
                          lambda b, h, o, s, *p: (b, 0, q_block(b, h, o, s, *p), 0)),
@@ -201,19 +200,19 @@ def _call(kernel, cfg: _Config, grid, in_specs, out_specs, out_shape, scratch, a
 
 
 def _forward(cfg: _Config, q, k, v, qmeta, kmeta, codes, group, plan):
-  """q [B, H, T, D], k/v [B, G, T, D] -> (o [B, H, T, D], lse [B, H, T, 1] float32)."""
-  B, H, T, D = q.shape
-  Q, K = T // cfg.block_q, T // cfg.block_k
+  """q [B, H, T, K], k/v [B, G, T, K] -> (o [B, H, T, K], lse [B, H, T, 1] float32)."""
+  B, H, T, K = q.shape
+  I, J = T // cfg.block_q, T // cfg.block_k
   count, visit = plan[0], plan[1]
-  spec = _specs(cfg, D, Q, K, transposed=False)
-  kernel = functools.partial(_forward_kernel, cfg=cfg, num_q=Q, num_k=K)
+  spec = _specs(cfg, K, I, J, transposed=False)
+  kernel = functools.partial(_forward_kernel, cfg=cfg, num_q=I, num_k=J)
   return _call(
-      kernel, cfg, (B, H, Q, K),
-      [spec.q(D), spec.kv, spec.kv, spec.qmeta, spec.kmeta],
-      [spec.q(D), spec.q(1)],
+      kernel, cfg, (B, H, I, J),
+      [spec.q(K), spec.kv, spec.kv, spec.qmeta, spec.kmeta],
+      [spec.q(K), spec.q(1)],
       [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, T, 1), jnp.float32)],
       [pltpu.VMEM((cfg.block_q, 1), jnp.float32), pltpu.VMEM((cfg.block_q, 1), jnp.float32),
-       pltpu.VMEM((cfg.block_q, D), jnp.float32)],
+       pltpu.VMEM((cfg.block_q, K), jnp.float32)],
       (codes, group, count, visit, q, k, v, qmeta, kmeta))
 
 
@@ -288,35 +287,35 @@ def _dkv_kernel(codes_ref, group_ref, count_ref, visit_ref,
 
 
 def _backward(cfg: _Config, q, k, v, qmeta, kmeta, codes, group, plan, o, lse, do):
-  B, H, T, D = q.shape
+  B, H, T, K = q.shape
   G = k.shape[1]
-  Q, K = T // cfg.block_q, T // cfg.block_k
+  I, J = T // cfg.block_q, T // cfg.block_k
   count, visit, qcount, qvisit = plan
   delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
   do = do.astype(q.dtype)
   operands = (q, k, v, qmeta, kmeta, lse, delta, do)
 
-  spec = _specs(cfg, D, Q, K, transposed=False)
-  in_specs = [spec.q(D), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
-              spec.q(D)]
-  dq = _call(functools.partial(_dq_kernel, cfg=cfg, num_q=Q, num_k=K), cfg, (B, H, Q, K),
-             in_specs, spec.q(D), jax.ShapeDtypeStruct(q.shape, jnp.float32),
-             [pltpu.VMEM((cfg.block_q, D), jnp.float32)],
+  spec = _specs(cfg, K, I, J, transposed=False)
+  in_specs = [spec.q(K), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
+              spec.q(K)]
+  dq = _call(functools.partial(_dq_kernel, cfg=cfg, num_q=I, num_k=J), cfg, (B, H, I, J),
+             in_specs, spec.q(K), jax.ShapeDtypeStruct(q.shape, jnp.float32),
+             [pltpu.VMEM((cfg.block_q, K), jnp.float32)],
              (codes, group, count, visit) + operands)
 
-  spec = _specs(cfg, D, K, Q, transposed=True)
-  in_specs = [spec.q(D), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
-              spec.q(D)]
-  per_head = jax.ShapeDtypeStruct((B, H, T, D), jnp.float32)
-  dk, dv = _call(functools.partial(_dkv_kernel, cfg=cfg, num_q=Q, num_k=K), cfg, (B, H, K, Q),
+  spec = _specs(cfg, K, J, I, transposed=True)
+  in_specs = [spec.q(K), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
+              spec.q(K)]
+  per_head = jax.ShapeDtypeStruct((B, H, T, K), jnp.float32)
+  dk, dv = _call(functools.partial(_dkv_kernel, cfg=cfg, num_q=I, num_k=J), cfg, (B, H, J, I),
                  in_specs,
-                 [spec.k_out(D), spec.k_out(D)], [per_head, per_head],
-                 [pltpu.VMEM((cfg.block_k, D), jnp.float32),
-                  pltpu.VMEM((cfg.block_k, D), jnp.float32)],
+                 [spec.k_out(K), spec.k_out(K)], [per_head, per_head],
+                 [pltpu.VMEM((cfg.block_k, K), jnp.float32),
+                  pltpu.VMEM((cfg.block_k, K), jnp.float32)],
                  (codes, group, qcount, qvisit) + operands)
   # GQA: query heads h = g·R + r share KV head g.
-  dk = dk.reshape(B, G, H // G, T, D).sum(axis=2).astype(k.dtype)
-  dv = dv.reshape(B, G, H // G, T, D).sum(axis=2).astype(v.dtype)
+  dk = dk.reshape(B, G, H // G, T, K).sum(axis=2).astype(k.dtype)
+  dv = dv.reshape(B, G, H // G, T, K).sum(axis=2).astype(v.dtype)
   return dq.astype(q.dtype), dk, dv
 
 
@@ -342,14 +341,14 @@ def _fused_bwd(cfg: _Config, residuals, do):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def _flat_plan(plan: block_plan.BlockPlan, K: int, Q: int):
+def _flat_plan(plan: block_plan.BlockPlan, J: int, I: int):
   """SMEM layout: 1-D int32 counts and lists with entries block index · 4 + tile kind."""
-  kind_T = jnp.swapaxes(plan.kind_BHQK, -1, -2).astype(jnp.int32)  # [B, C, K, Q]
-  kinds = plan.kind_BHQK.astype(jnp.int32)
-  visit = plan.kblocks_BHQK * 4 + jnp.take_along_axis(kinds, plan.kblocks_BHQK, axis=-1)
-  qvisit = plan.qblocks_BHKQ * 4 + jnp.take_along_axis(kind_T, plan.qblocks_BHKQ, axis=-1)
+  kind_T = jnp.swapaxes(plan.kind_BHIJ, -1, -2).astype(jnp.int32)  # [B, C, J, I]
+  kinds = plan.kind_BHIJ.astype(jnp.int32)
+  visit = plan.kblocks_BHIJ * 4 + jnp.take_along_axis(kinds, plan.kblocks_BHIJ, axis=-1)
+  qvisit = plan.qblocks_BHJI * 4 + jnp.take_along_axis(kind_T, plan.qblocks_BHJI, axis=-1)
   flat = lambda x: x.reshape(-1).astype(jnp.int32)
-  return flat(plan.count_BHQ), flat(visit), flat(plan.qcount_BHK), flat(qvisit)
+  return flat(plan.count_BHI), flat(visit), flat(plan.qcount_BHJ), flat(qvisit)
 
 
 def _block_sizes(T: int, block_q: int, block_k: int) -> tuple[int, int, int]:
@@ -376,7 +375,7 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
                          meta: RowMetadata, codes_H, *, block_q: int = 128, block_k: int = 128,
                          interpret: bool | None = None) -> jax.Array:
   """`pallas_attention` with any concrete attention code per head ([H] ints), in one launch."""
-  B, T, H, D = q_BTHK.shape
+  B, T, H, K = q_BTHK.shape
   S, G = k_BSGK.shape[1], k_BSGK.shape[2]
   if S != T or meta.kind.shape[-1] != T:
     raise ValueError(f"pallas_attention is self-attention over packed rows: q has T={T}, k/v "
@@ -396,11 +395,11 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
   meta = RowMetadata(*(jnp.asarray(x) for x in meta))
   meta = block_plan.pad_metadata(meta, Tp)
   pad = lambda x: jnp.pad(x, ((0, 0), (0, Tp - T), (0, 0), (0, 0))).swapaxes(1, 2)
-  q, k, v = pad(q_BTHK), pad(k_BSGK), pad(v_BSGK)  # [B, H|G, Tp, D]
+  q, k, v = pad(q_BTHK), pad(k_BSGK), pad(v_BSGK)  # [B, H|G, Tp, K]
   fields = jnp.stack([meta.segment, meta.kind, meta.pop], axis=1).astype(jnp.int32)  # [B, 3, Tp]
   qmeta, kmeta = fields[..., :, None], fields[..., None, :]
   plan = _flat_plan(block_plan.plan_groups(meta, codes_C, bq, bk, jnp), Tp // bk, Tp // bq)
-  cfg = _Config(bq, bk, len(codes_C), H // G, float(D) ** -0.5, bool(interpret),
+  cfg = _Config(bq, bk, len(codes_C), H // G, float(K) ** -0.5, bool(interpret),
                 int(codes_C[0]) if len(codes_C) == 1 else -1)
   codes = jnp.asarray(np.asarray(codes_C, np.int32)[group_H])
   group = jnp.asarray(group_H)
@@ -417,7 +416,7 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
       return _fused(cfg, q_, k_, v_, (qm_, km_, codes, group, plan_))
 
     o = jax.lax.map(one, (chunk(q), chunk(k), chunk(v), chunk(qmeta), chunk(kmeta), planned))
-    o = o.reshape(B, H, Tp, D)
+    o = o.reshape(B, H, Tp, K)
   return o.swapaxes(1, 2)[:, :T]
 
 
@@ -428,6 +427,3 @@ def _rows_per_call(B: int, entries_per_row: int) -> int:
     if B % rows == 0 and rows * entries_per_row <= SMEM_PLAN_ENTRIES:
       best = rows
   return best
-
-
-register_attention_kernel("pallas_tpu", pallas_attention)

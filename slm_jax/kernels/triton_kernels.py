@@ -1,19 +1,19 @@
 """Triton kernel bodies of the fused structural attention (SPEC §3): forward, backward dq, dk/dv.
 
-Importable with only `triton` installed (no jax_triton, no GPU): `pallas_kernels.triton_attention`
+Importable with only `triton` installed (no jax_triton, no GPU): `slm_jax.kernels.triton_attention`
 launches them from JAX through jax-triton, and the tests launch them with torch CPU tensors under
 Triton's interpreter (`TRITON_INTERPRET=1`, set before this module is imported).
 
-Layouts (contiguous, row-major): q [B, T, H, D], k and v [B, T, G, D] (head h reads KV head
-h // (H/G)), o / dq like q, dk / dv like k; metadata segment, kind, pop [B, T] int32 (the row index
-is the token's index); codes [H] int32 (`structure.Attention` code of every head); lse and delta
-[B, H, T] float32. Block plan (see `pallas_kernels.block_plan`): count [B, H, NQ] and
-kblocks [B, H, NQ, NK] (the first count entries are the non-empty key blocks of a query block),
-qcount [B, H, NK] and qblocks [B, H, NK, NQ] (the transposed lists); NQ·BLOCK_Q and NK·BLOCK_K
-may exceed T (a plan of padded rows). Rows need not be a multiple of the blocks: out-of-range
-rows are masked on load and store. The mask is evaluated in-tile by `tile_mask`, a literal copy
-of `structure.attends`; matmuls accumulate in float32. `compile_for_gpu` builds CUDA binaries
-without a GPU (a compile check for CI).
+Layouts (contiguous, row-major): q [B, T, H, K], k and v [B, T, G, K] (K = HEAD_DIM, padded to
+BLOCK_DIM in tiles; head h reads KV head h // (H/G)), o / dq like q, dk / dv like k; metadata
+segment, kind, pop [B, T] int32 (the row index is the token's index); codes [H] int32
+(`structure.Attention` code of every head); lse and delta [B, H, T] float32. Block plan (see
+`slm_jax.kernels.block_plan`): count [B, H, NQ] and kblocks [B, H, NQ, NK] (the first count entries
+are the non-empty key blocks of a query block), qcount [B, H, NK] and qblocks [B, H, NK, NQ] (the
+transposed lists); NQ·BLOCK_Q and NK·BLOCK_K may exceed T (a plan of padded rows). Rows need not be
+a multiple of the blocks: out-of-range rows are masked on load and store. The mask is evaluated
+in-tile by `tile_mask`, a literal copy of `structure.attends`; matmuls accumulate in float32.
+`compile_for_gpu` builds CUDA binaries without a GPU (a compile check for CI).
 """
 
 from __future__ import annotations
@@ -61,16 +61,17 @@ def _head_code(codes_ptr, head, CODE: tl.constexpr):
 
 @triton.jit
 def _block(block, b, T: tl.constexpr, BLOCK: tl.constexpr, heads: tl.constexpr, head,
-           D: tl.constexpr, BLOCK_D: tl.constexpr, segment_ptr, kind_ptr, pop_ptr, missing):
+           HEAD_DIM: tl.constexpr, BLOCK_DIM: tl.constexpr, segment_ptr, kind_ptr, pop_ptr,
+           missing):
   """Rows `block`·BLOCK + [0, BLOCK) of row b: their index, in-range flag, metadata (`missing`
-  segment outside the row), and the offsets / mask of their [BLOCK, BLOCK_D] tile of head `head`
-  in a contiguous [B, T, heads, D] array."""
+  segment outside the row), and the offsets / mask of their [BLOCK, BLOCK_DIM] tile of head `head`
+  in a contiguous [B, T, heads, HEAD_DIM] array."""
   index = block * BLOCK + tl.arange(0, BLOCK)
   valid = index < T
   row = b * T + index
-  d = tl.arange(0, BLOCK_D)
-  offsets = (row.to(tl.int64)[:, None] * heads + head) * D + d[None, :]
-  tile = valid[:, None] & (d < D)[None, :]
+  d = tl.arange(0, BLOCK_DIM)
+  offsets = (row.to(tl.int64)[:, None] * heads + head) * HEAD_DIM + d[None, :]
+  tile = valid[:, None] & (d < HEAD_DIM)[None, :]
   segment = tl.load(segment_ptr + row, mask=valid, other=missing)
   kind = tl.load(kind_ptr + row, mask=valid, other=0)
   pop = tl.load(pop_ptr + row, mask=valid, other=0)
@@ -80,9 +81,9 @@ def _block(block, b, T: tl.constexpr, BLOCK: tl.constexpr, heads: tl.constexpr, 
 @triton.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, segment_ptr, kind_ptr, pop_ptr, codes_ptr,
                          count_ptr, kblocks_ptr, o_ptr, lse_ptr,
-                         T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                         T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, HEAD_DIM: tl.constexpr,
                          SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
+                         BLOCK_DIM: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
                          NK: tl.constexpr, CODE: tl.constexpr = -1):
   """Grid (B·H, NQ): one query block of one head; online softmax over its non-empty key blocks."""
   bh = tl.program_id(0)
@@ -92,18 +93,18 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, segment_ptr, kind_ptr, pop_ptr, co
   g = h // (H // G)
   code = _head_code(codes_ptr, h, CODE)
   q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
-      qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
+      qb, b, T, BLOCK_Q, H, h, HEAD_DIM, BLOCK_DIM, segment_ptr, kind_ptr, pop_ptr, -1)
   q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
   qi, qs, qk, qp = q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None]
 
   m_i = tl.full([BLOCK_Q], float("-inf"), tl.float32)
   l_i = tl.zeros([BLOCK_Q], tl.float32)
-  acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+  acc = tl.zeros([BLOCK_Q, BLOCK_DIM], tl.float32)
   plan = bh * NQ + qb
   for n in range(tl.load(count_ptr + plan)):
     k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
-        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr,
-        kind_ptr, pop_ptr, -2)
+        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, HEAD_DIM, BLOCK_DIM,
+        segment_ptr, kind_ptr, pop_ptr, -2)
     k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
     v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
     mask = tile_mask(qi, qs, qk, qp, k_index[None, :], k_segment[None, :], k_kind[None, :],
@@ -126,9 +127,10 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, segment_ptr, kind_ptr, pop_ptr, co
 @triton.jit
 def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, segment_ptr,
                             kind_ptr, pop_ptr, codes_ptr, count_ptr, kblocks_ptr, dq_ptr,
-                            T: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                            T: tl.constexpr, H: tl.constexpr, G: tl.constexpr,
+                            HEAD_DIM: tl.constexpr,
                             SCALE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                            BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
+                            BLOCK_DIM: tl.constexpr, PRECISION: tl.constexpr, NQ: tl.constexpr,
                             NK: tl.constexpr, CODE: tl.constexpr = -1):
   """Grid (B·H, NQ): dq of one query block, dq = scale · Σ_k p (dp − delta) k."""
   bh = tl.program_id(0)
@@ -138,19 +140,19 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, seg
   g = h // (H // G)
   code = _head_code(codes_ptr, h, CODE)
   q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
-      qb, b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -1)
+      qb, b, T, BLOCK_Q, H, h, HEAD_DIM, BLOCK_DIM, segment_ptr, kind_ptr, pop_ptr, -1)
   q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
   do = tl.load(do_ptr + q_offsets, mask=q_tile, other=0.0)
   lse = tl.load(lse_ptr + bh * T + q_index, mask=q_valid, other=0.0)[:, None]
   delta = tl.load(delta_ptr + bh * T + q_index, mask=q_valid, other=0.0)[:, None]
   qi, qs, qk, qp = q_index[:, None], q_segment[:, None], q_kind[:, None], q_pop[:, None]
 
-  dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+  dq = tl.zeros([BLOCK_Q, BLOCK_DIM], tl.float32)
   plan = bh * NQ + qb
   for n in range(tl.load(count_ptr + plan)):
     k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
-        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr,
-        kind_ptr, pop_ptr, -2)
+        tl.load(kblocks_ptr + plan * NK + n), b, T, BLOCK_K, G, g, HEAD_DIM, BLOCK_DIM,
+        segment_ptr, kind_ptr, pop_ptr, -2)
     k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
     v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
     mask = tile_mask(qi, qs, qk, qp, k_index[None, :], k_segment[None, :], k_kind[None, :],
@@ -167,8 +169,8 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
                               kind_ptr, pop_ptr, codes_ptr, qcount_ptr, qblocks_ptr, dk_ptr,
                               dv_ptr,
                               T: tl.constexpr, H: tl.constexpr, G: tl.constexpr,
-                              D: tl.constexpr, SCALE: tl.constexpr, BLOCK_Q: tl.constexpr,
-                              BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                              HEAD_DIM: tl.constexpr, SCALE: tl.constexpr, BLOCK_Q: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK_DIM: tl.constexpr,
                               PRECISION: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr,
                               CODE: tl.constexpr = -1):
   """Grid (B·G, NK): dk, dv of one key block of one KV head, summed over the H/G query heads
@@ -179,15 +181,15 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
   b = bg // G
   g = bg % G
   k_index, _, k_segment, k_kind, k_pop, kv_offsets, kv_tile = _block(
-      kb, b, T, BLOCK_K, G, g, D, BLOCK_D, segment_ptr, kind_ptr, pop_ptr, -2)
+      kb, b, T, BLOCK_K, G, g, HEAD_DIM, BLOCK_DIM, segment_ptr, kind_ptr, pop_ptr, -2)
   k = tl.load(k_ptr + kv_offsets, mask=kv_tile, other=0.0)
   v = tl.load(v_ptr + kv_offsets, mask=kv_tile, other=0.0)
   # Tiles are computed transposed, [BLOCK_K, BLOCK_Q] (keys down), so every matmul has the
   # resident key block as its M dimension (Hopper's warpgroup MMA needs M >= 64).
   ki, ks, kk, kp = k_index[:, None], k_segment[:, None], k_kind[:, None], k_pop[:, None]
 
-  dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
-  dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
+  dk = tl.zeros([BLOCK_K, BLOCK_DIM], tl.float32)
+  dv = tl.zeros([BLOCK_K, BLOCK_DIM], tl.float32)
   for r in range(R):
     h = g * R + r
     bh = b * H + h
@@ -195,8 +197,8 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, s
     plan = bh * NK + kb
     for n in range(tl.load(qcount_ptr + plan)):
       q_index, q_valid, q_segment, q_kind, q_pop, q_offsets, q_tile = _block(
-          tl.load(qblocks_ptr + plan * NQ + n), b, T, BLOCK_Q, H, h, D, BLOCK_D, segment_ptr,
-          kind_ptr, pop_ptr, -1)
+          tl.load(qblocks_ptr + plan * NQ + n), b, T, BLOCK_Q, H, h, HEAD_DIM, BLOCK_DIM,
+          segment_ptr, kind_ptr, pop_ptr, -1)
       q = tl.load(q_ptr + q_offsets, mask=q_tile, other=0.0)
       do = tl.load(do_ptr + q_offsets, mask=q_tile, other=0.0)
       lse = tl.load(lse_ptr + bh * T + q_index, mask=q_valid, other=0.0)
@@ -261,11 +263,11 @@ class TritonLaunch(NamedTuple):
 
 
 def launch_config(dtype_name: str, head_dim: int) -> dict:
-  """Constexprs shared by the three kernels: D, SCALE, BLOCK_D, and PRECISION: 'ieee' for float32
-  inputs (exact float32 products, like the XLA reference; not TF32), the target's default for
-  16-bit inputs (whose products are exact in the float32 accumulator anyway)."""
-  return dict(D=head_dim, SCALE=float(head_dim) ** -0.5,
-              BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+  """Constexprs shared by the three kernels: HEAD_DIM, SCALE, BLOCK_DIM, and PRECISION: 'ieee' for
+  float32 inputs (exact float32 products, like the XLA reference; not TF32), the target's default
+  for 16-bit inputs (whose products are exact in the float32 accumulator anyway)."""
+  return dict(HEAD_DIM=head_dim, SCALE=float(head_dim) ** -0.5,
+              BLOCK_DIM=max(16, triton.next_power_of_2(head_dim)),
               PRECISION="ieee" if dtype_name == "float32" else None)
 
 

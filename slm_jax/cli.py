@@ -1,0 +1,184 @@
+"""The one command-line layer every `python -m slm_jax.…` command is built on.
+
+- **Flag spelling**: long options are spelled with underscores (`--batch_size`, `--max_items`), as
+  absl (`slm_jax.main`) and the config keys (`--config.train.global_batch`) spell them; the dashed
+  spelling (`--batch-size`) is accepted everywhere as an alias, so older command lines keep working.
+  `ArgumentParser.add_argument(..., aliases=("--old_name",))` keeps a renamed flag working too.
+- **Shards**: `--shard=i/n` (`add_shard_argument`, `parse_shard`) means the same in every stage.
+- **Errors → exit codes**: `run(main, argv)` turns an expected failure into one line on stderr,
+  `error: <what and where>`, and an exit code (`EXIT_*`: 0 done, 1 incomplete, 2 user error, 3
+  non-finite loss; anything else is a bug and keeps its traceback). Expected failures are the
+  usual user-input errors (ValueError, KeyError, OSError, ImportError) and any exception that
+  carries an `exit_code`; `--debug` (every CLI has it) shows their traceback too. An "error" with
+  exit code 0 (e.g. "already at step N: nothing to do") is printed as a plain line.
+- **Shared data**: `shared_data_dir()` finds `../shared/data` (or `$SLM_JAX_SHARED_DATA`), the same
+  lookup the evaluators and the tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from typing import Callable, Sequence
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1  # ran, but the result is not complete (e.g. shards still missing)
+EXIT_USAGE = 2  # bad input: flags, config, files, data
+EXIT_NONFINITE = 3  # training stopped on a NaN/Inf loss (nothing saved)
+EXIT_INTERRUPTED = 130
+
+SHARED_DATA_ENV = "SLM_JAX_SHARED_DATA"
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+class CliError(Exception):
+  """An expected failure with a message for the user; `exit_code` says how the command ends."""
+
+  exit_code = EXIT_USAGE
+
+  def __init__(self, message: str, exit_code: int | None = None):
+    super().__init__(message)
+    if exit_code is not None:
+      self.exit_code = exit_code
+
+
+def _spellings(name: str) -> list[str]:
+  """`--batch_size` → [`--batch_size`, `--batch-size`] (canonical first); short options as
+  given."""
+  if not name.startswith("--"):
+    return [name]
+  body = name[2:]
+  canonical = "--" + body.replace("-", "_")
+  dashed = "--" + body.replace("_", "-")
+  return [canonical] if canonical == dashed else [canonical, dashed]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse with the project's spelling rule: every long option also answers to its dashed (or
+  underscored) twin, and `aliases=` keeps renamed flags working. Help shows the canonical name."""
+
+  def __init__(self, *args, **kwargs):
+    kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+    kwargs.setdefault("allow_abbrev", False)  # an abbreviation must not change meaning later
+    super().__init__(*args, **kwargs)
+    self.add_argument("--debug", action="store_true",
+                      help="show the traceback of an error (default: one line)")
+
+  def add_argument(self, *names, aliases: Sequence[str] = (), **kwargs):
+    if not names or not names[0].startswith("-"):
+      return super().add_argument(*names, **kwargs)
+    spelled: list[str] = []
+    for name in (*names, *aliases):
+      for spelling in _spellings(name):
+        if spelling not in spelled:
+          spelled.append(spelling)
+    return super().add_argument(*spelled, **kwargs)
+
+  def error(self, message: str):
+    """Usage errors end like every other error: `error: …` (after the usage line), exit 2."""
+    self.print_usage(sys.stderr)
+    print(f"error: {self.prog}: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+  """`"3/16"` → (3, 16): this process's share `i` of `n` (0 <= i < n)."""
+  try:
+    index, count = (int(part) for part in str(text).split("/"))
+  except ValueError:
+    raise CliError(f"--shard must look like i/n (e.g. 3/16), got {text!r}") from None
+  if not 0 <= index < count:
+    raise CliError(f"--shard {text}: need 0 <= i < n")
+  return index, count
+
+
+def add_shard_argument(parser: argparse.ArgumentParser, what: str = "input files") -> None:
+  parser.add_argument("--shard", default="0/1", type=parse_shard,
+                      help=f"i/n: this process's share of the {what} (default 0/1: all)")
+
+
+def shared_data_dir(start: str | os.PathLike | None = None) -> pathlib.Path | None:
+  """The shared data folder: `$SLM_JAX_SHARED_DATA` if set (None if it is not a folder), else the
+  first `shared/data` found beside the checkout or any folder above `start` (default: the
+  working directory); None when there is none."""
+  env = os.environ.get(SHARED_DATA_ENV)
+  if env:
+    path = pathlib.Path(env)
+    return path if path.is_dir() else None
+  bases = [pathlib.Path(start or os.getcwd()).resolve(), _REPO]
+  for base in bases:
+    for parent in (base, *base.parents):
+      candidate = parent.parent / "shared" / "data"
+      if candidate.is_dir():
+        return candidate
+  return None
+
+
+def shared_data(name: str, flag: str | None = None) -> pathlib.Path:
+  """`shared_data_dir() / name`, or a CliError saying where it was looked for and which flag
+  gives it explicitly."""
+  root = shared_data_dir()
+  if root is None or not (root / name).exists():
+    looked = (f"${SHARED_DATA_ENV}={os.environ[SHARED_DATA_ENV]}" if os.environ.get(
+        SHARED_DATA_ENV) else "../shared/data beside the checkout and the working directory")
+    hint = f"pass {flag}=DIR or " if flag else ""
+    raise CliError(f"shared data '{name}' not found (looked in {looked}); {hint}set "
+                   f"{SHARED_DATA_ENV} to the folder that holds it")
+  return root / name
+
+
+# Expected failures: reported in one line, never as a traceback.
+_EXPECTED = (CliError, ValueError, KeyError, LookupError, OSError, ImportError)
+
+
+def one_line(text: str) -> str:
+  """A multi-line message as one line: lines joined by "; " (after a trailing ":" by a space),
+  list bullets dropped."""
+  out = ""
+  for line in (l.strip().removeprefix("- ") for l in text.splitlines()):
+    if line:
+      out += ("" if not out else " " if out.endswith(":") else "; ") + line
+  return out
+
+
+def describe_error(error: BaseException) -> str:
+  """The one line shown for an expected error (KeyError's repr quotes are dropped)."""
+  if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+    return one_line(error.args[0])
+  text = str(error) or type(error).__name__
+  if isinstance(error, OSError) and error.filename and str(error.filename) not in text:
+    text = f"{text}: {error.filename}"
+  return one_line(text)
+
+
+def exit_code_of(error: BaseException) -> int:
+  code = getattr(error, "exit_code", None)
+  return int(code) if isinstance(code, int) else EXIT_USAGE
+
+
+def expected(error: BaseException) -> bool:
+  return isinstance(error, _EXPECTED) or isinstance(getattr(error, "exit_code", None), int)
+
+
+def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | None = None, *,
+        debug: bool | None = None) -> int:
+  """Calls `main(argv)`; expected errors become `error: …` on stderr and their exit code.
+  `debug` (default: `--debug` among the arguments) re-raises them with their traceback."""
+  if debug is None:
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+  try:
+    return int(main(None if argv is None else list(argv)) or EXIT_OK)
+  except KeyboardInterrupt:
+    print("error: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+  except Exception as error:  # pylint: disable=broad-except
+    if debug or not expected(error):
+      raise
+    code = exit_code_of(error)
+    if code == EXIT_OK:
+      print(describe_error(error), flush=True)
+    else:
+      print(f"error: {describe_error(error)}", file=sys.stderr, flush=True)
+    return code

@@ -1,0 +1,119 @@
+"""`python -m slm_jax.evaluate` checks every input before it scores anything, never writes into a
+training workdir (a corrupt newest checkpoint is skipped and reported, not moved), writes strict
+JSON, and keeps the runs already scored when a later one fails."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from slm_jax import cli, evaluate
+from slm_jax.eval import report
+from slm_jax.train import trainer
+from tests.test_train import small_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("terminal")
+  trainer.train(small_config("terminal", steps=4, **{"train.checkpoint_every": 2}), workdir)
+  return workdir
+
+
+def snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:
+  return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("flag", ["--max_items=-1", "--max-items=0", "--tasks=", "--tasks=,",
+                                  "--proposals=0", "--beam=0", "--batch_size=0",
+                                  "--max_len_factor=0"])
+def test_bad_numbers_and_empty_tasks_are_usage_errors(flag, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    evaluate.parse_args([f"--workdir={tmp_path}", f"--out={tmp_path / 'o'}", flag])
+  assert exit_info.value.code == cli.EXIT_USAGE
+  assert flag.split("=")[0].lstrip("-").replace("-", "_") in capsys.readouterr().err.replace(
+      "-", "_")
+
+
+def test_every_input_is_checked_before_scoring(run, tmp_path):
+  empty = tmp_path / "not_a_run"
+  empty.mkdir()
+  out_file = tmp_path / "out.txt"
+  out_file.write_text("x")
+  args = evaluate.parse_args([f"--workdir={run}", f"--workdir={empty}",
+                              f"--workdir={tmp_path / 'missing'}", "--tasks=blimp,docppl",
+                              "--blimp_proposals=/no/such/kbest.txt",
+                              "--docppl_ptb=/no/such/file.mrg", f"--out={out_file}"])
+  with pytest.raises(cli.CliError) as error:
+    evaluate.check_inputs(args)
+  message = str(error.value)
+  for expected in ("not_a_run", "missing", "/no/such/kbest.txt", "/no/such/file.mrg",
+                   "out.txt: exists and is not a folder"):
+    assert expected in message
+  assert "\n" not in message  # one line
+
+
+def test_a_workdir_without_checkpoints_is_refused(run, tmp_path):
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  (bare / "config.json").write_text((run / "config.json").read_text())
+  args = evaluate.parse_args([f"--workdir={bare}", f"--out={tmp_path / 'o'}"])
+  with pytest.raises(cli.CliError, match="no checkpoint"):
+    evaluate.check_inputs(args)
+  assert not (tmp_path / "o").exists()
+
+
+def test_evaluation_is_read_only_and_says_which_step_it_used(run, tmp_path, capsys):
+  copy = tmp_path / "run"
+  import shutil
+  shutil.copytree(run, copy)
+  for path in (copy / "checkpoints" / "4" / "state").rglob("*"):
+    if path.is_file():
+      path.write_bytes(b"corrupt")
+  before = snapshot(copy)
+  out = tmp_path / "report"
+  code = evaluate.main([f"--workdir={copy}", "--tasks=docppl", f"--out={out}",
+                        "--docppl_documents=1", "--bootstrap_resamples=10"])
+  assert code == 0
+  assert snapshot(copy) == before  # nothing created, moved or rewritten in the workdir
+  model = json.loads((out / "results.json").read_text())["models"][0]
+  assert model["step"] == 2 and model["newest_checkpoint_step"] == 4
+  assert model["skipped_checkpoints"][0]["step"] == 4
+  assert "not the newest checkpoint" in capsys.readouterr().err
+  assert not (out / "results.partial.json").exists()
+
+
+def test_results_json_is_strict(tmp_path):
+  path = tmp_path / "r.json"
+  report.write_json({"a": float("nan"), "b": [1.0, float("inf"), np.float32(2.5)],
+                     "c": {"d": np.array([np.nan, 1.0])}}, path)
+  def refuse(token):
+    raise AssertionError(f"non-standard JSON token {token}")
+  data = json.loads(path.read_text(), parse_constant=refuse)
+  assert data == {"a": None, "b": [1.0, None, 2.5], "c": {"d": [None, 1.0]}}
+  assert not any(isinstance(v, float) and math.isnan(v) for v in data["b"])
+
+
+def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
+  real = evaluate.evaluate_run
+  calls = []
+
+  def second_fails(workdir, args, data):
+    calls.append(workdir)
+    if len(calls) == 2:
+      raise RuntimeError("device lost")
+    return real(workdir, args, data)
+
+  monkeypatch.setattr(evaluate, "evaluate_run", second_fails)
+  out = tmp_path / "report"
+  with pytest.raises(RuntimeError, match="device lost"):
+    evaluate.main([f"--workdir={run}", f"--workdir={run}", "--tasks=docppl", f"--out={out}",
+                   "--docppl_documents=1"])
+  partial = json.loads((out / "results.partial.json").read_text())
+  assert partial["complete"] is False and len(partial["models"]) == 1
+  assert partial["models"][0]["docppl"]["ppl"] > 1
