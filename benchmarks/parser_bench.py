@@ -1,0 +1,122 @@
+"""Throughput of the chart parser on CPU: Viterbi parsing, K-sample proposals, CRF training.
+
+  python benchmarks/parser_bench.py [--model DIR] [--sentences 200] [--k 300] [--repeats 2]
+
+Sentences are GUM dev's (the words of the gold trees; `--gum PATH`), or generated words when GUM
+is absent. Rows:
+  parse        `Parser.parse` (encoder + Viterbi CKY + debinarization), sentences/s
+  proposals    `Parser.proposals_batch` with K samples each (exact CRF samples, dedupe, sort),
+               sentences/s, on the first `--proposal-sentences`
+  train step   one jitted CRF-NLL training step (forward + backward + AdamW), words/s, per bucket
+               (padded length N, batch_words // N sentences)
+Compilation is excluded (one warm-up call per shape); the best of `--repeats` is reported. No timed
+assertions anywhere: this prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from slm_jax.parser import labels as label_lib  # noqa: E402
+from slm_jax.parser.api import load_parser  # noqa: E402
+from slm_jax.parser.config import DEFAULT  # noqa: E402
+from slm_jax.parser.corpus import gum_split_files, read_sentences  # noqa: E402
+from slm_jax.parser.train import Example, encode_batch, make_step, rows_for  # noqa: E402
+from tests.shared_data import shared_data_dir  # noqa: E402
+
+
+def best_of(repeats: int, fn):
+  best, result = float("inf"), None
+  for _ in range(repeats):
+    start = time.perf_counter()
+    result = fn()
+    best = min(best, time.perf_counter() - start)
+  return best, result
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  shared = shared_data_dir()
+  parser.add_argument("--gum", default=str(shared / "gum") if shared else None)
+  parser.add_argument("--model", default=None, help="parser folder (default: the shipped one)")
+  parser.add_argument("--sentences", type=int, default=200)
+  parser.add_argument("--proposal-sentences", type=int, default=20)
+  parser.add_argument("--k", type=int, default=300)
+  parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--train-buckets", default="16,32,48")
+  args = parser.parse_args()
+
+  model = load_parser(args.model)
+  if args.gum and pathlib.Path(args.gum).is_dir():
+    files, _ = gum_split_files("dev", args.gum)
+    trees = read_sentences(files)[:args.sentences]
+    sentences = [t.leaves() for t in trees]
+    source = f"GUM dev, first {len(sentences)} sentences"
+  else:
+    rng = np.random.default_rng(0)
+    sentences = [[f"w{k}" for k in range(int(n))] for n in rng.integers(3, 40, args.sentences)]
+    trees = [label_lib.debinarize(s, np.array([(0, len(s), 1)]), model.labels)
+             for s in sentences]
+    source = f"{len(sentences)} generated sentences"
+  words = sum(map(len, sentences))
+  print(f"{source}: {words} words, mean length {words / len(sentences):.1f}; "
+        f"JAX {jax.__version__} on {jax.devices()[0].platform}")
+
+  print("| measurement | size | time (s) | rate |")
+  print("|---|---|---|---|")
+  model.parse(sentences)  # compile every bucket
+  t_parse, _ = best_of(args.repeats, lambda: model.parse(sentences))
+  print(f"| parse (Viterbi) | {len(sentences)} sentences | {t_parse:.2f} | "
+        f"{len(sentences) / t_parse:,.1f} sentences/s ({words / t_parse:,.0f} words/s) |")
+
+  few = sentences[:args.proposal_sentences]
+  model.proposals_batch(few, args.k, seed=0)
+  t_prop, found = best_of(args.repeats, lambda: model.proposals_batch(few, args.k, seed=0))
+  distinct = np.mean([len(f) for f in found])
+  print(f"| proposals K={args.k} | {len(few)} sentences | {t_prop:.2f} | "
+        f"{len(few) / t_prop:,.2f} sentences/s (mean {distinct:.0f} distinct trees) |")
+
+  cfg = DEFAULT
+  net = model.model
+  graphdef, params, rest = nnx.split(net, nnx.Param, ...)
+  tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
+                   optax.adamw(1.0, weight_decay=cfg.weight_decay))
+  step = make_step(graphdef, tx)
+  opt_state = tx.init(params)
+  examples = [Example(t.leaves(), label_lib.binarize(t, model.labels)) for t in trees]
+  keep = np.ones(len(model.vocab.words), np.float32)
+  for N in (int(n) for n in args.train_buckets.split(",")):
+    chosen = [k for k, e in enumerate(examples) if len(e.words) <= N][:rows_for(N, cfg)]
+    if not chosen:
+      continue
+    batch = encode_batch(examples, N, chosen, rows_for(N, cfg), model.vocab, cfg, keep,
+                         np.random.default_rng(0))
+    key = jax.random.key(0)
+
+    def run():
+      out = step(params, rest, opt_state, batch, 1e-3, key)
+      jax.block_until_ready(out)
+
+    run()
+    t_step, _ = best_of(args.repeats, run)
+    real = sum(len(examples[k].words) for k in chosen)
+    print(f"| train step N={N} | {len(chosen)} sentences, {real} words | {t_step:.3f} | "
+          f"{real / t_step:,.0f} words/s |")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,125 @@
+"""Parsing text with the chart parser: `python -m slm_jax.parser.parse [--model=DIR] FILE`.
+
+Input: one sentence per line (`-` = standard input). Raw text is split into PTB words by the parse
+stage's word splitter (`slm_jax.parse.splitting.ptb_words`: `don't` → `do n't`, `(` → `-LRB-`);
+with `--pretokenized` the line's space-separated words are kept as they are.
+
+Output (stdout or `--output`): one bracketed tree per line (Viterbi), or with `--samples=K` up to K
+distinct trees per sentence, best first, in the PTB-blocks proposals format
+(`slm_jax.eval.proposals.FileProposals`: a sentence's trees on consecutive lines, a blank line after
+each sentence).
+
+Bad input, counted and reported on stderr at the end:
+- an empty (or whitespace-only) line: an empty output line in tree mode, so output line k is
+  always input line k; no block in `--samples` mode (blocks are keyed by their words);
+- a sentence longer than the model's word limit (`max_words`, 300 for the shipped model): skipped
+  with a message naming the line (an empty output line in tree mode, no block with samples);
+- characters the model never saw: read as the character UNK (words likewise), never an error;
+- a missing or corrupt model folder: `error: <file>: …` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Iterator, TextIO
+
+from slm_jax import cli
+from slm_jax.parse.splitting import ptb_words
+from slm_jax.parser.api import load_parser
+from slm_jax.ptb import format_tree
+
+CHUNK = 512  # sentences parsed per call (input is streamed in chunks)
+
+
+def _lines(path: str) -> Iterator[str]:
+  if path == "-":
+    yield from sys.stdin
+    return
+  with open(path, encoding="utf-8") as f:
+    yield from f
+
+
+def _chunks(lines: Iterator[str], pretokenized: bool, max_words: int, counts, where: str):
+  """(line number, words or None) in chunks; None marks an empty or too long line."""
+  chunk: list[tuple[int, list[str] | None]] = []
+  for number, line in enumerate(lines, 1):
+    text = line.strip()
+    words = (text.split() if pretokenized else ptb_words(text)) if text else []
+    if not words:
+      counts["empty lines"] += 1
+      chunk.append((number, None))
+    elif len(words) > max_words:
+      counts["too long (skipped)"] += 1
+      print(f"{where}:{number}: skipped: {len(words)} words, more than the model's limit of "
+            f"{max_words}", file=sys.stderr)
+      chunk.append((number, None))
+    else:
+      chunk.append((number, words))
+    if len(chunk) == CHUNK:
+      yield chunk
+      chunk = []
+  if chunk:
+    yield chunk
+
+
+def parse_stream(parser, lines: Iterator[str], out: TextIO, *, pretokenized: bool = False,
+                 samples: int = 0, seed: int = 0, where: str = "<input>") -> collections.Counter:
+  """Parses `lines` onto `out` (formats in the module docstring); returns the counts."""
+  counts: collections.Counter = collections.Counter()
+  for chunk in _chunks(lines, pretokenized, parser.max_words, counts, where):
+    sentences = [words for _, words in chunk if words is not None]
+    if samples:
+      found = iter(parser.proposals_batch(sentences, samples, seed=seed + counts["sentences"]))
+    else:
+      found = iter(parser.parse(sentences))
+    for _, words in chunk:
+      if words is None:
+        if not samples:
+          out.write("\n")
+        continue
+      counts["sentences"] += 1
+      if samples:
+        trees = [p.tree for p in next(found)]
+        counts["trees"] += len(trees)
+        out.write("".join(format_tree(t) + "\n" for t in trees) + "\n")
+      else:
+        out.write(format_tree(next(found)) + "\n")
+        counts["trees"] += 1
+  return counts
+
+
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(prog="python -m slm_jax.parser.parse",
+                              description=__doc__.split("\n\n", 1)[0])
+  parser.add_argument("input", help="one sentence per line; - for standard input")
+  parser.add_argument("--model", default=None, help="parser folder (default: the shipped GUM "
+                      "model, slm_jax/parser/data/gum)")
+  parser.add_argument("--pretokenized", action="store_true",
+                      help="lines are space-separated PTB words, kept as they are")
+  parser.add_argument("--samples", type=int, default=0,
+                      help="K: write up to K distinct trees per sentence (proposals format)")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--output", default="-", help="output file (default: standard output)")
+  args = parser.parse_args(argv)
+  if args.samples < 0:
+    raise cli.CliError(f"--samples must be ≥ 0, got {args.samples}")
+  if args.input != "-":
+    open(args.input, encoding="utf-8").close()  # a missing input fails before the model loads
+  model = load_parser(args.model)
+  where = "<stdin>" if args.input == "-" else args.input
+  out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+  try:
+    counts = parse_stream(model, _lines(args.input), out, pretokenized=args.pretokenized,
+                          samples=args.samples, seed=args.seed, where=where)
+  finally:
+    if out is not sys.stdout:
+      out.close()
+  extra = ", ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("sentences", "trees"))
+  print(f"parsed {counts['sentences']} sentences ({counts['trees']} trees)"
+        + (f"; {extra}" if extra else ""), file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(cli.run(main))

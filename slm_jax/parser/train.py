@@ -1,0 +1,346 @@
+"""Training the chart parser: `python -m slm_jax.parser.train --workdir=DIR [--config=tiny|default|gpu]
+[--train=FILES --dev=FILES --test=FILES | --split=gum] [--export=DIR] [--max_minutes=M]`.
+
+Data: PTB files or folders (comma-separated), SPEC §1 normalized; with no `--train`/`--dev`, GUM's
+official split (`../shared/data/gum/splits.md`: train / dev / test). Training sentences longer than
+`max_train_words` are skipped and counted. The vocabularies (words, characters, labels with the
+training data's unary chains) are built from the training trees and saved in the workdir.
+
+Loop: batches of `batch_words` padded words, one shape per length bucket (seeded shuffles per epoch),
+AdamW (optax; warmup, global-norm clipping, the learning rate halved when dev F1 stalls), CRF NLL
+of the right-binarized gold tree per word. A progress line every `log_every` steps (step, epoch,
+loss, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or every
+`eval_every` steps); the best model is exported (safetensors, `weights.save_parser`) to
+`WORKDIR/best` and, at the end, to `--export`. Orbax checkpoints (params, optimizer state, epoch,
+position, history) after each evaluation and every `checkpoint_every_s`; a killed run resumes
+where the last checkpoint left it. Early stopping after `patience` evaluations without a better dev
+F1. `WORKDIR/summary.json` holds the data counts, the history and the final scores;
+`WORKDIR/train_log.txt` the progress lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import shutil
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from slm_jax import cli
+from slm_jax.parser import crf, evalb
+from slm_jax.parser.api import Parser, load_parser
+from slm_jax.parser.config import TrainConfig, named_config
+from slm_jax.parser.corpus import resolve
+from slm_jax.parser.labels import LabelVocab, binarize
+from slm_jax.parser.model import SpanScorer
+from slm_jax.parser.vocab import Vocab, padded_length
+from slm_jax.parser.weights import save_parser
+
+
+@dataclasses.dataclass
+class Example:
+  words: list[str]
+  gold_P3: np.ndarray  # the 2n − 1 (i, j, label) rows of the right binarization
+
+
+def make_batches(examples: list[Example], cfg: TrainConfig, epoch: int
+                 ) -> list[tuple[int, list[int]]]:
+  """(padded length N, example indices) per batch of one epoch, seeded by (seed, epoch)."""
+  rng = np.random.default_rng([cfg.seed, epoch])
+  by_bucket: dict[int, list[int]] = {}
+  for k, example in enumerate(examples):
+    by_bucket.setdefault(padded_length(len(example.words), cfg.buckets), []).append(k)
+  batches = []
+  for N, indices in sorted(by_bucket.items()):
+    indices = [indices[k] for k in rng.permutation(len(indices))]
+    rows = rows_for(N, cfg)
+    batches.extend((N, indices[k:k + rows]) for k in range(0, len(indices), rows))
+  return [batches[k] for k in rng.permutation(len(batches))]
+
+
+def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int, vocab: Vocab,
+                 cfg: TrainConfig, keep_W: np.ndarray | None, rng: np.random.Generator):
+  """Arrays of one padded batch (rows fixed per bucket so each bucket compiles once)."""
+  chosen = [examples[k] for k in indices]
+  sentences = [e.words for e in chosen] + [["."]] * (rows - len(chosen))
+  word_ids_BT, char_ids_BTC, lengths_B = vocab.encode(sentences, N, cfg.model.max_word_chars)
+  if keep_W is not None:  # word dropout: rare words become UNK (their characters stay)
+    drop_BT = rng.random(word_ids_BT.shape) >= keep_W[word_ids_BT]
+    word_ids_BT = np.where(drop_BT, 1, word_ids_BT).astype(np.int32)
+  P = 2 * N - 1
+  gold_BP3 = np.zeros((rows, P, 3), np.int32)
+  valid_BP = np.zeros((rows, P), bool)
+  for b, example in enumerate(chosen):
+    gold_BP3[b, :len(example.gold_P3)] = example.gold_P3
+    valid_BP[b, :len(example.gold_P3)] = True
+  real_B = np.arange(rows) < len(chosen)
+  return tuple(map(jnp.asarray, (word_ids_BT, char_ids_BTC, lengths_B, gold_BP3, valid_BP,
+                                 real_B)))
+
+
+def rows_for(N: int, cfg: TrainConfig) -> int:
+  """Sentences per batch of padded length N: `batch_words` padded words."""
+  return max(1, cfg.batch_words // N)
+
+
+def make_step(graphdef, tx):
+  @jax.jit
+  def step(params, rest, opt_state, batch, lr, key):
+    word_ids, char_ids, lengths, gold, valid, real = batch
+    words = jnp.maximum(jnp.sum(jnp.where(real, lengths, 0)), 1)
+    model = nnx.merge(graphdef, params, rest)
+    nnx.reseed(model, dropout=key)
+
+    def loss_fn(model):
+      scores = model(word_ids, char_ids, lengths)
+      per_sentence = crf.nll(scores, lengths, gold, valid)
+      return jnp.sum(jnp.where(real, per_sentence, 0.0)) / words
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    updates = jax.tree.map(lambda u: lr * u, updates)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  return step
+
+
+def evaluate(graphdef, params, rest, vocab, labels, trees) -> evalb.Score:
+  model = nnx.merge(graphdef, params, rest)
+  parser = Parser(model, vocab, labels)
+  return evalb.score_trees(trees, parser.parse([t.leaves() for t in trees]))
+
+
+class Log:
+  def __init__(self, path: pathlib.Path):
+    self.path = path
+
+  def __call__(self, line: str) -> None:
+    print(line, flush=True)
+    with self.path.open("a", encoding="utf-8") as f:
+      f.write(line + "\n")
+
+
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(prog="python -m slm_jax.parser.train",
+                              description=__doc__.split("\n\n", 1)[0])
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--config", default="default", help="tiny | default | gpu")
+  parser.add_argument("--train", default="", help="PTB files/folders, comma-separated")
+  parser.add_argument("--dev", default="")
+  parser.add_argument("--test", default="", help="scored once at the end (GUM test by default "
+                      "when training on the GUM split)")
+  parser.add_argument("--split", default="gum", help="the default data: 'gum' (the official "
+                      "GUM train/dev/test split)")
+  parser.add_argument("--gum", default=None, help="GUM folder (default ../shared/data/gum)")
+  parser.add_argument("--encoder", default=None, help="override the config: bilstm | transformer")
+  parser.add_argument("--max_minutes", type=float, default=None)
+  parser.add_argument("--max_epochs", type=int, default=None)
+  parser.add_argument("--eval_every", type=int, default=None, help="steps between dev "
+                      "evaluations (default: the config's; 0 = once per epoch)")
+  parser.add_argument("--export", default=None, help="folder for the final (best) model")
+  args = parser.parse_args(argv)
+  if args.split != "gum":
+    raise cli.CliError(f"--split={args.split}: the only named split is 'gum'")
+  cfg = named_config(args.config)
+  if args.encoder:
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoder=args.encoder))
+  overrides = {k: v for k, v in (("max_minutes", args.max_minutes),
+                                 ("max_epochs", args.max_epochs),
+                                 ("eval_every", args.eval_every)) if v is not None}
+  cfg = dataclasses.replace(cfg, **overrides)
+  return train(cfg, pathlib.Path(args.workdir), args)
+
+
+def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
+  workdir.mkdir(parents=True, exist_ok=True)
+  # Compiled steps are cached on disk, so a resumed run does not compile every bucket again.
+  jax.config.update("jax_compilation_cache_dir", str((workdir / "jax_cache").resolve()))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  log = Log(workdir / "train_log.txt")
+  started = time.time()
+  train_trees, train_name, missing = resolve(args.train, "train", args.gum)
+  dev_trees, dev_name, dev_missing = resolve(args.dev, "dev", args.gum)
+  test_spec = args.test or (None if args.train else "")
+  test_trees, test_name, _ = (resolve(test_spec, "test", args.gum) if test_spec is not None
+                              else ([], "", []))
+  long = [t for t in train_trees if len(t.leaves()) > cfg.max_train_words]
+  kept = [t for t in train_trees if len(t.leaves()) <= cfg.max_train_words]
+  if not kept or not dev_trees:
+    raise cli.CliError(f"no training ({len(kept)}) or dev ({len(dev_trees)}) sentences")
+  vocab_path = workdir / "vocabularies.json"
+  if vocab_path.is_file():  # a resumed run keeps its vocabularies
+    saved = json.loads(vocab_path.read_text(encoding="utf-8"))
+    vocab, labels = Vocab.from_json(saved["vocab"]), LabelVocab.from_json(saved["labels"])
+  else:
+    vocab = Vocab.from_sentences([t.leaves() for t in kept], cfg.min_word_count)
+    labels = LabelVocab.from_trees(kept)
+    vocab_path.write_text(json.dumps({"vocab": vocab.to_json(), "labels": labels.to_json()},
+                                     ensure_ascii=False), encoding="utf-8")
+  examples = [Example(t.leaves(), binarize(t, labels, "right")) for t in kept]
+  data = {"train": train_name, "dev": dev_name, "test": test_name,
+          "train_sentences": len(kept), "train_words": sum(len(e.words) for e in examples),
+          "skipped_long": len(long), "missing_documents": missing + dev_missing,
+          "dev_sentences": len(dev_trees), "test_sentences": len(test_trees),
+          "words": len(vocab.words), "chars": len(vocab.chars), "labels": len(labels)}
+  log(f"data: {json.dumps(data)}")
+
+  model = SpanScorer(cfg.model, len(vocab.words), len(vocab.chars), len(labels),
+                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed))
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
+                   optax.adamw(1.0, weight_decay=cfg.weight_decay))
+  opt_state = tx.init(params)
+  step_fn = make_step(graphdef, tx)
+  manager = ocp.CheckpointManager((workdir / "checkpoints").resolve(),
+                                  options=ocp.CheckpointManagerOptions(max_to_keep=2))
+  meta = {"step": 0, "epoch": 0, "position": 0, "lr_scale": 1.0, "best_f1": -1.0,
+          "best_epoch": -1, "bad_evals": 0, "history": [], "train_seconds": 0.0, "done": False}
+  if manager.latest_step() is not None:
+    target = {"params": nnx.to_pure_dict(params), "opt_state": opt_state}
+    restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    nnx.replace_by_pure_dict(params, restored["state"]["params"])
+    opt_state = restored["state"]["opt_state"]
+    meta = restored["meta"]
+    log(f"resumed from step {meta['step']} (epoch {meta['epoch']}, batch {meta['position']})")
+
+  def checkpoint():
+    manager.save(meta["step"], args=ocp.args.Composite(
+        state=ocp.args.StandardSave({"params": nnx.to_pure_dict(params), "opt_state": opt_state}),
+        meta=ocp.args.JsonSave(meta)), force=True)
+    manager.wait_until_finished()
+
+  keep_W = vocab.keep_probabilities(cfg.model.word_dropout)
+  session_start, last_ckpt = time.time(), time.time()
+  base_seconds = meta["train_seconds"]
+  # `done`: stopped early before; a run that reached max_epochs continues with a larger one.
+  stop_reason = "already stopped early (delete the workdir to train again)" if meta["done"] else None
+  while stop_reason is None and meta["epoch"] < cfg.max_epochs:
+    batches = make_batches(examples, cfg, meta["epoch"])
+    eval_every = cfg.eval_every or len(batches)
+    window_loss, window_words, window_start = 0.0, 0, time.time()
+    while meta["position"] < len(batches):
+      N, indices = batches[meta["position"]]
+      rng = np.random.default_rng([cfg.seed, meta["epoch"], meta["position"], 1])
+      batch = encode_batch(examples, N, indices, rows_for(N, cfg), vocab, cfg, keep_W, rng)
+      lr = cfg.learning_rate * meta["lr_scale"] * min(1.0, (meta["step"] + 1) / cfg.warmup_steps)
+      key = jax.random.fold_in(jax.random.key(cfg.seed), meta["step"])
+      params, opt_state, loss = step_fn(params, rest, opt_state, batch, lr, key)
+      words = sum(len(examples[k].words) for k in indices)
+      window_loss += float(loss) * words
+      window_words += words
+      meta["step"] += 1
+      meta["position"] += 1
+      if not math.isfinite(float(loss)):
+        raise cli.CliError(f"non-finite loss at step {meta['step']}", cli.EXIT_NONFINITE)
+      if meta["step"] % cfg.log_every == 0:
+        elapsed = time.time() - window_start
+        rate = window_words / max(elapsed, 1e-9)
+        left = sum(len(examples[k].words) for _, ix in batches[meta["position"]:] for k in ix)
+        log(f"step {meta['step']} epoch {meta['epoch']} ({meta['position']}/{len(batches)}) "
+            f"loss {window_loss / window_words:.4f} lr {lr:.2e} {rate:,.0f} words/s "
+            f"epoch ETA {left / max(rate, 1e-9):.0f}s")
+        window_loss, window_words, window_start = 0.0, 0, time.time()
+      meta["train_seconds"] = base_seconds + time.time() - session_start
+      evaluated = meta["position"] % eval_every == 0 or meta["position"] == len(batches)
+      if evaluated:
+        score = evaluate(graphdef, params, rest, vocab, labels, dev_trees)
+        improved = score.f1 > meta["best_f1"]
+        meta["history"].append({"step": meta["step"], "epoch": meta["epoch"], "dev_f1": score.f1,
+                                "seconds": round(meta["train_seconds"], 1)})
+        if improved:
+          meta.update(best_f1=score.f1, best_epoch=meta["epoch"], bad_evals=0)
+          save_parser(workdir / "best", nnx.merge(graphdef, params, rest), vocab, labels,
+                      {"dev_f1": score.f1, "step": meta["step"]})
+        else:
+          meta["bad_evals"] += 1
+          if meta["bad_evals"] % cfg.decay_patience == 0:
+            meta["lr_scale"] *= cfg.lr_decay
+        log(f"eval step {meta['step']} epoch {meta['epoch']}: dev F1 {score.f1:.2f} "
+            f"(P {score.precision:.2f} R {score.recall:.2f} exact {score.exact_match:.2f}) "
+            f"best {meta['best_f1']:.2f}{' *' if improved else ''}")
+        if meta["bad_evals"] >= cfg.patience:
+          stop_reason = f"early stop: {cfg.patience} evaluations without a better dev F1"
+      out_of_time = cfg.max_minutes and time.time() - session_start > 60 * cfg.max_minutes
+      epoch_end = meta["position"] == len(batches)
+      if epoch_end:
+        meta["epoch"] += 1
+        meta["position"] = 0
+      if (stop_reason or out_of_time or epoch_end or evaluated
+          or time.time() - last_ckpt > cfg.checkpoint_every_s):
+        meta["done"] = stop_reason is not None
+        checkpoint()
+        last_ckpt = time.time()
+      if out_of_time and not stop_reason:
+        log(f"stopping at the {cfg.max_minutes:g}-minute limit (checkpointed; run again to "
+            "resume)")
+        if meta["best_f1"] >= 0:
+          finish(workdir, args, log, data, meta, f"time limit ({cfg.max_minutes:g} minutes; "
+                 "resumable)", dev_trees, test_trees, started)
+        return cli.EXIT_INCOMPLETE
+      if stop_reason or epoch_end:
+        break
+  if stop_reason is None:
+    stop_reason = f"reached {cfg.max_epochs} epochs"
+  return finish(workdir, args, log, data, meta, stop_reason, dev_trees, test_trees, started)
+
+
+EMPTY_BIAS_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+def tune_empty_bias(parser: Parser, dev_trees, log) -> tuple[float, dict[str, float]]:
+  """The ∅ bias (`Parser.empty_bias`) of the best dev F1 over `EMPTY_BIAS_GRID`; {bias: F1}."""
+  words = [t.leaves() for t in dev_trees]
+  results: dict[str, float] = {}
+  for bias in EMPTY_BIAS_GRID:
+    parser.empty_bias = bias
+    results[f"{bias:g}"] = evalb.score_trees(dev_trees, parser.parse(words)).f1
+  best = max(EMPTY_BIAS_GRID, key=lambda b: (results[f"{b:g}"], -b))
+  parser.empty_bias = best
+  log(f"empty-label bias tuned on dev: {best:g} "
+      f"({', '.join(f'{b}: {f:.2f}' for b, f in results.items())})")
+  return best, results
+
+
+def finish(workdir, args, log, data, meta, stop_reason, dev_trees, test_trees, started) -> int:
+  best = load_parser(workdir / "best")
+  summary = {"stop": stop_reason, "data": data, "best_epoch": meta["best_epoch"],
+             "steps": meta["step"], "train_seconds": round(meta["train_seconds"], 1),
+             "history": meta["history"]}
+  bias, by_bias = tune_empty_bias(best, dev_trees, log)
+  summary["empty_bias"] = {"chosen": bias, "dev_f1": by_bias}
+  config_path = workdir / "best" / "config.json"
+  config = json.loads(config_path.read_text(encoding="utf-8"))
+  config["empty_bias"] = bias
+  config_path.write_text(json.dumps(config, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+  for name, trees in (("dev", dev_trees), ("test", test_trees)):
+    if trees:
+      score = evalb.score_trees(trees, best.parse([t.leaves() for t in trees]))
+      summary[name] = {k: v for k, v in score.to_json().items() if k != "per_label"}
+      log(f"best model on {name}: F1 {score.f1:.2f} (P {score.precision:.2f} R "
+          f"{score.recall:.2f} exact {score.exact_match:.2f}, {score.sentences} sentences)")
+  summary["wall_seconds"] = round(time.time() - started, 1)
+  (workdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+  if args.export:
+    export = pathlib.Path(args.export)
+    export.mkdir(parents=True, exist_ok=True)
+    for f in (workdir / "best").iterdir():
+      shutil.copy2(f, export / f.name)
+    shutil.copy2(workdir / "summary.json", export / "summary.json")
+    shutil.copy2(workdir / "train_log.txt", export / "train_log.txt")
+    log(f"exported the best model to {export}")
+  log(f"{stop_reason}; summary in {workdir / 'summary.json'}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(cli.run(main))
