@@ -1,0 +1,93 @@
+"""AOT reports: the real train step compiled for this machine's devices and for a TPU topology
+(libtpu, no chip), XLA's per-chip memory and FLOPs read back, and a config that does not fit is
+one clear error."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from slm_jax import aot, cli, config_builder
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = ["--config=tgtree_tiny", "--vocab_size=512", "--config.data.seq_len=128",
+        "--config.train.global_batch=8"]
+
+
+def _libtpu() -> str | None:
+  """libtpu.so: TPU_LIBRARY_PATH, or where .ci/run puts it (outside the environment's
+  site-packages, so no other test process loads it), or an installed `libtpu`."""
+  candidates = [os.environ.get("TPU_LIBRARY_PATH", ""),
+                str(pathlib.Path(sys.prefix) / "libtpu" / "libtpu" / "libtpu.so")]
+  try:
+    import libtpu  # pylint: disable=g-import-not-at-top
+    candidates.append(libtpu.get_library_path())
+  except ImportError:
+    pass
+  return next((c for c in candidates if c and pathlib.Path(c).is_file()), None)
+
+
+def _rows(text: str) -> list[dict[str, str]]:
+  lines = [l for l in text.splitlines() if l.startswith("|")]
+  headers = [h.strip() for h in lines[0].strip("|").split("|")]
+  return [dict(zip(headers, (c.strip() for c in l.strip("|").split("|")))) for l in lines[2:]]
+
+
+def test_local_report_counts_the_real_step_and_refuses_what_does_not_fit(capsys):
+  run = config_builder.load_config("configs/tgtree_tiny.py", TINY[2:] + [
+      "optimizer.grad_accum_steps=4"])
+  import jax  # pylint: disable=g-import-not-at-top
+  report = aot.compile_step(run, jax.devices(), 512, None, "local")
+  assert report.micro_batches == "4 × 2" and report.fits
+  assert report.arguments > 0 and report.temporaries > 0  # (CPU reports no code size)
+  # XLA's FLOPs of all four micro-batches (the scan body × 4) are near the model's 6N + 12LdT
+  # estimate (which leaves out the embedding and head: the tiny model's are large)
+  assert 0.8 < report.flops / report.model_flops < 3, (report.flops, report.model_flops)
+  assert aot.main([*TINY, "--topology=local", "--hbm_gib=0.0001"]) == cli.EXIT_USAGE
+  captured = capsys.readouterr()
+  (row,) = _rows(captured.out)
+  assert row["fits"] == "NO" and row["topology"] == "local"
+  assert "error: tgtree_tiny does not fit local:" in captured.err
+  assert "--config.mesh.fsdp" in captured.err
+
+
+def test_bad_topology_and_libtpu_are_one_error_line(monkeypatch, capsys):
+  assert aot.main([*TINY, "--topology=v4-8", "--config.model.attention_impl=pallas_tpu"]) == 2
+  assert "error: model.attention_impl=pallas_tpu: a TPU topology is compiled with the XLA " \
+      "attention path" in capsys.readouterr().err
+  with pytest.raises(cli.CliError, match="unknown; expected local or one of v4-8"):
+    aot.tpu_devices("v9-8")
+  with pytest.raises(cli.CliError, match="no such file"):
+    aot.tpu_devices("v5p-64", libtpu="/nonexistent/libtpu.so")
+  monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+  monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+  if aot._libtpu_path() is None:  # pylint: disable=protected-access  # (.ci/run: not importable)
+    with pytest.raises(cli.CliError, match=r"needs libtpu: pip install -e '.\[aot\]'"):
+      aot.tpu_devices("v5p-64")
+
+
+def _tpu(libtpu: str, *extra: str) -> dict[str, str]:
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  done = subprocess.run([sys.executable, "-m", "slm_jax.aot", *TINY, "--topology=v4-8",
+                         f"--libtpu={libtpu}", *extra], capture_output=True, text=True, env=env,
+                        cwd=ROOT, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  (row,) = _rows(done.stdout)
+  return row
+
+
+def test_a_tpu_topology_compiles_on_this_cpu_machine_with_the_partition_table():
+  libtpu = _libtpu()
+  if libtpu is None:
+    pytest.skip("no libtpu (pip install -e '.[aot]', or set TPU_LIBRARY_PATH)")
+  replicated = _tpu(libtpu)
+  assert replicated["mesh"] == "data4×fsdp1" and replicated["HBM GiB"] == "32"
+  assert replicated["fits"] == "yes" and float(replicated["XLA TFLOP/step/chip"]) > 0
+  sharded = _tpu(libtpu, "--config.mesh.fsdp=4")
+  assert sharded["mesh"] == "data1×fsdp4"
+  # parameters and AdamW moments split 4 ways: each chip holds much less of them
+  assert float(sharded["args GiB"]) < 0.5 * float(replicated["args GiB"])
