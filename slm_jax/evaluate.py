@@ -255,6 +255,31 @@ def _syntaxgym_dir(arg: str | None) -> pathlib.Path:
   return path
 
 
+def _check_file_coverage(args, data: dict) -> None:
+  """A proposals FILE must cover every sentence a tree model will ask for: checked before any
+  run is scored, so a gap never throws away finished work."""
+  from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
+  if not any(run_config(w)[1].scheme.scored_with_structure for w in args.workdir):
+    return  # terminal models ask for no trees
+  needs = []
+  if isinstance(data.get("blimp_proposals"), FileProposals):
+    from slm_jax.eval.blimp import load_blimp, word_tokenize  # pylint: disable=g-import-not-at-top
+    paradigms = data.get("blimp_paradigms") or load_blimp(data["blimp_dir"], args.max_items)
+    needs.append(("blimp_proposals", data["blimp_proposals"],
+                  [tuple(word_tokenize(x)) for p in paradigms for x in (*p.good, *p.bad)]))
+  if isinstance(data.get("docppl_proposals"), FileProposals):
+    needs.append(("docppl_proposals", data["docppl_proposals"],
+                  [tuple(t.leaves()) for doc in data["documents"] for t in doc]))
+  problems = []
+  for flag, source, sentences in needs:
+    missing = [w for w in dict.fromkeys(sentences) if w not in source.table]
+    if missing:
+      problems.append(f"--{flag}={source.path}: no proposals for {len(missing)} of "
+                      f"{len(set(sentences))} sentences (first: {' '.join(missing[0])!r})")
+  if problems:
+    raise cli.CliError("; ".join(problems))
+
+
 def _blimp_proposals(arg: str, k: int, seed: int) -> ProposalSource | None:
   """The BLiMP source shared by all runs; None for `beam` (built per run by `_beam_source`)."""
   if arg == "beam":
@@ -518,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if "docppl" in args.tasks:
     data["documents"], data["docppl_proposals"], info = _docppl_data(args, first_cfg)
     settings.update({f"docppl_{k}": v for k, v in info.items()})
+  _check_file_coverage(args, data)
   entries, arrays = [], []
   partial = pathlib.Path(args.out) / "results.partial.json"
   for workdir in args.workdir:

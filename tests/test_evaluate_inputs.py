@@ -117,3 +117,19 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
   partial = json.loads((out / "results.partial.json").read_text())
   assert partial["complete"] is False and len(partial["models"]) == 1
   assert partial["models"][0]["docppl"]["ppl"] > 1
+
+
+def test_a_proposals_file_that_misses_sentences_is_refused_before_scoring(tmp_path,
+                                                                         monkeypatch):
+  from tests.test_blimp import write_blimp
+  tree_run = tmp_path / "tree"
+  trainer.train(small_config("tree", steps=2), tree_run)
+  write_blimp(tmp_path / "blimp", {"p_a": [("Cats chase mice.", "Mice cats chase.")]})
+  kbest = tmp_path / "kbest.txt"
+  kbest.write_text("(S (NP Cats) (VP chase (NP mice)) .)\n\n")  # the bad sentence is missing
+  scored = []
+  monkeypatch.setattr(evaluate, "evaluate_run", lambda *a: scored.append(a))
+  with pytest.raises(cli.CliError, match=r"no proposals for 1 of 2 sentences .*Mice cats chase"):
+    evaluate.main([f"--workdir={tree_run}", "--tasks=blimp", f"--out={tmp_path / 'o'}",
+                   f"--blimp_dir={tmp_path / 'blimp'}", f"--blimp_proposals={kbest}"])
+  assert not scored

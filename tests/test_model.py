@@ -348,3 +348,27 @@ def test_llama3_rope_scaling_bands():
   middle = (wavelength >= 16) & (wavelength <= 64)
   assert middle.any() and np.all((scaled[middle] < plain[middle]) &
                                  (scaled[middle] > plain[middle] / 8))
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_side_and_observe_hooks(norm_position):
+  """`side(layer, x)` adds its output to the residual with self-attention, reading the block's
+  attention input; a zero side branch changes nothing; `observe` sees every block's output."""
+  model = build(tiny(norm_position=norm_position))
+  tokens, meta = row(CATS)
+  base = model(tokens, meta)  # eager, as the hooked calls below
+  zero = model(tokens, meta, side=lambda layer, x: jnp.zeros_like(x))
+  np.testing.assert_array_equal(np.asarray(zero), np.asarray(base))
+  seen, states = [], []
+  model(tokens, meta, side=lambda layer, x: seen.append((layer, x.shape)) or jnp.zeros_like(x),
+        observe=lambda layer, x: states.append(x))
+  assert [s[0] for s in seen] == list(range(model.config.n_layers))
+  assert len(states) == model.config.n_layers
+  block = model.blocks[0]
+  x = model.embed(tokens).astype(model.config.compute_dtype)
+  expected_input = x if norm_position == "post" else block.attn_norm(x)
+  got = []
+  model(tokens, meta, side=lambda layer, x: got.append(x) or jnp.zeros_like(x))
+  np.testing.assert_allclose(np.asarray(got[0]), np.asarray(expected_input), rtol=1e-6)
+  shifted = model(tokens, meta, side=lambda layer, x: jnp.full_like(x, 0.1) * (layer == 0))
+  assert not np.allclose(np.asarray(shifted), np.asarray(base))

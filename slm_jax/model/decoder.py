@@ -4,11 +4,18 @@
 start from precomputed embeddings (`embed`, `hidden`, `logits`): the causality tests
 differentiate with respect to the input embeddings, and GTCA reads hidden states.
 
-The per-layer hook: `hidden`/`__call__` take `attend(layer, q_BTHK, k_BSGK, v_BSGK, meta,
-attention) → o_BTHK`, the kernel seam with the layer index in front. When given, every block's
-self-attention calls it with its own q/k/v instead of the model's attention function: a KV cache
-(`slm_jax.eval.incremental`) stores the new keys/values and attends over its cache this way, so
-decoding runs the model's own blocks and head; a block feature added here is decoded for free.
+The per-layer hooks of `hidden`/`__call__`:
+- `attend(layer, q_BTHK, k_BSGK, v_BSGK, meta, attention) → o_BTHK`, the kernel seam with the layer
+  index in front. When given, every block's self-attention calls it with its own q/k/v instead of
+  the model's attention function: a KV cache (`slm_jax.eval.incremental`) stores the new
+  keys/values and attends over its cache this way, so decoding runs the model's own blocks and
+  head; a block feature added here is decoded for free.
+- `side(layer, x_BTD) → delta_BTD`: a side branch (GTCA's gated tree cross-attention, SPEC §10)
+  reads the block's attention input (the normalized x self-attention reads; the raw x for
+  post-norm blocks) and its output is added to the residual stream together with the
+  self-attention output. Its parameters live outside the decoder, so the backbone stays frozen.
+- `observe(layer, x_BTD)`: called with each block's output (the residual stream after layer
+  `layer`), e.g. to collect per-layer states for a probe; its return value is ignored.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from slm_jax.structure import RowMetadata
 
 # attend(layer, q_BTHK, k_BSGK, v_BSGK, meta, attention) -> o_BTHK (see the module docstring).
 LayerAttention = Callable[..., jax.Array]
+# side(layer, x_BTD) -> delta_BTD; observe(layer, x_BTD) -> ignored (see the module docstring).
+LayerSide = Callable[[int, jax.Array], jax.Array]
 
 
 def _norm(config: ModelConfig) -> RMSNorm:
@@ -48,11 +57,19 @@ class Block(nnx.Module):
     self.post_norm = config.norm_position == "post"
 
   def __call__(self, x_BTD: jax.Array, meta: RowMetadata,
-               attend: AttentionFn | None = None) -> jax.Array:
+               attend: AttentionFn | None = None,
+               side: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     if self.post_norm:
-      x_BTD = x_BTD + self.attn_norm(self.attn(x_BTD, meta, attend)).astype(x_BTD.dtype)
+      update_BTD = self.attn_norm(self.attn(x_BTD, meta, attend)).astype(x_BTD.dtype)
+      if side is not None:
+        update_BTD = update_BTD + side(x_BTD).astype(x_BTD.dtype)
+      x_BTD = x_BTD + update_BTD
       return x_BTD + self.mlp_norm(self.mlp(x_BTD)).astype(x_BTD.dtype)
-    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), meta, attend).astype(x_BTD.dtype)
+    xn_BTD = self.attn_norm(x_BTD)
+    update_BTD = self.attn(xn_BTD, meta, attend).astype(x_BTD.dtype)
+    if side is not None:
+      update_BTD = update_BTD + side(xn_BTD).astype(x_BTD.dtype)
+    x_BTD = x_BTD + update_BTD
     return x_BTD + self.mlp(self.mlp_norm(x_BTD)).astype(x_BTD.dtype)
 
 
@@ -78,11 +95,16 @@ class Decoder(nnx.Module):
     return self.embed_tokens(tokens_BT)
 
   def hidden(self, x_BTD: jax.Array, meta: RowMetadata,
-             attend: LayerAttention | None = None) -> jax.Array:
-    """Final-normed hidden states [B, T, D] from input embeddings; meta fields are [B, T]."""
+             attend: LayerAttention | None = None, side: LayerSide | None = None,
+             observe: LayerSide | None = None) -> jax.Array:
+    """Final-normed hidden states [B, T, D] from input embeddings; meta fields are [B, T].
+    `attend`, `side`, `observe`: the per-layer hooks (module docstring)."""
     x_BTD = x_BTD.astype(self.config.compute_dtype)
     for layer, block in enumerate(self.blocks):
-      x_BTD = block(x_BTD, meta, None if attend is None else functools.partial(attend, layer))
+      x_BTD = block(x_BTD, meta, None if attend is None else functools.partial(attend, layer),
+                    None if side is None else functools.partial(side, layer))
+      if observe is not None:
+        observe(layer, x_BTD)
     return self.final_norm(x_BTD)
 
   def logits(self, h_BTD: jax.Array) -> jax.Array:
@@ -97,8 +119,9 @@ class Decoder(nnx.Module):
                       preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_BT: jax.Array, meta: RowMetadata,
-               attend: LayerAttention | None = None) -> jax.Array:
-    return self.logits(self.hidden(self.embed(tokens_BT), meta, attend))
+               attend: LayerAttention | None = None, side: LayerSide | None = None,
+               observe: LayerSide | None = None) -> jax.Array:
+    return self.logits(self.hidden(self.embed(tokens_BT), meta, attend, side, observe))
 
 
 def _abstract_params(config: ModelConfig) -> dict[str, int]:
