@@ -30,6 +30,7 @@ def test_packed_rows_hold_several_documents_and_padding(kernel_check):
   assert (segment[-1, -20:] == 0).all() and (kinds[-1, -20:] == 0).all()
 
 
+@pytest.mark.slow  # the whole kernel_check table in interpret mode; test_pallas_attention covers the kernel in CI
 def test_the_pallas_kernel_passes(kernel_check, capsys):
   attention_module.resolve_attention_impl("pallas_tpu")  # registers the kernel
   assert kernel_check.check("pallas_tpu", **SMALL)

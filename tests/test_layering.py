@@ -38,7 +38,8 @@ LAYERS = (
     ("slm_jax.score", 7), ("slm_jax.aot", 7), ("slm_jax.plot", 7), ("slm_jax.beam_pipelines", 7),
     ("slm_jax.parse.__main__", 7),
     ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
-    ("slm_jax.hf.export", 7), ("slm_jax.gtca.cache", 7), ("slm_jax.tfds_build", 7),
+    ("slm_jax.hf.export", 7), ("slm_jax.tfds_build", 7),
+    ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
     ("pallas_kernels", 3),  # where the kernels lived before they moved into the package
 )
 PACKAGES = ("slm_jax", "pallas_kernels")

@@ -120,7 +120,6 @@ def _one_process_reference(workdir: pathlib.Path, data: pathlib.Path, monkeypatc
   trainer.train(cfg, workdir)
 
 
-@pytest.mark.slow  # two training processes, run twice, and a reference run
 def test_two_processes_killed_and_restarted_match_one_process(tmp_path, monkeypatch):
   data = _prepared(tmp_path)
   logs = tmp_path / "logs"

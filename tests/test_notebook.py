@@ -21,7 +21,6 @@ SMALL = ("--config.data.embedded_train_documents=200 --config.data.embedded_eval
          "--config.train.global_batch=8 --config.eval.batch_size=8")
 
 
-@pytest.mark.slow  # a Jupyter kernel running four slm_jax command lines
 def test_the_quickstart_notebook_runs_end_to_end(tmp_path, monkeypatch):
   require_shared("syntaxgym")
   require_shared("blimp")

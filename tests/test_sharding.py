@@ -92,7 +92,7 @@ def _child(tmp_path, workdir, fsdp: int, steps: int, overrides: dict | None = No
   return shards, done.stdout
 
 
-@pytest.mark.parametrize("fsdp", [1, 2])
+@pytest.mark.parametrize("fsdp", [1, pytest.param(2, marks=pytest.mark.slow)])  # fsdp 2: slow
 def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
   single = tmp_path / "single"
   reference = trainer.train(small_config("tgnomask_mix_tg", steps=6, **{
@@ -131,6 +131,7 @@ def test_batch_layout_pads_micro_batches_to_the_devices():
     assert layout.padded_rows - rows < layout.micro_rows  # less than one micro-batch of padding
 
 
+@pytest.mark.slow  # another 4-device run; padding rows are checked in CI by test_batch_layout tests
 def test_batch_that_does_not_split_over_four_devices_trains_as_on_one(tmp_path):
   """12 rows in 2 micro-batches of 6 on 4 devices run as 2 micro-batches of 8, 4 rows of
   padding without targets: the same losses as one device."""

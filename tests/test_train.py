@@ -58,6 +58,7 @@ def _main(workdir, steps, every):
               f"--config.train.steps={steps}", f"--config.train.checkpoint_every={every}"]
 
 
+@pytest.mark.slow  # kill -9 and resume, three runs (~60 s idle); exact resume is also checked in CI by the Grain test
 def test_kill_and_resume_reproduces_the_uninterrupted_curve(tmp_path):
   steps = 40
   straight = tmp_path / "straight"

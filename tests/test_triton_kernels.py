@@ -379,6 +379,7 @@ def test_triton_attention_wrapper_matches_xla_attention(wrapper, meta, dtype="fl
   assert_close(got, reference(q, k, v, do, meta, spec), dtype, f"wrapper {dtype}")
 
 
+@pytest.mark.slow  # the default (large) tiles under the CPU interpreter
 @pytest.mark.parametrize("attention,code", [("tg", 1), ("mix(tg_nomask,tg)", -1)])
 def test_default_launch_tiles_each_kernel_its_own_way(wrapper, meta, attention, code):
   """Default `TritonLaunch`: forward, dq and dk/dv each get their own tiles, warps and plan;
@@ -426,6 +427,7 @@ def test_kernels_compile_to_cuda_binaries_for_sm90():
   assert len(out.splitlines()) == 3, out
 
 
+@pytest.mark.slow  # compiles to sm_90 SASS
 def test_default_launch_compiles_to_warpgroup_mma_with_few_register_spills():
   """The default `TritonLaunch` (per-kernel tiles) compiles for sm_90, bf16, head dim 128: no
   local-memory stores in the SASS for one attention type (CODE constexpr), at most a handful in

@@ -35,7 +35,8 @@ def read_column(path: str, row_group: int, column: str,
     raise KeyError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
   kind = pf.schema_arrow.field(column).type
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+  # null: a column with no non-null value (e.g. a file of 0 rows written without a schema)
+  if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
     raise ValueError(f"{path}: column {column!r} holds {kind}, not text (strings); pass the "
                      "column that holds the documents (--text_field / data.parquet_column)")
   columns = [column] + ([id_column] if id_column and id_column in names else [])

@@ -211,8 +211,10 @@ def _write_part(path: pathlib.Path, documents: list[tuple[str, list[str]]], fmt:
     if fmt == "parquet":
       import pyarrow as pa  # pylint: disable=g-import-not-at-top
       import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+      # An explicit schema: a part without documents must still hold string columns.
       table = pa.table({"id": [d for d, _ in documents],
-                        "text": ["\n".join(trees) for _, trees in documents]})
+                        "text": ["\n".join(trees) for _, trees in documents]},
+                       schema=pa.schema([("id", pa.string()), ("text", pa.string())]))
       pq.write_table(table, tmp)
     else:
       with open(tmp, "w", encoding="utf-8") as f:
