@@ -77,9 +77,9 @@ class ArgumentParser(argparse.ArgumentParser):
     return super().add_argument(*spelled, **kwargs)
 
   def error(self, message: str):
-    """Usage errors end like every other error: `error: …` (after the usage line), exit 2."""
-    self.print_usage(sys.stderr)
-    print(f"error: {self.prog}: {message}", file=sys.stderr)
+    """Usage errors end like every other error: one `error: …` line (with the --help hint), exit
+    2 — not argparse's usage block, which for a CLI with many flags buries the message."""
+    print(f"error: {self.prog}: {message} (--help lists the flags)", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
 
 

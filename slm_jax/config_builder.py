@@ -267,7 +267,8 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
           steps=int(steps), global_batch=int(global_batch), log_every=10,
           eval_every=100 if tiny else 1000, checkpoint_every=200 if tiny else 1000,
           seed=0 if tiny else 6198, train_tokens=int(train_tokens),
-          eval_syntax_every=200 if tiny else 1000, eval_syntax_sg_items=1,
+          # live SG/BLiMP metrics: off by default (they need ../shared/data; README)
+          eval_syntax_every=0, eval_syntax_sg_items=1,
           eval_syntax_blimp_pairs=1, eval_syntax_beam=4, eval_syntax_data=""),
       eval=dict(split="validation", batch_size=global_batch if tiny else 16, max_batches=0,
                 proposals=20 if tiny else 300),

@@ -4,7 +4,7 @@
 refuses (`WorkdirError`, naming every differing key and saying "use a new --workdir") when the
 command would continue another run: another configuration, model shape, data source, tokenizer,
 optimizer or seed. Keys that may change on resume are `RESUMABLE_KEYS`: the step budget, logging,
-evaluation and checkpoint cadence, held-out evaluation settings, data worker count and prefetch
+evaluation, live-metric and checkpoint cadence, held-out evaluation settings, data worker count and prefetch
 (a Grain state saved with another worker count is still refused by the data pipeline itself), and
 the multi-host start-up mode and the mesh shape (checkpoints restore onto another mesh).
 
@@ -26,6 +26,9 @@ CONFIG_FILE = "config.json"
 CHECKPOINTS = "checkpoints"
 RESUMABLE_KEYS = frozenset({
     "train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every",
+    # live syntactic metrics read the parameters only: they never change the trajectory
+    "train.eval_syntax_every", "train.eval_syntax_sg_items", "train.eval_syntax_blimp_pairs",
+    "train.eval_syntax_beam", "train.eval_syntax_data",
     "eval.split", "eval.batch_size", "eval.max_batches", "eval.proposals",
     "checkpoint.dir", "checkpoint.max_to_keep", "checkpoint.resume",
     "data.worker_count", "data.prefetch", "model.attention_impl", "mesh.distributed",
