@@ -1,0 +1,748 @@
+"""Layer-wise UUAS structural probe (SPEC §10, last bullet; GTCA seed `001_…`; Hewitt & Manning).
+
+  python -m slm_jax.gtca.probe --workdir=RUN --split=0.8 --out=DIR [--rank=64] [--steps=2000]
+  python -m slm_jax.gtca.probe --hf=FOLDER --train=A.mrg,B.mrg --test=C.mrg --out=DIR
+  python -m slm_jax.gtca.probe plot A/uuas.json B/uuas.json --label=base --label=gtca --out=cmp.png
+
+What it measures. For every layer ℓ (0 = the input embeddings, ℓ ≥ 1 = the residual stream after
+block ℓ, as `Decoder.hidden`'s `observe` hook sees it) a rank-k distance probe B_ℓ ∈ ℝ^{k×D} is
+trained so that d_B(h_i, h_j) = ||B(h_i − h_j)||² matches the gold tree distance between words i and
+j (L1 loss, each sentence's sum over pairs divided by n², Adam). The predicted tree is the minimum
+spanning tree of the predicted distances (Prim); UUAS = gold undirected edges recovered / gold
+edges, summed over the test corpus (micro average, as Hewitt & Manning's reporting code).
+`uuas.json` also holds each layer's Spearman ρ (per sentence over all word pairs, averaged over
+sentences) and the UUAS of the linear-chain baseline (every word attached to its right
+neighbour).
+
+Gold tree: dependencies from the constituency tree by Collins' (1999) head rules. The SPEC asks for
+"the gold tree's unlabeled undirected edges" over *words*, and a constituency tree has no word–word
+edges; leaf-to-leaf path length in the constituency tree is a distance but its minimum spanning
+tree is not unique (all sisters are at distance 2), so UUAS against it is ill-defined. Head-rule
+dependencies are what the probing literature uses for PTB (Hewitt & Manning convert PTB to Stanford
+dependencies), give exactly one tree, and make distances and edges consistent by construction: the
+gold distance is the path length in that dependency tree and the gold edges are its pairs at
+distance 1, which is also the unique MST of the gold distances (a test checks UUAS = 1). Head rules
+read POS tags, so trees are read with their preterminals kept (`read_trees`); a word without a tag
+(skeletal trees) just never matches a tag in the priority lists.
+
+Punctuation: removed from the tree before head finding (words tagged '' , . : `` -LRB- -RRB-, the
+tag set of Hewitt & Manning's evaluation; for untagged words, evalb's punctuation words except # and
+$), so it is neither probed nor part of any gold edge or distance, and a constituent left with only
+punctuation disappears. The model still reads every word, punctuation included: word vectors come
+from the full sentence in context. Sentences with fewer than 2 remaining words have no edge and are
+skipped.
+
+Word vectors: piece-per-word encoding — every word is encoded on its own by the model's tokenizer
+(`Tokenizer.encode_word`, i.e. `" " + word` for BPE bases with PTB escapes undone; for an HF
+checkpoint the same convention through its tokenizer.json), preceded by BOS when the tokenizer has
+one. This is exactly how slm_jax feeds terminal words to its models (no character-offset alignment
+to get wrong), and for byte-level BPE with whitespace pre-tokenization it equals encoding the
+space-joined sentence. A word's vector is the mean of its pieces' states. The decoder runs once per
+batch (rows padded to length buckets, `jax.jit`), all layers collected through `observe`.
+
+Side branch ("backbone vs GTCA"): `word_vectors(..., side=f)` passes a fixed `side(layer, x_BTD)`
+hook to every forward (jitted); `side_for=g` calls `g(batch: ProbeBatch)` once per batch and uses
+the returned hook for that batch (run eagerly, since it closes over per-batch data;
+`batch_size=1` makes it per example). `ProbeBatch` carries the token ids, each token's word index
+and the sentences.
+
+Training runs all layers at once (parameters [L, k, D], one jitted Adam step; Adam is elementwise,
+so this is L independent probes). Each layer's features are divided by their training-set RMS
+before training (the scale is folded back into B, so the probe family is unchanged) so one
+learning rate suits every layer. A fixed number of steps, no early stopping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+from slm_jax import cli, ptb
+from slm_jax.data import inputs
+from slm_jax.kinds import PTB_LABELS
+from slm_jax.trees import Tree
+
+RESULTS_FILE = "uuas.json"
+PLOT_FILE = "uuas.png"
+# Hewitt & Manning's punctuation tags; for untagged words evalb's punctuation words minus # and $
+# (PTB tags those # and $, and they head their phrases: "$ 100").
+PUNCT_TAGS = frozenset(("''", ",", ".", ":", "``", "-LRB-", "-RRB-"))
+_PHRASES = frozenset(PTB_LABELS)
+EDGE_DEFINITION = ("dependencies by Collins (1999) head rules over the constituency tree, "
+                   "punctuation removed; distance = path length in that tree")
+
+
+def _punct_words() -> frozenset:
+  from slm_jax.parser.evalb import PUNCTUATION  # pylint: disable=import-outside-toplevel
+  return PUNCTUATION - {"#", "$"}
+
+
+PUNCT_WORDS = _punct_words()
+
+# --- gold dependency trees ----------------------------------------------------------------------
+
+# Collins (1999) head table (as Stanford's CollinsHeadFinder): label -> (direction, priorities).
+# For each category in order, scan the children in `direction` ("left" = left to right); the first
+# match is the head; when none matches, the first child in that direction.
+HEAD_RULES = {
+    "ADJP": ("left", "NNS QP NN $ ADVP JJ VBN VBG ADJP JJR NP JJS DT FW RBR RBS SBAR RB"),
+    "ADVP": ("right", "RB RBR RBS FW ADVP TO CD JJR JJ IN NP JJS NN"),
+    "CONJP": ("right", "CC RB IN"),
+    "FRAG": ("right", ""),
+    "INTJ": ("left", ""),
+    "LST": ("right", "LS :"),
+    "NAC": ("left", "NN NNS NNP NNPS NP NAC EX $ CD QP PRP VBG JJ JJS JJR ADJP FW"),
+    "PP": ("right", "IN TO VBG VBN RP FW"),
+    "PRN": ("left", ""),
+    "PRT": ("right", "RP"),
+    "QP": ("left", "$ IN NNS NN JJ RB DT CD NCD QP JJR JJS"),
+    "RRC": ("right", "VP NP ADVP ADJP PP"),
+    "S": ("left", "TO IN VP S SBAR ADJP UCP NP"),
+    "SBAR": ("left", "WHNP WHPP WHADVP WHADJP IN DT S SQ SINV SBAR FRAG"),
+    "SBARQ": ("left", "SQ S SINV SBARQ FRAG"),
+    "SINV": ("left", "VBZ VBD VBP VB MD VP S SINV ADJP NP"),
+    "SQ": ("left", "VBZ VBD VBP VB MD VP SQ"),
+    "UCP": ("right", ""),
+    "VP": ("left", "TO VBD VBN MD VBZ VB VBG VBP VP ADJP NN NNS NP"),
+    "WHADJP": ("left", "CC WRB JJ ADJP"),
+    "WHADVP": ("right", "CC WRB"),
+    "WHNP": ("left", "WDT WP WP$ WHADJP WHPP WHNP"),
+    "WHPP": ("right", "IN TO FW"),
+    "X": ("right", ""),
+}
+# Collins' NP rule (also for NX): (categories as a set, direction) tried in turn.
+NP_RULES = (("NN NNP NNPS NNS NX POS JJR", "right"), ("NP", "left"), ("$ ADJP PRN", "right"),
+            ("CD", "right"), ("JJ JJS RB QP", "right"))
+
+
+def _order(n: int, direction: str) -> range:
+  return range(n) if direction == "left" else range(n - 1, -1, -1)
+
+
+def head_child(label: str, categories: Sequence[str | None]) -> int:
+  """Index of the head among children with these categories (phrase label, POS tag, or None for an
+  untagged word) of a `label` node, by Collins' head rules (`HEAD_RULES`, `NP_RULES`)."""
+  n = len(categories)
+  if label in ("NP", "NX"):
+    if categories[-1] == "POS":
+      return n - 1
+    for members, direction in NP_RULES:
+      wanted = set(members.split())
+      for k in _order(n, direction):
+        if categories[k] in wanted:
+          return k
+    return n - 1
+  direction, priorities = HEAD_RULES.get(label, ("left", ""))
+  for category in priorities.split():
+    for k in _order(n, direction):
+      if categories[k] == category:
+        return k
+  return _order(n, direction)[0]
+
+
+def _is_preterminal(node: Tree) -> bool:
+  return (len(node.children) == 1 and isinstance(node.children[0], str)
+          and node.label not in _PHRASES)
+
+
+def is_punctuation(word: str, tag: str | None) -> bool:
+  return tag in PUNCT_TAGS if tag is not None else word in PUNCT_WORDS
+
+
+def tree_dependencies(tree: Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
+  """(every leaf word, indices of the non-punctuation words among them [n], head of each of those
+  among the n (-1 = the root) [n]) of a constituency tree, by `head_child`, punctuation removed
+  first (module docstring). A POS preterminal's label is its word's tag."""
+  words: list[str] = []
+  kept: list[int] = []
+  heads: list[int] = []
+
+  def visit(node) -> tuple[int | None, str | None]:  # (kept index of the head word, category)
+    if isinstance(node, str) or _is_preterminal(node):
+      word, tag = (node, None) if isinstance(node, str) else (node.children[0], node.label)
+      words.append(word)
+      if is_punctuation(word, tag):
+        return None, None
+      kept.append(len(words) - 1)
+      heads.append(-1)
+      return len(kept) - 1, tag
+    found = [visit(child) for child in node.children]
+    found = [(h, category) for h, category in found if h is not None]
+    if not found:
+      return None, None
+    head = found[head_child(node.label, [category for _, category in found])][0]
+    for h, _ in found:
+      if h != head:
+        heads[h] = head
+    return head, node.label
+
+  visit(tree)
+  return words, np.asarray(kept, np.int32), np.asarray(heads, np.int32)
+
+
+def tree_distances(heads_N: np.ndarray) -> np.ndarray:
+  """Path lengths [n, n] (int32) in the tree given by `heads_N` (-1 = root): depth_i + depth_j −
+  2·depth(lca), from the ancestor-or-self matrix (common ancestors = depth(lca) + 1)."""
+  heads_N = np.asarray(heads_N, np.int64)
+  n = len(heads_N)
+  if n == 0:
+    return np.zeros((0, 0), np.int32)
+  if (heads_N == -1).sum() != 1 or ((heads_N < -1) | (heads_N >= n)).any():
+    raise ValueError(f"tree_distances: heads {heads_N.tolist()} need exactly one root (-1) and "
+                     f"every head in [0, {n})")
+  ancestors_NN = np.zeros((n, n), np.int32)
+  rows, current = np.arange(n), np.arange(n)
+  for _ in range(n):
+    live = current >= 0
+    if not live.any():
+      break
+    ancestors_NN[rows[live], current[live]] = 1
+    current = np.where(live, heads_N[np.maximum(current, 0)], -1)
+  else:
+    if (current >= 0).any():
+      raise ValueError(f"tree_distances: heads {heads_N.tolist()} contain a cycle")
+  depth_N = ancestors_NN.sum(1) - 1
+  common_NN = ancestors_NN @ ancestors_NN.T
+  return (depth_N[:, None] + depth_N[None, :] - 2 * (common_NN - 1)).astype(np.int32)
+
+
+def tree_edges(heads_N: np.ndarray) -> set[tuple[int, int]]:
+  """The undirected edges (i < j) of the tree `heads_N`."""
+  return {(min(i, int(h)), max(i, int(h))) for i, h in enumerate(heads_N) if h >= 0}
+
+
+def min_spanning_tree(d_NN: np.ndarray) -> set[tuple[int, int]]:
+  """Edges (i < j) of the minimum spanning tree of the symmetric distances `d_NN` (Prim, O(n²);
+  ties go to the lowest index)."""
+  d_NN = np.asarray(d_NN, np.float64)
+  n = d_NN.shape[0]
+  edges: set[tuple[int, int]] = set()
+  if n < 2:
+    return edges
+  in_tree = np.zeros(n, bool)
+  in_tree[0] = True
+  best_N, parent_N = d_NN[0].copy(), np.zeros(n, np.int64)
+  for _ in range(n - 1):
+    j = int(np.argmin(np.where(in_tree, np.inf, best_N)))
+    edges.add((min(j, int(parent_N[j])), max(j, int(parent_N[j]))))
+    in_tree[j] = True
+    closer = d_NN[j] < best_N
+    best_N, parent_N = np.where(closer, d_NN[j], best_N), np.where(closer, j, parent_N)
+  return edges
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+  """One probed sentence: the model reads `words`; the n non-punctuation words `kept` are probed."""
+
+  words: tuple[str, ...]  # every leaf, the model's input
+  kept: np.ndarray        # int32 [n]: indices into words of the probed words
+  heads: np.ndarray       # int32 [n]: gold head among the kept (-1 = root)
+  distances: np.ndarray   # int32 [n, n]: gold tree distances
+  tree: Tree | None = None
+
+  @property
+  def n(self) -> int:
+    return len(self.kept)
+
+
+def sentence(tree: Tree) -> Sentence:
+  words, kept, heads = tree_dependencies(tree)
+  return Sentence(tuple(words), kept, heads, tree_distances(heads), tree)
+
+
+def sentences_from_trees(trees: Iterable[Tree], max_words: int | None = None) -> list[Sentence]:
+  """The probed sentences of `trees`: those with ≥ 2 non-punctuation words (and at most
+  `max_words` words in all, when given)."""
+  out = []
+  for tree in trees:
+    s = sentence(tree)
+    if s.n >= 2 and (max_words is None or len(s.words) <= max_words):
+      out.append(s)
+  return out
+
+
+# Trees keep their POS layer (head rules read tags); the rest of SPEC §1 normalization applies.
+TREE_OPTIONS = ptb.NormalizeOptions(drop_preterminals=False)
+
+
+def read_trees(paths: Iterable[str | pathlib.Path]) -> list[Tree]:
+  """Every tree of these PTB files/folders, in file order, POS preterminals kept."""
+  return [doc[0] for doc in ptb.read_documents(list(paths), sentences=True,
+                                                normalize=TREE_OPTIONS)]
+
+
+# --- word vectors -------------------------------------------------------------------------------
+
+
+class ProbeBatch(NamedTuple):
+  """What a per-batch side hook (`side_for`) is given."""
+
+  tokens_BT: np.ndarray      # int32 token ids (padding 0)
+  word_index_BT: np.ndarray  # int32: each token's index in its sentence's `words` (-1: BOS/pad)
+  sentences: list[Sentence]  # the batch's rows (padding rows are not listed)
+
+
+LayerSide = Callable  # side(layer, x_BTD) -> delta_BTD (slm_jax.model.decoder)
+
+
+def encode(s: Sentence, encode_word: Callable[[str], Sequence[int]],
+           bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+  """(token ids [T], word index of each token [T], -1 for BOS): piece-per-word encoding."""
+  ids, index = ([bos_id], [-1]) if bos_id is not None else ([], [])
+  for w, word in enumerate(s.words):
+    pieces = list(encode_word(word))
+    if not pieces:
+      raise ValueError(f"word {w} {word!r} of sentence {' '.join(s.words)[:80]!r} encodes to no "
+                       "pieces")
+    ids.extend(pieces)
+    index.extend([w] * len(pieces))
+  return np.asarray(ids, np.int32), np.asarray(index, np.int32)
+
+
+def _forward(graphdef, layers: tuple[int, ...]):
+  """states [L, B, W, D] (float32) of the chosen layers, averaged per kept word (avg_BWT)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+
+  def run(state, tokens_BT, meta, avg_BWT, side):
+    model = nnx.merge(graphdef, state)
+    x_BTD = model.embed(tokens_BT)
+    states = [x_BTD]
+    model.hidden(x_BTD, meta, side=side, observe=lambda layer, x: states.append(x))
+    h_LBTD = jnp.stack([states[layer] for layer in layers]).astype(jnp.float32)
+    used_BT = avg_BWT.sum(1) > 0  # padding states never reach a word, not even as 0 · NaN
+    h_LBTD = jnp.where(used_BT[None, :, :, None], h_LBTD, 0.0)
+    return jnp.einsum("bwt,lbtd->lbwd", avg_BWT, h_LBTD)
+  return run
+
+
+def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[str], Sequence[int]],
+                 bos_id: int | None = None, *, layers: Sequence[int] | None = None,
+                 batch_size: int = 16, side: LayerSide | None = None,
+                 side_for: Callable[[ProbeBatch], LayerSide] | None = None,
+                 log: Callable[[str], None] | None = None) -> np.ndarray:
+  """float32 [L, M, D]: the kept words' vectors (mean of their pieces' states) of every sentence,
+  concatenated in order (M = Σ n; `offsets(sentences)` locates each sentence), for `layers`
+  (default all: 0 = embeddings, ℓ = after block ℓ). `side` / `side_for`: module docstring."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from slm_jax.buckets import bucket  # pylint: disable=import-outside-toplevel
+  from slm_jax.hf.scoring import plain_rows  # pylint: disable=import-outside-toplevel
+  if side is not None and side_for is not None:
+    raise ValueError("word_vectors: give side or side_for, not both")
+  n_layers = model.config.n_layers
+  layers = tuple(range(n_layers + 1)) if layers is None else tuple(int(l) for l in layers)
+  if not layers or min(layers) < 0 or max(layers) > n_layers:
+    raise ValueError(f"layers {list(layers)} must be in [0, {n_layers}] (0 = embeddings)")
+  encoded = [encode(s, encode_word, bos_id) for s in sentences]
+  vocab = model.config.vocab_size
+  for i, (ids, _) in enumerate(encoded):
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+      raise ValueError(f"sentence {i}: token id outside the model's vocabulary [0, {vocab})")
+  start_M = offsets(sentences)
+  out = np.zeros((len(layers), int(start_M[-1]), model.config.d_model), np.float32)
+  graphdef, state = nnx.split(model)
+  run = _forward(graphdef, layers)
+  jitted = jax.jit(lambda st, t, m, a: run(st, t, m, a, side))
+  order = sorted(range(len(sentences)), key=lambda i: len(encoded[i][0]))
+  batches = range(0, len(order), batch_size)
+  for number, begin in enumerate(batches):
+    chunk = order[begin:begin + batch_size]
+    width = bucket(max(len(encoded[i][0]) for i in chunk), 16)
+    rows = bucket(len(chunk), 1, batch_size)
+    words = bucket(max(sentences[i].n for i in chunk), 8)
+    tokens, meta = plain_rows([encoded[i][0] for i in chunk], width, rows)
+    word_index = np.full((rows, width), -1, np.int32)
+    avg_BWT = np.zeros((rows, words, width), np.float32)
+    for r, i in enumerate(chunk):
+      index_T = encoded[i][1]
+      word_index[r, :len(index_T)] = index_T
+      hit_NT = sentences[i].kept[:, None] == word_index[r][None, :]
+      avg_BWT[r, :sentences[i].n] = hit_NT / hit_NT.sum(1, keepdims=True)
+    args = (jnp.asarray(tokens), jax.tree.map(jnp.asarray, meta), jnp.asarray(avg_BWT))
+    if side_for is None:
+      h_LBWD = jitted(state, *args)
+    else:  # a per-batch hook closes over this batch's data: run eagerly
+      h_LBWD = run(state, *args, side_for(ProbeBatch(tokens, word_index,
+                                                     [sentences[i] for i in chunk])))
+    h_LBWD = np.asarray(h_LBWD)
+    for r, i in enumerate(chunk):
+      out[:, start_M[i]:start_M[i + 1]] = h_LBWD[:, r, :sentences[i].n]
+    if log is not None and (number + 1 == len(batches) or (number + 1) % 20 == 0):
+      log(f"features: batch {number + 1}/{len(batches)}")
+  return out
+
+
+def offsets(sentences: Sequence[Sentence]) -> np.ndarray:
+  """[N + 1] start of each sentence's words in a [L, M, D] feature array (last = M)."""
+  return np.concatenate([[0], np.cumsum([s.n for s in sentences])]).astype(np.int64)
+
+
+# --- the probe ----------------------------------------------------------------------------------
+
+
+def _batch(sentences: Sequence[Sentence], start_M: np.ndarray, chosen: Sequence[int]):
+  """(word rows idx_BW into M, mask_BW, gold d_BWW, n_B) of these sentences, W a bucket."""
+  from slm_jax.buckets import bucket  # pylint: disable=import-outside-toplevel
+  width = bucket(max(sentences[i].n for i in chosen), 8)
+  idx_BW = np.zeros((len(chosen), width), np.int32)
+  mask_BW = np.zeros((len(chosen), width), np.float32)
+  d_BWW = np.zeros((len(chosen), width, width), np.float32)
+  for r, i in enumerate(chosen):
+    n = sentences[i].n
+    idx_BW[r, :n] = np.arange(start_M[i], start_M[i] + n)
+    mask_BW[r, :n] = 1
+    d_BWW[r, :n, :n] = sentences[i].distances
+  return idx_BW, mask_BW, d_BWW, mask_BW.sum(1)
+
+
+def _squared_distances(p_LBWK):
+  """||p_i − p_j||² [L, B, W, W] without materializing the differences."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  norm_LBW = jnp.sum(p_LBWK * p_LBWK, -1)
+  gram = jnp.einsum("lbwk,lbvk->lbwv", p_LBWK, p_LBWK)
+  return norm_LBW[..., :, None] + norm_LBW[..., None, :] - 2 * gram
+
+
+def probe_loss(B_LKD, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
+  """Per-layer L1 loss [L]: mean over sentences of Σ_ij |d_B − d_gold| / n² (Hewitt & Manning)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  p_LBWK = jnp.einsum("lbwd,lkd->lbwk", h_LMD[:, idx_BW], B_LKD)
+  error_LBWW = jnp.abs(_squared_distances(p_LBWK) - d_BWW) * (mask_BW[:, :, None]
+                                                             * mask_BW[:, None, :])
+  return jnp.mean(error_LBWW.sum((-1, -2)) / (n_B * n_B), axis=-1)
+
+
+def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int = 64,
+                 steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
+                 seed: int = 0, log: Callable[[str], None] | None = None,
+                 log_every: int = 200) -> tuple[np.ndarray, list[float]]:
+  """(B [L, rank, D] for raw features, final per-layer training loss) of one distance probe per
+  layer, trained on `sentences` (whose features `h_LMD` are, in order); epochs of shuffled
+  batches."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  if not sentences:
+    raise ValueError("train_probes: no training sentences")
+  start_M = offsets(sentences)
+  if h_LMD.shape[1] != start_M[-1]:
+    raise ValueError(f"train_probes: features hold {h_LMD.shape[1]} words, the sentences "
+                     f"{start_M[-1]}")
+  n_layers, _, dim = h_LMD.shape
+  scale_L = 1.0 / np.maximum(np.sqrt(np.mean(np.square(h_LMD - h_LMD.mean(1, keepdims=True)),
+                                             axis=(1, 2))), 1e-12)
+  h_device = jnp.asarray(h_LMD * scale_L[:, None, None].astype(np.float32))
+  rng = np.random.default_rng(seed)
+  # Unit-variance coordinates: ||h_i − h_j||² ≈ 2D, so this init starts d_B near 2 (gold
+  # distances are a few edges) rather than orders of magnitude off.
+  B_LKD = jnp.asarray(rng.normal(0, 1 / np.sqrt(rank * dim), (n_layers, rank, dim)),
+                      jnp.float32)
+  tx = optax.adam(learning_rate)
+  opt_state = tx.init(B_LKD)
+
+  @jax.jit  # the features are an argument: a closed-over array would be baked into the program
+  def step(B_LKD, opt_state, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
+    def total(B):
+      losses_L = probe_loss(B, h_LMD, idx_BW, mask_BW, d_BWW, n_B)
+      return losses_L.sum(), losses_L
+    (_, losses_L), grad = jax.value_and_grad(total, has_aux=True)(B_LKD)
+    updates, opt_state = tx.update(grad, opt_state, B_LKD)
+    return optax.apply_updates(B_LKD, updates), opt_state, losses_L
+
+  order, cursor = rng.permutation(len(sentences)), 0
+  batch_size = min(batch_size, len(sentences))
+  running_L, seen = np.zeros(n_layers), 0
+  last = [float("nan")] * n_layers
+  started = time.time()
+  for number in range(1, steps + 1):
+    if cursor + batch_size > len(order):
+      order, cursor = rng.permutation(len(sentences)), 0
+    chosen = order[cursor:cursor + batch_size]
+    cursor += batch_size
+    B_LKD, opt_state, losses_L = step(B_LKD, opt_state, h_device, *map(jnp.asarray, _batch(
+        sentences, start_M, chosen)))
+    running_L, seen = running_L + np.asarray(losses_L), seen + 1
+    if number % log_every == 0 or number == steps:
+      last = (running_L / seen).tolist()
+      if log is not None:
+        per_layer = " ".join(f"{v:.3f}" for v in last)
+        log(f"probe step {number}/{steps} ({time.time() - started:.0f}s): loss by layer "
+            f"[{per_layer}]")
+      running_L, seen = np.zeros(n_layers), 0
+  return np.asarray(B_LKD) * scale_L[:, None, None], last
+
+
+def predicted_distances(B_LKD: np.ndarray, h_LMD: np.ndarray,
+                        sentences: Sequence[Sentence]) -> list[list[np.ndarray]]:
+  """[layer][sentence] → predicted squared distances [n, n] (float64)."""
+  p_LMK = np.einsum("lmd,lkd->lmk", h_LMD.astype(np.float64), B_LKD.astype(np.float64))
+  start_M = offsets(sentences)
+  out = []
+  for p_MK in p_LMK:
+    layer = []
+    for i in range(len(sentences)):
+      p_NK = p_MK[start_M[i]:start_M[i + 1]]
+      diff_NNK = p_NK[:, None, :] - p_NK[None, :, :]
+      layer.append(np.einsum("ijk,ijk->ij", diff_NNK, diff_NNK))
+    out.append(layer)
+  return out
+
+
+def uuas(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+  """Gold edges recovered by the MST of `distances` / gold edges, over all sentences."""
+  found = sum(len(min_spanning_tree(d) & tree_edges(s.heads)) for d, s in zip(distances, sentences))
+  total = sum(s.n - 1 for s in sentences)
+  return found / total if total else float("nan")
+
+
+def linear_baseline_uuas(sentences: Sequence[Sentence]) -> float:
+  """UUAS of the chain attaching every probed word to the next one."""
+  found = sum(len({(i, i + 1) for i in range(s.n - 1)} & tree_edges(s.heads)) for s in sentences)
+  return found / max(1, sum(s.n - 1 for s in sentences))
+
+
+def spearman(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+  """Mean over sentences (≥ 3 probed words) of Spearman ρ between predicted and gold distances over
+  all word pairs i < j (a simplification of Hewitt & Manning's per-word DSpr.); constant
+  predictions count as ρ = 0."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  values = []
+  for d, s in zip(distances, sentences):
+    if s.n < 3:
+      continue
+    upper = np.triu_indices(s.n, 1)
+    if np.ptp(d[upper]) == 0:  # constant predictions (e.g. all words <unk>) carry no order
+      values.append(0.0)
+      continue
+    values.append(float(stats.spearmanr(d[upper], s.distances[upper]).statistic))
+  return float(np.mean(values)) if values else float("nan")
+
+
+def evaluate(B_LKD: np.ndarray, h_LMD: np.ndarray,
+             sentences: Sequence[Sentence]) -> tuple[list[float], list[float]]:
+  """(UUAS per layer, Spearman per layer) of trained probes on test features."""
+  per_layer = predicted_distances(B_LKD, h_LMD, sentences)
+  return ([uuas(d, sentences) for d in per_layer], [spearman(d, sentences) for d in per_layer])
+
+
+# --- plot ---------------------------------------------------------------------------------------
+
+
+def plot(results: Sequence[tuple[str, dict]], out: str | pathlib.Path) -> None:
+  """UUAS by layer, one line per (label, uuas.json contents); the linear baseline dashed."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.ticker  # pylint: disable=import-outside-toplevel,unused-import
+  figure, axis = plt.subplots(figsize=(6.5, 4.5))
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  for index, (label, result) in enumerate(results):
+    color = colors[index % len(colors)]
+    axis.plot(result["layers"], result["uuas"], "-", marker=".", color=color, label=label)
+    if result.get("linear_baseline_uuas") is not None:
+      axis.axhline(result["linear_baseline_uuas"], linestyle="--", color=color, alpha=0.5,
+                   label=f"{label}: linear baseline")
+  axis.set(title="structural probe: UUAS by layer", xlabel="layer (0 = embeddings)",
+           ylabel="UUAS")
+  axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+  axis.grid(alpha=0.3)
+  axis.legend(fontsize=7)
+  figure.tight_layout()
+  figure.savefig(out, dpi=110)
+  plt.close(figure)
+
+
+def read_results(path: str | pathlib.Path) -> dict:
+  path = pathlib.Path(path)
+  try:
+    result = json.loads(path.read_text())
+  except FileNotFoundError:
+    raise cli.CliError(f"{path}: no such file (a probe's {RESULTS_FILE})") from None
+  except json.JSONDecodeError as error:
+    raise cli.CliError(f"{path}: not valid JSON ({error})") from None
+  if not isinstance(result, dict) or not {"layers", "uuas"} <= result.keys():
+    raise cli.CliError(f"{path}: not a probe result (needs 'layers' and 'uuas')")
+  return result
+
+
+def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int | None,
+                train: Sequence[Sentence], test: Sequence[Sentence], out: str | pathlib.Path, *,
+                layers: Sequence[int] | None = None, label: str = "model", rank: int = 64,
+                steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
+                forward_batch: int = 16, seed: int = 0, side: LayerSide | None = None,
+                side_for: Callable[[ProbeBatch], LayerSide] | None = None,
+                log: Callable[[str], None] | None = None, extra: dict | None = None) -> dict:
+  """The whole probe of one model: features of `train`/`test`, one probe per layer, UUAS and
+  Spearman on `test`; writes `out/uuas.json` and `out/uuas.png` and returns the result."""
+  log = log or (lambda line: None)
+  n_layers = model.config.n_layers
+  layer_ids = list(range(n_layers + 1)) if layers is None else [int(l) for l in layers]
+  log(f"probe {label}: {len(train)} train / {len(test)} test sentences "
+      f"({sum(s.n for s in train)} / {sum(s.n for s in test)} probed words), "
+      f"{n_layers} blocks, D={model.config.d_model}, layers {layer_ids}")
+  features = dict(layers=layer_ids, batch_size=forward_batch, side=side, side_for=side_for,
+                  log=log)
+  h_train = word_vectors(model, train, encode_word, bos_id, **features)
+  h_test = word_vectors(model, test, encode_word, bos_id, **features)
+  B_LKD, train_loss = train_probes(h_train, train, rank=rank, steps=steps, batch_size=batch_size,
+                                   learning_rate=learning_rate, seed=seed, log=log,
+                                   log_every=max(1, min(200, steps)))
+  scores, rhos = evaluate(B_LKD, h_test, test)
+  result = {
+      "label": label, **(extra or {}), "layers": layer_ids, "uuas": scores, "spearman": rhos,
+      "train_loss": train_loss, "linear_baseline_uuas": linear_baseline_uuas(test),
+      "train_sentences": len(train), "test_sentences": len(test),
+      "test_edges": sum(s.n - 1 for s in test), "rank": rank, "steps": steps,
+      "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
+      "side": None if side is None and side_for is None else "side" if side else "side_for",
+      "edges": EDGE_DEFINITION, "punctuation": "excluded (not probed, not in gold edges)",
+  }
+  out = pathlib.Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / RESULTS_FILE).write_text(json.dumps(result, indent=1) + "\n")
+  plot([(label, result)], out / PLOT_FILE)
+  for layer, score, rho in zip(layer_ids, scores, rhos):
+    log(f"layer {layer}{' (embeddings)' if layer == 0 else ''}: UUAS {score:.3f} "
+        f"spearman {rho:.3f}")
+  log(f"linear baseline UUAS {result['linear_baseline_uuas']:.3f}; wrote {out / RESULTS_FILE}, "
+      f"{out / PLOT_FILE}")
+  return result
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def _files(values: Sequence[str] | None) -> list[str]:
+  return [part for value in values or () for part in value.split(",") if part]
+
+
+def _parser() -> cli.ArgumentParser:
+  parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.probe", description=__doc__)
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--workdir", help="an slm_jax training run")
+  source.add_argument("--hf", help="a Hugging Face checkpoint folder (safetensors, tokenizer.json)")
+  parser.add_argument("--train", action="append", help="PTB files/folders to train on (repeat or "
+                      "comma-separate)")
+  parser.add_argument("--test", action="append", help="PTB files/folders to evaluate on")
+  parser.add_argument("--split", type=float, help="instead of --train/--test: this fraction of "
+                      "--data's files (sorted) trains, the rest tests")
+  parser.add_argument("--data", help="PTB files for --split (default ../shared/data/ptb_sample)")
+  parser.add_argument("--out", required=True, help=f"folder for {RESULTS_FILE} and {PLOT_FILE}")
+  parser.add_argument("--label", help="the run's name in the plot (default: the model folder's)")
+  parser.add_argument("--rank", type=int, default=64)
+  parser.add_argument("--steps", type=int, default=2000)
+  parser.add_argument("--batch_size", type=int, default=32, help="sentences per probe step")
+  parser.add_argument("--learning_rate", type=float, default=1e-3)
+  parser.add_argument("--forward_batch", type=int, default=16, help="sentences per model forward")
+  parser.add_argument("--max_train", type=int, help="a random subset of this many train sentences")
+  parser.add_argument("--max_test", type=int, help="a random subset of this many test sentences")
+  parser.add_argument("--max_words", type=int, help="skip sentences longer than this")
+  parser.add_argument("--layers", help="comma-separated layers (default all; 0 = embeddings)")
+  parser.add_argument("--seed", type=int, default=0)
+  return parser
+
+
+def _plot_parser() -> cli.ArgumentParser:
+  parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.probe plot",
+                              description="UUAS by layer of several probe results on one plot.")
+  parser.add_argument("results", nargs="+", help=f"{RESULTS_FILE} files")
+  parser.add_argument("--label", action="append", help="one per result (default: its label)")
+  parser.add_argument("--out", required=True, help="the picture (.png, .pdf, .svg)")
+  return parser
+
+
+def _subset(items: list, limit: int | None, rng: np.random.Generator) -> list:
+  if limit is None or limit >= len(items):
+    return items
+  return [items[i] for i in sorted(rng.choice(len(items), limit, replace=False))]
+
+
+def _split_files(args) -> tuple[list[str], list[str]]:
+  if args.split is not None:
+    if args.train or args.test:
+      raise cli.CliError("give --split or --train/--test, not both")
+    if not 0 < args.split < 1:
+      raise cli.CliError(f"--split must be in (0, 1), got {args.split}")
+    data = _files([args.data]) if args.data else [str(cli.shared_data("ptb_sample", "--data"))]
+    files = [str(p) for p, _ in inputs.discover(data, inputs.ptb_files(ptb.DEFAULT_PATTERNS))]
+    cut = int(round(args.split * len(files)))
+    if not 0 < cut < len(files):
+      raise cli.CliError(f"--split={args.split} of {len(files)} files under {data} leaves a side "
+                         "empty")
+    return files[:cut], files[cut:]
+  if not args.train or not args.test:
+    raise cli.CliError("give --train=FILES and --test=FILES, or --split=FRACTION")
+  return _files(args.train), _files(args.test)
+
+
+def _load(args):
+  """(model, encode_word, bos_id, name)."""
+  if args.workdir:
+    from slm_jax.train.loading import load_run  # pylint: disable=import-outside-toplevel
+    run = load_run(args.workdir)
+    return run.model, run.tokenizer.encode_word, run.tokenizer.bos_id, pathlib.Path(
+        args.workdir).name
+  from slm_jax.hf.load import load_model  # pylint: disable=import-outside-toplevel
+  from slm_jax.hf.tokenizer import CheckpointTokenizer  # pylint: disable=import-outside-toplevel
+  from slm_jax.tokenizer_bases import ptb_unescape  # pylint: disable=import-outside-toplevel
+  tokenizer = CheckpointTokenizer(args.hf)
+  model = load_model(args.hf, compute_dtype="float32")
+  return (model, lambda word: tokenizer.encode(" " + ptb_unescape(word)), tokenizer.bos_id,
+          pathlib.Path(args.hf).name)
+
+
+def _main(argv: list[str] | None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  if argv and argv[0] == "plot":
+    return _plot_main(argv[1:])
+  args = _parser().parse_args(argv)
+  log = lambda line: print(line, flush=True)
+  if args.rank < 1 or args.steps < 1 or args.batch_size < 1 or args.forward_batch < 1:
+    raise cli.CliError("--rank, --steps, --batch_size and --forward_batch must be >= 1")
+  train_files, test_files = _split_files(args)
+  rng = np.random.default_rng(args.seed)
+  train = _subset(sentences_from_trees(read_trees(train_files), args.max_words), args.max_train,
+                  rng)
+  test = _subset(sentences_from_trees(read_trees(test_files), args.max_words), args.max_test, rng)
+  if not train or not test:
+    raise cli.CliError(f"no probed sentences (≥ 2 non-punctuation words) in the "
+                       f"{'training' if not train else 'test'} files")
+  model, encode_word, bos_id, name = _load(args)
+  layers = (None if args.layers is None
+            else [int(part) for part in args.layers.split(",") if part.strip()])
+  probe_model(model, encode_word, bos_id, train, test, args.out, layers=layers,
+              label=args.label or name, rank=args.rank, steps=args.steps,
+              batch_size=args.batch_size, learning_rate=args.learning_rate,
+              forward_batch=args.forward_batch, seed=args.seed, log=log,
+              extra={"model": args.workdir or args.hf, "train_files": len(train_files),
+                     "test_files": len(test_files)})
+  return cli.EXIT_OK
+
+
+def _plot_main(argv: list[str]) -> int:
+  args = _plot_parser().parse_args(argv)
+  if args.label and len(args.label) != len(args.results):
+    raise cli.CliError(f"{len(args.label)} --label for {len(args.results)} results")
+  results = [read_results(path) for path in args.results]
+  labels = args.label or [r.get("label") or pathlib.Path(p).parent.name
+                          for r, p in zip(results, args.results)]
+  plot(list(zip(labels, results)), args.out)
+  print(f"wrote {args.out}: {', '.join(labels)}")
+  return cli.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_main, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

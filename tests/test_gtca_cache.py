@@ -1,0 +1,200 @@
+"""The GTCA parse cache: key, miss, stale identity, and the builder CLI (given trees, shards,
+resume, merge)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from slm_jax import cli
+from slm_jax.gtca import cache as gcache
+from slm_jax.gtca import prompts, spans
+from slm_jax.ptb import parse_trees
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from tests.test_gtca_spans import QUESTION, QUESTION_TREE, tiny_tokenizer  # noqa: E402
+
+IDENTITY = {"tokenizer": "sha256:aaa", "parser": "given"}
+
+
+def test_cache_key_is_sha256_of_little_endian_uint32():
+  ids = [0, 1, 255, 256, 65535, 70000, 2**32 - 1]
+  expected = hashlib.sha256(struct.pack("<%dI" % len(ids), *ids)).hexdigest()
+  assert gcache.cache_key(ids) == expected
+  assert gcache.cache_key(np.asarray(ids, np.int64)) == expected
+  assert gcache.cache_key(np.asarray(ids, ">u4")) == expected  # byte order of the input ignored
+  assert gcache.cache_key([]) == hashlib.sha256(b"").hexdigest()
+  assert gcache.cache_key([1, 2]) != gcache.cache_key([2, 1])
+  with pytest.raises(ValueError, match="token ids"):
+    gcache.cache_key([1, -2])
+  with pytest.raises(ValueError, match="token ids"):
+    gcache.cache_key([[1, 2]])
+
+
+def small_tree(n: int) -> spans.SpanTree:
+  return spans.SpanTree(spans.SpanNode(spans.ROOT, 0, n, (spans.SpanNode("a", 0, n),)), n,
+                        ((0, 1),))
+
+
+def test_get_put_and_a_miss_names_the_example(tmp_path):
+  path = tmp_path / "c.sqlite"
+  with gcache.ParseCache(path, IDENTITY, writable=True) as cache:
+    cache.put_many([(gcache.cache_key([5, 6, 7]), small_tree(3))])
+    assert len(cache) == 1
+  with gcache.ParseCache(path, {"tokenizer": IDENTITY["tokenizer"]}) as cache:
+    assert cache.get([5, 6, 7], example="ex-1") == small_tree(3)
+    assert cache.meta["parser"] == "given"
+    with pytest.raises(gcache.CacheMissError, match="example ex-2 .*3 tokens"):
+      cache.get([5, 6, 8], example="ex-2")
+  with pytest.raises(FileNotFoundError, match="not found"):
+    gcache.ParseCache(tmp_path / "none.sqlite", IDENTITY)
+
+
+def test_a_cache_from_another_tokenizer_is_refused(tmp_path):
+  path = tmp_path / "c.sqlite"
+  gcache.ParseCache(path, IDENTITY, writable=True).close()
+  with pytest.raises(gcache.StaleCacheError, match="tokenizer 'sha256:aaa', not 'sha256:bbb'"):
+    gcache.ParseCache(path, {"tokenizer": "sha256:bbb"})
+  with pytest.raises(gcache.StaleCacheError, match="parser"):
+    gcache.ParseCache(path, {**IDENTITY, "parser": "gum sha256:123"}, writable=True)
+  (tmp_path / "junk.sqlite").write_bytes(b"not sqlite at all, " * 100)
+  with pytest.raises(ValueError, match="not a GTCA span cache"):
+    gcache.ParseCache(tmp_path / "junk.sqlite", IDENTITY)
+
+
+def test_tokenizer_identity_is_stable_and_distinguishes_tokenizers(tmp_path):
+  tok = tiny_tokenizer()
+  tok.save(str(tmp_path / "tokenizer.json"))
+  loaded = prompts.TextTokenizer.load(tmp_path / "tokenizer.json")
+  assert loaded.identity == prompts.TextTokenizer(tok).identity
+  assert prompts.TextTokenizer(tiny_tokenizer(280)).identity != loaded.identity
+
+
+# ---- the builder CLI ---------------------------------------------------------------------------
+
+RECORDS = [
+    {"id": "m1", "question": QUESTION, "options": ["cats", "dogs"], "answer": "A",
+     "tree": QUESTION_TREE},
+    {"id": "m2", "context": "Cats hunt.", "question": "Which animals chase mice?",
+     "options": ["cats", "dogs"], "tree": "(S (NP Cats) (VP hunt) .) "
+                                          "(SBARQ (WHNP Which animals) (SQ (VP chase mice)) ?)"},
+    {"id": "s1", "sentence": "The cats chase the mice.",
+     "tree": "(S (NP The cats) (VP chase (NP the mice)) .)"},
+    {"id": "bad-empty", "question": "", "options": ["a"], "tree": "(S a)"},
+    {"id": "bad-tree", "sentence": "Dogs bark.", "tree": "(S Cats meow .)"},
+    {"id": "dup", "sentence": "The cats chase the mice.",
+     "tree": "(S (NP The cats) (VP chase (NP the mice)) .)"},
+]
+
+
+@pytest.fixture()
+def setup(tmp_path):
+  tokenizer_path = tmp_path / "tokenizer.json"
+  tiny_tokenizer().save(str(tokenizer_path))
+  data = tmp_path / "data.jsonl"
+  data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS) + "{not json\n")
+  return tmp_path, tokenizer_path, data
+
+
+def run_cli(capsys, *argv):
+  code = cli.run(gcache.main, list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def test_cli_builds_resumes_and_counts(setup, capsys):
+  tmp_path, tokenizer_path, data = setup
+  out = tmp_path / "cache.sqlite"
+  args = (f"--data={data}", f"--backbone={tokenizer_path}", f"--out={out}")
+  code, stdout, stderr = run_cli(capsys, *args)
+  assert code == cli.EXIT_INCOMPLETE  # two bad records and a bad line: counted, listed
+  assert ("examples 7, parsed 3, cached already 0, duplicates 1, truncated 0, errors 3"
+          in stdout), stdout
+  assert "example bad-empty: empty question" in stderr
+  assert "example bad-tree: tree word 0 'Cats'" in stderr
+  assert "data.jsonl:7:" in stderr
+  assert "gtca cache: 6/6 examples" in stderr and "ETA" in stderr
+  # A rerun parses nothing: everything already there is counted.
+  code, stdout, _ = run_cli(capsys, *args)
+  assert "parsed 0, cached already 4, duplicates 0" in stdout  # m1, m2, s1 and dup's key
+  # The trainer side: the stored prompt format rebuilds the ids, the tree comes back.
+  tok = prompts.TextTokenizer.load(tokenizer_path)
+  with gcache.ParseCache(out, {"tokenizer": tok.identity}) as cache:
+    fmt = prompts.PromptFormat.from_meta(cache.meta)
+    for record in RECORDS[:3]:
+      prompt = fmt.prompt(record, tok)
+      tree = cache.get(prompt.ids_T, example=record["id"])
+      assert tree == spans.span_tree(prompt, parse_trees(record["tree"]))
+    with pytest.raises(gcache.CacheMissError, match="example bad-tree"):
+      cache.get(fmt.prompt(RECORDS[4], tok).ids_T, example="bad-tree")
+  # Another tokenizer on the same cache: refused in one line, exit 2.
+  other = tmp_path / "other.json"
+  tiny_tokenizer(280).save(str(other))
+  code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={other}", f"--out={out}")
+  assert code == cli.EXIT_USAGE and stderr.startswith("error: parse cache") and (
+      "tokenizer" in stderr)
+
+
+def test_cli_truncates_from_the_left_and_counts(setup, capsys):
+  tmp_path, tokenizer_path, data = setup
+  out = tmp_path / "short.sqlite"
+  code, stdout, _ = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                            f"--out={out}", "--max_len=30")
+  assert "truncated 2" in stdout, stdout  # the two MCQA prompts are longer than 30 tokens
+  with gcache.ParseCache(out, {}) as cache:
+    assert json.loads(cache.meta["prompt_format"])["max_len"] == 30
+
+
+def test_cli_shards_then_merge(setup, capsys):
+  tmp_path, tokenizer_path, data = setup
+  out = tmp_path / "sharded.sqlite"
+  base = (f"--data={data}", f"--backbone={tokenizer_path}", f"--out={out}")
+  run_cli(capsys, *base, "--shard=0/2")
+  code, _, stderr = run_cli(capsys, "--merge", f"--out={out}")
+  assert code == cli.EXIT_INCOMPLETE and "shards [1] of 2 are missing" in stderr
+  run_cli(capsys, *base, "--shard=1/2")
+  assert gcache.shard_path(out, 1, 2).name == "sharded.shard-00001-of-00002.sqlite"
+  code, stdout, _ = run_cli(capsys, "--merge", f"--out={out}")
+  assert code == cli.EXIT_OK and "merged 2 shards" in stdout and "3 span trees" in stdout
+  whole = tmp_path / "whole.sqlite"
+  run_cli(capsys, *base[:2], f"--out={whole}")
+  with gcache.ParseCache(out, {}) as merged, gcache.ParseCache(whole, {}) as single:
+    rows = lambda c: sorted(c._db.execute("SELECT key, tree FROM spans"))  # noqa: E731
+    assert rows(merged) == rows(single) and len(merged) == 3
+    assert merged.meta["tokenizer"] == single.meta["tokenizer"]
+
+
+def test_cli_on_a_checkpoint_folder_uses_its_chat_template_bos_and_context(setup, capsys):
+  pytest.importorskip("jinja2")
+  tmp_path, _, data = setup
+  folder = tmp_path / "backbone"
+  folder.mkdir()
+  tok = tiny_tokenizer()
+  tok.add_special_tokens(["<s>"])
+  tok.save(str(folder / "tokenizer.json"))
+  template = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+              "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+  (folder / "tokenizer_config.json").write_text(json.dumps(
+      {"bos_token": "<s>", "chat_template": template}))
+  (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 40}))
+  out = tmp_path / "chat.sqlite"
+  code, stdout, _ = run_cli(capsys, f"--data={data}", f"--backbone={folder}", f"--out={out}",
+                            "--bos")
+  assert "parsed 3" in stdout and "truncated 2" in stdout, stdout  # max_len 40 from config.json
+  backbone = prompts.TextTokenizer.load(folder)
+  assert backbone.bos_id == tok.token_to_id("<s>")
+  with gcache.ParseCache(out, {"tokenizer": backbone.identity}) as cache:
+    fmt = prompts.PromptFormat.from_meta(cache.meta)
+    assert fmt == prompts.PromptFormat(max_len=40, chat=True, bos=True)
+    prompt = fmt.prompt(RECORDS[2], backbone)
+    assert prompt.text == "<|user|>\nThe cats chase the mice.\n<|assistant|>\n"
+    assert prompt.ids_T[0] == backbone.bos_id
+    tree = cache.get(prompt.ids_T, example="s1")
+    sentence = tree.root.children[0]
+    texts = [prompt.text[a:b] for a, b in prompt.offsets_T2]
+    assert "".join(texts[sentence.start:sentence.end]) == "The cats chase the mice."
