@@ -1,0 +1,577 @@
+"""GTCA training on a frozen backbone: the three stages, the baselines and the ablations (SPEC §10).
+
+`python -m slm_jax.gtca.train --backbone=RUN --out=DIR --method=gtca [--ablation=…] [--seed=S]`
+
+- **Backbone**: a slm_jax training workdir (`load_run`), e.g. a terminal model trained on the
+  embedded corpus. Its word vocabulary lacks the prompt's words (`Question:`, `Options:`,
+  `Answer:`, `A.`, the letters, the slot `___`), so `prepare_backbone` appends one embedding row
+  per missing word after the reserved ids (ids V, V+1, …: no existing id moves), frozen like
+  every other backbone array: a random direction with the norm of the loaded table's largest row.
+  (Why that norm: the letters are also output rows of the tied head, and at a fresh model's
+  init scale, std 0.02, their logits stay below the trained words' whatever the hidden state —
+  the answer loss then stalls at ≈ 3.7 nats on the terminal_tiny backbone; at the largest row's
+  norm it falls below ln 2 within 200 steps); LoRA adapters (r = 8, alpha 16,
+  dropout 0.05 on q, k, v, o, gate, up, down; `slm_jax.model.lora`) are added, and the loaded
+  arrays are checked to be copied bit for bit.
+- **Loss** on the answer completion only: the letter token after `Answer:`
+  (`evaluate.make_batch` marks it as the row's one target).
+- **Methods** (`PLANS`): `backbone` (no training), `lora_only` (LoRA, α = 0), `direct_joint`
+  (LoRA + GTCA from the start, α = 0.15), `gtca` (stage 1 LoRA only at α = 0; stage 2 GTCA only,
+  α = 0.15 · min(1, (s + 1) / ⌈0.1 · steps⌉) at 0-based step s, i.e. linear over the first 10%;
+  stage 3 both at α = 0.15). A baseline trains as many steps as the three stages together.
+- **Ablations** (`ABLATION_SWITCHES`): `no_gate` (g ≡ 1), `no_mask` (m ≡ 1), `weak_parser`
+  (right-branching trees), `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
+  runs the `gtca` plan. The `gtca` plan's result also reports its stage-2 checkpoint as the
+  `stage2_only` variant (stages 1+2, no stage 3).
+- **Stages are chained and resumable**: stage i writes Orbax checkpoints of the adapters (LoRA +
+  GTCA; the backbone is never written) and optimizer state under `DIR/stage{i}_{name}`; a stage
+  whose last step is on disk is skipped, a partial one resumes from its newest step, and stage i+1
+  starts from stage i's final adapters. The batch order is a function of (seed, stage, step), so a
+  resumed stage sees the batches it would have seen.
+- **Frozen backbone**: digests of every non-LoRA backbone array are taken after loading and
+  compared at the end of every stage (`slm_jax.train.finetune.backbone_check`); the line is
+  printed and a change stops the run. They are also stored in each checkpoint, so resuming on a
+  different backbone is refused.
+
+Writes `DIR/result.json` ({method, seed, metrics, stages, counts, backbone_checks, settings}).
+Metrics: `toy` (test accuracy, %), `toy_pp` / `toy_src` / `toy_orc` (by attractor), `dev`,
+`blimp` (the test items as minimal pairs — agreeing vs other verb form in the sentence, summed
+log-likelihood with the branch at the evaluation α, m ≡ 1, trees from the same source), `drift`
+(option drift, branch methods only). Evaluation α: 0 for backbone / LoRA-only, 0.15 otherwise.
+Several `--methods` × `--seeds` run in one process (seed-major, so a stopped sweep has whole
+seeds), sharing the loaded backbone, the task and the compiled steps; `--jit_cache` keeps
+compilations across processes. `--option_order=fixed` is the easy toy variant (singular first).
+`python -m slm_jax.gtca.evaluate --runs=…` turns many result files into tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from slm_jax import cli
+from slm_jax.gtca import ablations, evaluate
+from slm_jax.gtca.branch import Gtca, GtcaConfig
+from slm_jax.gtca.forward import combine, make_gtca_train_step, partition, split_models
+from slm_jax.gtca.prompts import PromptFormat, TextTokenizer, sentence_prompt
+from slm_jax.gtca.spans import K, span_tree
+from slm_jax.gtca.toy_task import LETTERS, SLOT, ToyItem, filled, make_toy_task
+from slm_jax.model.config import LORA_TARGETS
+from slm_jax.model.decoder import Decoder
+from slm_jax.tokenizer import Tokenizer
+from slm_jax.train.checkpointing import Checkpointer, CheckpointError
+from slm_jax.train.finetune import backbone_check, fingerprints
+from slm_jax.train.loading import load_run
+from slm_jax.train.sharding import path_string
+
+METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
+ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
+    "none": ({}, "gold"),
+    "no_gate": ({"gate": "one"}, "gold"),
+    "no_mask": ({"use_update_mask": False}, "gold"),
+    "weak_parser": ({}, "weak"),
+    "random_trees": ({}, "random"),
+    "permuted_trees": ({}, "permuted"),
+}
+ALPHA = 0.15
+WARM_FRACTION = 0.1
+
+
+# ---- settings -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Everything a run depends on (stored in result.json and every checkpoint's extra)."""
+  backbone: str
+  out: str
+  method: str = "gtca"
+  ablation: str = "none"
+  seed: int = 0
+  stage_steps: tuple[int, int, int] = (200, 200, 200)
+  batch_size: int = 16
+  lr: float = 1e-3
+  alpha: float = ALPHA
+  lora_rank: int = 8
+  lora_alpha: float = 16.0
+  lora_dropout: float = 0.05
+  k: int = K
+  task_seed: int = 0
+  train_items: int = 2000
+  dev_items: int = 200
+  test_items: int = 500
+  option_order: str = "random"
+  blimp_pairs: bool = True  # also score the test items as BLiMP-style minimal pairs
+  checkpoint_every: int = 100
+  log_every: int = 50
+
+  def __post_init__(self):
+    problems = []
+    if self.method not in METHODS:
+      problems.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+    if self.ablation not in ABLATION_SWITCHES:
+      problems.append(f"ablation {self.ablation!r} is not one of {', '.join(ABLATION_SWITCHES)}")
+    if self.ablation != "none" and self.method != "gtca":
+      problems.append(f"ablation {self.ablation!r} applies to method gtca, not {self.method!r}")
+    if len(self.stage_steps) != 3 or min(self.stage_steps) < 1:
+      problems.append(f"stage_steps {self.stage_steps} must be three positive step counts")
+    if self.batch_size < 1 or self.lr <= 0 or self.alpha < 0:
+      problems.append("batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
+    if problems:
+      raise ValueError("gtca.train settings: " + "; ".join(problems))
+
+  @property
+  def name(self) -> str:
+    """The row of the result tables: the method, or the ablation of the gtca plan."""
+    return self.method if self.ablation == "none" else self.ablation
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  name: str
+  trainable: str  # forward.trainable_mask groups: "lora", "gtca", "lora,gtca"
+  steps: int
+  alpha: Callable[[int], float]  # step (0-based) -> α
+
+
+def ramp(alpha: float, steps: int, fraction: float = WARM_FRACTION) -> Callable[[int], float]:
+  """α at 0-based step s: alpha · min(1, (s + 1) / ⌈fraction · steps⌉) (linear warm-up)."""
+  warm = max(1, math.ceil(fraction * steps))
+  return lambda step: alpha * min(1.0, (step + 1) / warm)
+
+
+def plan(settings: Settings) -> list[Stage]:
+  """The stages of a method (module docstring)."""
+  s1, s2, s3 = settings.stage_steps
+  total, a = s1 + s2 + s3, settings.alpha
+  if settings.method == "backbone":
+    return []
+  if settings.method == "lora_only":
+    return [Stage("lora", "lora", total, lambda _: 0.0)]
+  if settings.method == "direct_joint":
+    return [Stage("joint", "lora,gtca", total, lambda _: a)]
+  return [Stage("lora", "lora", s1, lambda _: 0.0), Stage("gtca", "gtca", s2, ramp(a, s2)),
+          Stage("joint", "lora,gtca", s3, lambda _: a)]
+
+
+def eval_alpha(settings: Settings) -> float:
+  """α at evaluation: 0 for methods without a trained branch."""
+  return 0.0 if settings.method in ("backbone", "lora_only") else settings.alpha
+
+
+# ---- backbone ------------------------------------------------------------------------------------
+def prompt_words(n_options: int = 2) -> tuple[str, ...]:
+  """The words of the MCQA prompt a word-level vocabulary needs."""
+  letters = LETTERS[:n_options]
+  return ("Question:", "Options:", "Answer:", SLOT, *(f"{x}." for x in letters), *letters)
+
+
+@dataclasses.dataclass
+class Backbone:
+  """A decoder with LoRA adapters and a prompt tokenizer over its (extended) vocabulary."""
+  decoder: Decoder
+  text_tokenizer: TextTokenizer
+  letter_ids: tuple[int, ...]
+  pad_id: int
+  added_words: tuple[str, ...]
+  source: str
+
+
+def _flat(tree: Any) -> dict[str, Any]:
+  return {path_string(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lora_rank: int = 8,
+                     lora_alpha: float = 16.0, lora_dropout: float = 0.05, n_options: int = 2,
+                     source: str = "") -> Backbone:
+  """`model` rebuilt with LoRA adapters and one frozen embedding row per prompt word
+  (`prompt_words(n_options)`) its word vocabulary lacks (module docstring); every loaded array
+  is copied bit for bit."""
+  extra_words = prompt_words(n_options)
+  base = tokenizer.base
+  if getattr(base, "kind", "") != "word":
+    raise ValueError(f"backbone {source or '(model)'}: GTCA's toy run needs a word-level "
+                     f"vocabulary, this one is {getattr(base, 'kind', '?')!r}")
+  added = tuple(w for w in dict.fromkeys(extra_words) if w not in base.index)
+  old_v = tokenizer.vocab_size
+  cfg = model.config
+  new_cfg = cfg.replace(vocab_size=old_v + len(added), lora_rank=lora_rank, lora_alpha=lora_alpha,
+                        lora_dropout=lora_dropout, lora_targets=LORA_TARGETS)
+  decoder = Decoder(new_cfg, rngs=nnx.Rngs(seed))
+  old = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  new = nnx.to_pure_dict(nnx.state(decoder, nnx.Param))
+  old_flat = _flat(old)
+  rows = jax.random.normal(jax.random.key(seed + 7919), (len(added), cfg.d_model), jnp.float32)
+  table = np.asarray(old_flat["embed_tokens/embedding"], np.float32)
+  rows = rows / jnp.linalg.norm(rows, axis=1, keepdims=True) * float(
+      np.linalg.norm(table, axis=1).max())
+
+  def fill(path, target):
+    name = path_string(path)
+    if name.rsplit("/", 1)[-1] in ("lora_a", "lora_b"):
+      return target
+    if name not in old_flat:
+      raise ValueError(f"backbone {source}: {name} has no loaded array")
+    loaded = old_flat[name]
+    if name == "embed_tokens/embedding":
+      extra = rows.astype(loaded.dtype)
+      return jnp.concatenate([loaded, extra], axis=0)
+    if name == "lm_head/kernel":
+      extra = rows.T.astype(loaded.dtype)
+      return jnp.concatenate([loaded, extra], axis=1)
+    if loaded.shape != target.shape:
+      raise ValueError(f"backbone {source}: {name} has shape {loaded.shape}, expected "
+                       f"{target.shape}")
+    return loaded
+
+  filled = jax.tree_util.tree_map_with_path(fill, new)
+  state = nnx.state(decoder, nnx.Param)
+  nnx.replace_by_pure_dict(state, filled)
+  nnx.update(decoder, state)
+  check = _flat(nnx.to_pure_dict(nnx.state(decoder, nnx.Param)))
+  for name, loaded in old_flat.items():
+    got = np.asarray(check[name])
+    want = np.asarray(loaded)
+    if name == "embed_tokens/embedding":
+      got = got[:old_v]
+    elif name == "lm_head/kernel":
+      got = got[:, :old_v]
+    if got.tobytes() != want.tobytes():
+      raise RuntimeError(f"backbone {source}: {name} was not copied bit for bit")
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  from tokenizers import models, pre_tokenizers  # pylint: disable=import-outside-toplevel
+  vocab = {w: i for i, w in enumerate(base.words)}
+  vocab.update({w: old_v + i for i, w in enumerate(added)})
+  hf = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token=base.words[0]))
+  hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  text_tokenizer = TextTokenizer(hf, bos_id=tokenizer.bos_id, name=source or "word")
+  letters = []
+  for letter in LETTERS[:n_options]:
+    ids, _ = text_tokenizer.encode(" " + letter)
+    if len(ids) != 1:
+      raise ValueError(f"backbone {source}: option letter {letter!r} is {len(ids)} tokens")
+    letters.append(int(ids[0]))
+  return Backbone(decoder, text_tokenizer, tuple(letters), tokenizer.pad_id, added, source)
+
+
+def load_backbone(workdir: str | pathlib.Path, **kwargs) -> Backbone:
+  """`prepare_backbone` of a slm_jax training workdir's newest checkpoint."""
+  run = load_run(workdir)
+  return prepare_backbone(run.model, run.tokenizer, source=str(workdir), **kwargs)
+
+
+def digest_line(prints: dict[str, tuple[int, int]]) -> str:
+  """One sha256 over the frozen arrays' digests (what a checkpoint records)."""
+  text = json.dumps(sorted(prints.items()))
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---- data ----------------------------------------------------------------------------------------
+def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
+                 seed: int) -> list[evaluate.Encoded]:
+  """Prompt + answer-letter rows and span trees of toy items under `tree_source`; the random
+  and permuted sources draw from `SeedSequence([seed, split stream, item index])`."""
+  fmt = PromptFormat(bos=True)
+  streams = {"train": 0, "dev": 1, "test": 2}
+  out = []
+  for item in items:
+    example_id = f"{item.split}:{item.index}"
+    rng = np.random.default_rng(np.random.SeedSequence(
+        [seed, streams.get(item.split, 3), item.index]))
+    prompt = fmt.prompt({"question": item.question, "options": list(item.options)},
+                        backbone.text_tokenizer, example_id)
+    tree = span_tree(prompt, [ablations.question_tree(item.tree, tree_source, rng)])
+    if tree_source == "permuted":
+      tree = ablations.permute_leaves(tree, rng)
+    ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[item.answer]]])
+    out.append(evaluate.Encoded(ids, tree, backbone.letter_ids[:len(item.options)], item.answer,
+                                item.attractor, example_id))
+  return out
+
+
+def encode_pairs(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
+                 seed: int) -> list[tuple[tuple, tuple]]:
+  """BLiMP-style minimal pairs of toy items: ((good ids, span tree), (bad ids, span tree)) —
+  the sentence with the agreeing verb vs the other form, each a sentence prompt (BOS + words,
+  m ≡ 1) with its tree under `tree_source` (drawn like `encode_items`, stream + 10)."""
+  out = []
+  for item in items:
+    pair = []
+    for option in (item.answer, 1 - item.answer):
+      words, tree = filled(item, option)
+      rng = np.random.default_rng(np.random.SeedSequence([seed, 10 + item.index, option]))
+      prompt = sentence_prompt(" ".join(words), backbone.text_tokenizer,
+                               example_id=f"{item.split}:{item.index}:{option}",
+                               bos_id=backbone.text_tokenizer.bos_id)
+      span = span_tree(prompt, [ablations.question_tree(tree, tree_source, rng)])
+      if tree_source == "permuted":
+        span = ablations.permute_leaves(span, rng)
+      pair.append((prompt.ids_T.astype(np.int32), span))
+    out.append(tuple(pair))
+  return out
+
+
+def batch_indices(n: int, batch: int, step: int, seed: int, stage: int) -> np.ndarray:
+  """The rows of training step `step`: positions step·B … step·B + B − 1 of the epoch-wise
+  permutations `default_rng([seed, stage, epoch]).permutation(n)` (resumable exactly)."""
+  positions = step * batch + np.arange(batch)
+  epochs = positions // n
+  out = np.empty(batch, np.int64)
+  for epoch in np.unique(epochs):
+    perm = np.random.default_rng([seed, stage, int(epoch)]).permutation(n)
+    sel = epochs == epoch
+    out[sel] = perm[positions[sel] % n]
+  return out
+
+
+# ---- stages --------------------------------------------------------------------------------------
+def adapters_of(params: dict) -> dict:
+  """params with every non-LoRA backbone array replaced by None (what a checkpoint stores)."""
+  trained, _ = partition(params, "lora,gtca" if "gtca" in params else "lora")
+  return trained
+
+
+def run_stage(index: int, stage: Stage, graphdefs: tuple, params: dict, train_set, settings: Settings,
+              width: int, n_layers: int, prints: dict, log: Callable[[str], None] = print) -> dict:
+  """Trains one stage (resuming from its own newest checkpoint) and returns the full params.
+  The stage's frozen leaves go through unchanged; its trained leaves are checkpointed together
+  with every other adapter, so the next stage can start from this stage's result."""
+  directory = pathlib.Path(settings.out) / f"stage{index + 1}_{stage.name}"
+  checkpointer = Checkpointer(directory, max_to_keep=2, async_save=False)
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+      optax.warmup_cosine_decay_schedule(0.0, settings.lr, max(1, stage.steps // 20),
+                                         stage.steps, settings.lr * 0.1), weight_decay=0.0))
+  trained, frozen = partition(params, stage.trainable)
+  opt_state = tx.init(trained)
+  digest = digest_line(prints)
+  start = 0
+  restored = checkpointer.restore_latest({"adapters": adapters_of(params), "opt_state": opt_state})
+  if restored is not None:
+    if restored.extra.get("backbone") != digest:
+      raise CheckpointError(f"{directory}: the checkpoint was trained on another backbone "
+                            f"(digest {restored.extra.get('backbone')}, now {digest})")
+    params = combine(restored.state["adapters"], _frozen_backbone(params))
+    trained, frozen = partition(params, stage.trainable)
+    opt_state, start = restored.state["opt_state"], restored.step
+    log(f"stage {index + 1} ({stage.name}): resumed at step {start}/{stage.steps} from {directory}")
+  device = jax.devices()[0]  # committed inputs: the step compiles once, not twice
+  trained, frozen, opt_state = jax.device_put((trained, frozen, opt_state), device)
+  if start < stage.steps:
+    key = (graphdefs, stage.trainable, stage.steps, settings.lr)
+    if key not in _STEP_CACHE:
+      _STEP_CACHE[key] = make_gtca_train_step(graphdefs, tx)
+    step_fn = _STEP_CACHE[key]
+    began, losses = time.perf_counter(), []
+    for step in range(start, stage.steps):
+      rows = batch_indices(len(train_set), settings.batch_size, step, settings.seed, index)
+      batch = evaluate.make_batch([train_set[i] for i in rows], width, n_layers, settings.k,
+                                  pad_id=0)
+      trained, opt_state, sums = step_fn(
+          trained, frozen, opt_state, jax.device_put(evaluate.device_batch(batch), device),
+          jax.device_put(jnp.asarray(stage.alpha(step), jnp.float32), device))
+      losses.append(sums["loss_sum"] / jnp.maximum(sums["count"], 1.0))
+      done = step + 1
+      if done % settings.log_every == 0 or done == stage.steps:
+        loss = float(np.mean(np.asarray(jax.device_get(losses))))
+        if not math.isfinite(loss):
+          raise cli.CliError(f"stage {index + 1} ({stage.name}) step {done}: loss is {loss}",
+                             cli.EXIT_NONFINITE)
+        losses = []
+        rate = (done - start) / max(time.perf_counter() - began, 1e-9)
+        log(f"stage {index + 1} ({stage.name}) step {done}/{stage.steps}: loss {loss:.4f}, "
+            f"α {stage.alpha(step):.3f}, {rate:.1f} steps/s, ETA {(stage.steps - done) / rate:.0f}s")
+      if done % settings.checkpoint_every == 0 or done == stage.steps:
+        full = combine(trained, frozen)
+        checkpointer.save(done, {"adapters": adapters_of(full), "opt_state": opt_state},
+                          {"backbone": digest, "stage": stage.name,
+                           "settings": _settings_json(settings)})
+    checkpointer.wait()
+  checkpointer.close()
+  return combine(trained, frozen)
+
+
+_STEP_CACHE: dict = {}  # (graphdefs, trainable, steps, lr) -> jitted step (runs in one process)
+_SCORER_CACHE: dict = {}  # graphdefs -> (letter scorer, sequence scorer)
+
+
+def _frozen_backbone(params: dict) -> dict:
+  _, frozen = partition(params, "lora,gtca" if "gtca" in params else "lora")
+  return frozen
+
+
+def _settings_json(settings: Settings) -> dict:
+  return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}
+
+
+# ---- a run ---------------------------------------------------------------------------------------
+def evaluate_params(scorers, params, data: dict, settings: Settings, n_layers: int, width: int,
+                    alpha: float, drift: bool) -> dict[str, float]:
+  """dev/test accuracies at `alpha`, the test pairs' BLiMP-style accuracy (`blimp`), and with
+  `drift` the test set's option drift (the branch at `alpha` vs α = 0, same weights)."""
+  scorer, sequence_scorer = scorers
+  out = {}
+  if data.get("pairs"):
+    good = evaluate.sentence_scores(sequence_scorer, params, [p[0] for p in data["pairs"]], alpha,
+                                    n_layers=n_layers, k=settings.k)
+    bad = evaluate.sentence_scores(sequence_scorer, params, [p[1] for p in data["pairs"]], alpha,
+                                   n_layers=n_layers, k=settings.k)
+    out["blimp"] = evaluate.pair_accuracy(good, bad)
+  for split, prefix in (("dev", "dev"), ("test", "toy")):
+    scores = evaluate.letter_scores(scorer, params, data[split], alpha, n_layers=n_layers,
+                                    k=settings.k, width=width)
+    metrics = evaluate.mcqa_metrics(scores, data[split], prefix)
+    out.update(metrics if split == "test" else {"dev": metrics["dev"]})
+    if drift and split == "test":
+      off = evaluate.letter_scores(scorer, params, data[split], 0.0, n_layers=n_layers,
+                                   k=settings.k, width=width)
+      out["drift"] = evaluate.option_drift(scores, off)
+  return out
+
+
+def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Backbone | None = None,
+        task=None) -> dict:
+  """One method (or ablation) at one seed: train its stages, evaluate, write result.json."""
+  began = time.perf_counter()
+  out = pathlib.Path(settings.out)
+  out.mkdir(parents=True, exist_ok=True)
+  task = task or make_toy_task(settings.train_items, settings.dev_items, settings.test_items,
+                               settings.task_seed, option_order=settings.option_order)
+  log(task.summary())
+  backbone = backbone or load_backbone(settings.backbone, seed=settings.seed,
+                                       lora_rank=settings.lora_rank,
+                                       lora_alpha=settings.lora_alpha,
+                                       lora_dropout=settings.lora_dropout)
+  options, source = ABLATION_SWITCHES[settings.ablation]
+  mcfg = backbone.decoder.config
+  gtca = Gtca(GtcaConfig.from_model(mcfg, k=settings.k, **options), rngs=nnx.Rngs(settings.seed + 1))
+  data = {split: encode_items(items, backbone, source, settings.seed)
+          for split, items in task.splits.items()}
+  width = evaluate.row_width([e for split in data.values() for e in split])
+  if settings.blimp_pairs:
+    data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed)
+  graphdefs, params = split_models(backbone.decoder, gtca)
+  params = jax.device_put(params, jax.devices()[0])
+  prints = fingerprints(params["backbone"], "lora")
+  log(f"backbone {backbone.source}: {len(prints)} frozen arrays, added words "
+      f"{' '.join(backbone.added_words) or '(none)'}; rows of {width} tokens")
+  if graphdefs not in _SCORER_CACHE:
+    _SCORER_CACHE[graphdefs] = (evaluate.make_letter_scorer(graphdefs),
+                                evaluate.make_sequence_scorer(graphdefs))
+  scorer = _SCORER_CACHE[graphdefs]
+  stages, checks, per_stage = plan(settings), [], []
+  for index, stage in enumerate(stages):
+    params = run_stage(index, stage, graphdefs, params, data["train"], settings, width,
+                       mcfg.n_layers, prints, log)
+    ok, line = backbone_check(prints, params["backbone"], "lora")
+    log(f"stage {index + 1} ({stage.name}) {line}")
+    checks.append(line)
+    if not ok:
+      raise RuntimeError(f"stage {index + 1} ({stage.name}): {line}")
+    metrics = evaluate_params(scorer, params, data, settings, mcfg.n_layers, width,
+                              stage.alpha(stage.steps - 1), drift=False)
+    per_stage.append({"stage": stage.name, "steps": stage.steps, **metrics})
+    log(f"stage {index + 1} ({stage.name}) dev {metrics['dev']:.2f} test {metrics['toy']:.2f}")
+  alpha = eval_alpha(settings)
+  metrics = evaluate_params(scorer, params, data, settings, mcfg.n_layers, width, alpha,
+                            drift=alpha > 0)
+  result = {"method": settings.name, "seed": settings.seed, "metrics": metrics,
+            "stages": per_stage, "counts": task.counts, "backbone_checks": checks,
+            "settings": _settings_json(settings), "seconds": time.perf_counter() - began}
+  (out / "result.json").write_text(json.dumps(result, indent=1))
+  if settings.method == "gtca" and settings.ablation == "none" and len(per_stage) == 3:
+    stage2 = {k: v for k, v in per_stage[1].items() if k not in ("stage", "steps")}
+    extra = dict(result, method="stage2_only", metrics=stage2)
+    (out / "stage2_only").mkdir(exist_ok=True)
+    (out / "stage2_only" / "result.json").write_text(json.dumps(extra, indent=1))
+  log(f"{settings.name} seed {settings.seed}: test {metrics['toy']:.2f} "
+      + " ".join(f"{k} {v:.3f}" for k, v in metrics.items() if k != "toy")
+      + f" ({result['seconds']:.0f}s) -> {out / 'result.json'}")
+  return result
+
+
+def variant(name: str) -> tuple[str, str]:
+  """A table row name → (method, ablation): `gtca`, `lora_only`, … or an ablation (`no_gate`)."""
+  if name in METHODS:
+    return name, "none"
+  if name in ABLATION_SWITCHES and name != "none":
+    return "gtca", name
+  raise cli.CliError(f"unknown method or ablation {name!r}; expected one of "
+                     f"{', '.join(METHODS + tuple(a for a in ABLATION_SWITCHES if a != 'none'))}")
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+  try:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+  except ValueError:
+    raise cli.CliError(f"{flag}={text!r}: expected comma-separated integers") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--backbone", required=True, help="slm_jax training workdir")
+  parser.add_argument("--out", required=True,
+                      help="output folder: one run writes OUT/result.json; with several "
+                      "--methods or --seeds each run writes OUT/NAME/seedS/result.json")
+  parser.add_argument("--methods", default="gtca",
+                      help=f"comma-separated: {', '.join(METHODS)} or an ablation "
+                      f"({', '.join(a for a in ABLATION_SWITCHES if a != 'none')})")
+  parser.add_argument("--seeds", default="0", help="comma-separated training seeds")
+  parser.add_argument("--stage_steps", default="200,200,200", help="steps of stages 1,2,3")
+  parser.add_argument("--batch_size", type=int, default=16)
+  parser.add_argument("--lr", type=float, default=1e-3)
+  parser.add_argument("--alpha", type=float, default=ALPHA)
+  parser.add_argument("--train_items", type=int, default=2000)
+  parser.add_argument("--dev_items", type=int, default=200)
+  parser.add_argument("--test_items", type=int, default=500)
+  parser.add_argument("--task_seed", type=int, default=0)
+  parser.add_argument("--option_order", choices=("random", "fixed"), default="random",
+                      help="toy options in a seeded order, or singular first (easier)")
+  parser.add_argument("--log_every", type=int, default=50)
+  parser.add_argument("--jit_cache", default="",
+                      help="JAX persistent compilation cache folder (reused across runs)")
+  args = parser.parse_args(argv)
+  steps = _ints(args.stage_steps, "--stage_steps")
+  names = [n.strip() for n in args.methods.split(",") if n.strip()]
+  seeds = _ints(args.seeds, "--seeds")
+  if args.jit_cache:
+    jax.config.update("jax_compilation_cache_dir", args.jit_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  log = lambda line: print(line, flush=True)
+  loaded = load_run(args.backbone)
+  task = make_toy_task(args.train_items, args.dev_items, args.test_items, args.task_seed,
+                       option_order=args.option_order)
+  single = len(names) == 1 and len(seeds) == 1
+  began, total = time.perf_counter(), len(names) * len(seeds)
+  for done, (seed, name) in enumerate([(s, n) for s in seeds for n in names]):
+    method, ablation = variant(name)
+    out = pathlib.Path(args.out) if single else pathlib.Path(args.out) / name / f"seed{seed}"
+    settings = Settings(args.backbone, str(out), method, ablation, seed, steps, args.batch_size,
+                        args.lr, args.alpha, task_seed=args.task_seed,
+                        train_items=args.train_items, dev_items=args.dev_items,
+                        test_items=args.test_items, option_order=args.option_order,
+                        log_every=args.log_every)
+    if (out / "result.json").exists():
+      log(f"[{done + 1}/{total}] {name} seed {seed}: {out / 'result.json'} exists, skipped")
+      continue
+    backbone = prepare_backbone(loaded.model, loaded.tokenizer, seed=seed,
+                                lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
+                                lora_dropout=settings.lora_dropout, source=args.backbone)
+    run(settings, log, backbone=backbone, task=task)
+    elapsed = time.perf_counter() - began
+    log(f"[{done + 1}/{total}] {name} seed {seed} done; {elapsed:.0f}s elapsed, ETA "
+        f"{elapsed / (done + 1) * (total - done - 1):.0f}s")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(cli.run(main))
