@@ -509,7 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   started = time.time()
   from slm_jax.train.loading import run_config  # fails early on a broken install
   import json
-  check_inputs(args)
+  if any(t in args.tasks and arg == "beam" for t, arg in
+         (("blimp", args.blimp_proposals), ("docppl", args.docppl_proposals))):
+    _check_beam_runs(args.workdir)  # a linearization beam proposals cannot invert: say so first
+  check_inputs(args)  # then every input, before anything is scored
   first_cfg, _ = run_config(args.workdir[0])
   data: dict[str, Any] = {}
   settings: dict[str, Any] = {"tasks": ",".join(args.tasks), "max_items": args.max_items,
@@ -517,8 +520,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   notes: list[str] = []
   beam_tasks = [t for t, arg in (("blimp", args.blimp_proposals), ("docppl", args.docppl_proposals))
                 if t in args.tasks and arg == "beam"]
-  if beam_tasks:
-    _check_beam_runs(args.workdir)
   if beam_tasks or "sg" in args.tasks:
     settings.update(beam=args.beam, sub_beam=args.sub_beam or args.beam,
                     fast_track=args.fast_track, max_len_factor=args.max_len_factor,

@@ -92,7 +92,8 @@ def _child(tmp_path, workdir, fsdp: int, steps: int, overrides: dict | None = No
   return shards, done.stdout
 
 
-@pytest.mark.parametrize("fsdp", [1, pytest.param(2, marks=pytest.mark.slow)])  # fsdp 2: slow
+@pytest.mark.slow  # 4 forced devices, fsdp 1 and 2; in CI: tests/test_restore_mesh.py (4-device fsdp 2 training and resume) and tests/test_multiprocess.py
+@pytest.mark.parametrize("fsdp", [1, 2])
 def test_four_devices_match_one_device_and_resume(fsdp, tmp_path):
   single = tmp_path / "single"
   reference = trainer.train(small_config("tgnomask_mix_tg", steps=6, **{

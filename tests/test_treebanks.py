@@ -44,7 +44,7 @@ def _oracle_row_masks(kinds: np.ndarray) -> dict[str, np.ndarray]:
   return out
 
 
-@pytest.mark.parametrize("name", ["ptb_sample", "gum"])
+@pytest.mark.parametrize("name", ["ptb_sample", pytest.param("gum", marks=pytest.mark.slow)])  # gum: 14,597 trees
 def test_every_tree_masks_equal_the_stack_walk(name):
   documents = _documents(name)
   trees = [tree for document in documents for tree in document]
@@ -63,7 +63,7 @@ def test_every_tree_masks_equal_the_stack_walk(name):
         assert np.array_equal(got[group], want[code.name.lower()]), (spec.name, str(tree))
 
 
-@pytest.mark.parametrize("name", ["ptb_sample", "gum"])
+@pytest.mark.parametrize("name", ["ptb_sample", pytest.param("gum", marks=pytest.mark.slow)])  # gum: 14,597 trees
 def test_every_document_metadata_and_targets_equal_the_oracle(name):
   for document in _documents(name):
     base = base_sequence(document)
