@@ -1,10 +1,10 @@
 """Readers for the paper's MCQA sets from local files in their Hugging Face dataset layouts.
 
 Every reader returns `McqaExample`s (question text, option texts, answer index, where it came
-from), the one record the prompt builder and the scorer take. Files are Parquet (`.parquet`, the
-Hub's converted splits), JSON lines (`.jsonl`) or JSON (`.json`: an array of rows, or JSON lines).
-A row without a field the layout needs, or with a value of the wrong shape, is a
-`McqaDataError` naming the file, the row and the field.
+from), the one record the prompt builder and the scorer take. Files are read by
+`slm_jax.data.rows.read_rows` (Parquet, Arrow, JSON lines, JSON). A row without a field the
+layout needs, or with a value of the wrong shape, is a `McqaDataError` (the same class as
+`slm_jax.data.rows.RowDataError`) naming the file, the row and the field.
 
 Layouts (field names of the Hub dataset cards):
 - CLOTH (`AndyChiang/cloth`): `sentence` (the blank written `[MASK]`), `answer` (str),
@@ -21,17 +21,16 @@ Layouts (field names of the Hub dataset cards):
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-LETTERS = "ABCDEFGH"
+from slm_jax.data.rows import LETTERS, RowDataError, RowReader, read_rows  # noqa: F401
 
-
-class McqaDataError(ValueError):
-  """A file that does not fit its dataset's layout; the message names file, row and field."""
+# The generic part lives in `slm_jax.data.rows`; these names stay for GTCA and its callers.
+McqaDataError = RowDataError
+_Row = RowReader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,88 +41,6 @@ class McqaExample:
   answer: int
   source: str  # "file:row"
   group: str = ""  # subject (MMLU), activity (HellaSwag)
-
-
-def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  """The rows of a Parquet, JSON-lines or JSON file as dicts."""
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise McqaDataError(f"{path}: no such file")
-  if path.suffix == ".parquet":
-    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-    return pq.read_table(path).to_pylist()
-  if path.suffix not in (".jsonl", ".json"):
-    raise McqaDataError(f"{path}: unknown format {path.suffix!r} (expected .parquet, .jsonl, "
-                        ".json)")
-  text = path.read_text(encoding="utf-8")
-  if path.suffix == ".json" and text.lstrip().startswith("["):
-    try:
-      rows = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise McqaDataError(f"{path}: not valid JSON ({e})") from None
-  else:
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-          raise McqaDataError(f"{path}:{number}: not valid JSON ({e})") from None
-  for i, row in enumerate(rows):
-    if not isinstance(row, dict):
-      raise McqaDataError(f"{path}: row {i}: expected an object, got {type(row).__name__}")
-  return rows
-
-
-class _Row:
-  """Field access with errors naming file, row and field."""
-
-  def __init__(self, path: pathlib.Path, index: int, row: dict):
-    self.path, self.index, self.row = path, index, row
-
-  @property
-  def where(self) -> str:
-    return f"{self.path}:{self.index}"
-
-  def fail(self, field: str, what: str) -> McqaDataError:
-    return McqaDataError(f"{self.path}: row {self.index}: field {field!r}: {what}")
-
-  def get(self, field: str, kind: type | tuple[type, ...]) -> Any:
-    if field not in self.row or self.row[field] is None:
-      raise self.fail(field, "missing")
-    value = self.row[field]
-    if not isinstance(value, kind):
-      raise self.fail(field, f"expected {getattr(kind, '__name__', kind)}, got "
-                      f"{type(value).__name__}")
-    return value
-
-  def strings(self, field: str, minimum: int = 2) -> tuple[str, ...]:
-    value = self.get(field, (list, tuple, np.ndarray))
-    value = list(value)
-    if len(value) < minimum or not all(isinstance(v, str) for v in value):
-      raise self.fail(field, f"expected a list of at least {minimum} strings, got {value!r}")
-    return tuple(value)
-
-  def index_in(self, field: str, value: Any, count: int, base: int = 0,
-               letters: bool = False) -> int:
-    """An answer given as int / numeric string (counted from `base`) or letter; "" → −1."""
-    if isinstance(value, str):
-      text = value.strip()
-      if text == "":
-        return -1
-      if letters and len(text) == 1 and text.upper() in LETTERS:
-        index = LETTERS.index(text.upper())
-      elif text.lstrip("-").isdigit():
-        index = int(text) - base
-      else:
-        raise self.fail(field, f"cannot read answer {value!r}")
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-      index = int(value) - base
-    else:
-      raise self.fail(field, f"cannot read answer {value!r}")
-    if not 0 <= index < count:
-      raise self.fail(field, f"answer {value!r} is outside the {count} options")
-    return index
 
 
 def _cloth(row: _Row, seed: int) -> McqaExample:
