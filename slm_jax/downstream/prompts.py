@@ -1,0 +1,158 @@
+"""OLMES-style cloze prompts for the 11 multiple-choice tasks (SPEC §11; Gu et al. 2024, OLMES).
+
+`build_prompts(example, demonstrations)` gives one `Prompt` per option: the context as a tuple of
+text components and the continuation that is scored. Each component carries its own leading
+separator, so `Prompt.text` (= "".join(context) + continuation) is the exact OLMES string; the
+encoder (`downstream.encoding`) splits each component into sentences and parses it, the
+separators themselves being whitespace.
+
+Formats (q = `question`, o = the option text, g = the gold option, "⏎" a newline):
+
+  ARC-Easy / ARC-Challenge / OpenBookQA / CommonsenseQA / MMLU / MMLU-Redux
+      "Question: {q}⏎Answer:"                       continuation " {o}"
+  MMLU / MMLU-Redux, first component (subject = `group` with "_" → " ")
+      "The following are multiple choice questions about {subject}."
+  SocialIQA   "Question: {passage} {q}⏎Answer:"     continuation " {o}"
+  PIQA        "Goal: {q}⏎Answer:"                   continuation " {o}"
+  HellaSwag   "{group}: {q}" ("{q}" when `group` is empty)   continuation " {o}" (the ending)
+  BoolQ       "{passage}⏎Question: {q}?⏎Answer:" ("?" only if q does not end with one)
+                                                    continuation " no" / " yes"
+  WinoGrande  partial scoring: with q = prefix "_" suffix, the context is "{prefix}{o}" (the option
+              fills the blank; the prefix keeps its trailing space) and the continuation is
+              " " + suffix.strip(), the same for every option
+
+Shots: each demonstration is the same prompt with its gold answer, i.e. its context components
+followed by its gold continuation as one more component; demonstrations come first, in order,
+the first one after the MMLU header, each later one after a blank line ("⏎⏎" leads its first
+component), and the target's first component is led by "⏎⏎" as well. So a 1-shot ARC prompt is
+  "Question: {q1}⏎Answer:" + " {g1}" + "⏎⏎Question: {q}⏎Answer:"  →  " {o}".
+Every component is a non-empty text; `roles` names each one ("header", "demo1", "demo1 answer",
+…, "question") for rendering.
+
+`NORMALIZED_TASKS`: the tasks whose score is divided by the option's character count (all but
+WinoGrande and BoolQ, which use the raw sum; SPEC §11).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from slm_jax.downstream.example import MC_TASKS, TaskExample
+
+RAW_SUM_TASKS = ("winogrande", "boolq")
+NORMALIZED_TASKS = tuple(t for t in MC_TASKS if t not in RAW_SUM_TASKS)
+MACRO_TASKS = ("mmlu", "mmlu_redux")  # accuracy macro-averaged over subjects (`group`)
+QUESTION_ANSWER_TASKS = ("arc_easy", "arc_challenge", "openbookqa", "commonsenseqa", "mmlu",
+                         "mmlu_redux")
+SHOT_SEPARATOR = "\n\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+  """One option of one example: the context components, the scored continuation."""
+
+  context: tuple[str, ...]
+  roles: tuple[str, ...]  # a name per context component
+  continuation: str
+  option: int
+
+  @property
+  def text(self) -> str:
+    """The whole prompt as one OLMES string (context, then continuation)."""
+    return "".join(self.context) + self.continuation
+
+  @property
+  def components(self) -> tuple[str, ...]:
+    """The context components followed by the continuation (what the encoder reads)."""
+    return self.context + (self.continuation,)
+
+  @property
+  def option_chars(self) -> int:
+    """The normalizer: characters of the continuation without its surrounding whitespace."""
+    return len(self.continuation.strip())
+
+
+def _blank(example: TaskExample) -> tuple[str, str]:
+  """WinoGrande: the sentence before and after its one blank `_`."""
+  sentence = example.question
+  if sentence.count("_") != 1:
+    raise ValueError(f"{example.source}: a WinoGrande sentence needs exactly one blank '_', got "
+                     f"{sentence!r}")
+  prefix, suffix = sentence.split("_")
+  if not suffix.strip():
+    raise ValueError(f"{example.source}: nothing follows the blank to score in {sentence!r}")
+  return prefix, suffix.strip()
+
+
+def item_context(example: TaskExample, option: int) -> tuple[str, ...]:
+  """The components of the example's own prompt (no shots, no header) for `option`."""
+  task, q = example.task, example.question
+  if task in QUESTION_ANSWER_TASKS:
+    return (f"Question: {q}\nAnswer:",)
+  if task == "socialiqa":
+    return (f"Question: {example.passage} {q}\nAnswer:",)
+  if task == "piqa":
+    return (f"Goal: {q}\nAnswer:",)
+  if task == "hellaswag":
+    return (f"{example.group}: {q}" if example.group else q,)
+  if task == "boolq":
+    mark = "" if q.rstrip().endswith("?") else "?"
+    return (f"{example.passage}\nQuestion: {q}{mark}\nAnswer:",)
+  if task == "winogrande":
+    prefix, _ = _blank(example)
+    return (prefix + example.options[option],)
+  raise ValueError(f"{example.source}: {task} is not a multiple-choice task "
+                   f"({', '.join(MC_TASKS)})")
+
+
+def continuation(example: TaskExample, option: int) -> str:
+  """The scored text of `option`, with its leading space."""
+  if example.task == "winogrande":
+    return " " + _blank(example)[1]
+  return " " + example.options[option]
+
+
+def header(example: TaskExample) -> tuple[str, ...]:
+  """MMLU / MMLU-Redux: the subject line; nothing for other tasks."""
+  if example.task in MACRO_TASKS:
+    subject = example.group.replace("_", " ").strip()
+    if not subject:
+      raise ValueError(f"{example.source}: an MMLU example needs its subject in `group`")
+    return (f"The following are multiple choice questions about {subject}.",)
+  return ()
+
+
+def demonstration(example: TaskExample) -> tuple[str, ...]:
+  """A shot: the example's prompt for its gold option, then the gold continuation."""
+  if example.answer < 0:
+    raise ValueError(f"{example.source}: a demonstration needs its answer")
+  return item_context(example, example.answer) + (continuation(example, example.answer),)
+
+
+def build_prompts(example: TaskExample,
+                  demonstrations: Sequence[TaskExample] = ()) -> list[Prompt]:
+  """One `Prompt` per option of `example`, the shots first (formats in the module docstring)."""
+  for shot in demonstrations:
+    if shot.task != example.task:
+      raise ValueError(f"{shot.source}: a {shot.task} demonstration for a {example.task} example")
+  lead = header(example)
+  context, roles = list(lead), ["header"] * len(lead)
+  for n, shot in enumerate(demonstrations, 1):
+    parts = list(demonstration(shot))
+    if context:
+      parts[0] = SHOT_SEPARATOR + parts[0]
+    context += parts
+    roles += [f"demo{n}"] * (len(parts) - 1) + [f"demo{n} answer"]
+  out = []
+  for option in range(len(example.options)):
+    own = list(item_context(example, option))
+    if context:
+      own[0] = SHOT_SEPARATOR + own[0]
+    out.append(Prompt(tuple(context + own), tuple(roles + ["question"] * len(own)),
+                      continuation(example, option), option))
+  for prompt in out:
+    for text in prompt.components:
+      if not text.strip():
+        raise ValueError(f"{example.source}: an empty prompt component in {prompt.text!r}")
+  return out

@@ -1,0 +1,293 @@
+"""Multiple-choice scoring of one model on one task: option scores, predictions, accuracy (SPEC §11).
+
+Each option's `Prompt` (`downstream.prompts`) is encoded as one document (`downstream.encoding`:
+context components, then the continuation as the last component, no EOS) and scored teacher-forced
+by `eval.scorer.Scorer.logprobs` (many options per call, batched and length-bucketed). With
+C = the tokens of the continuation component:
+  full   S_full = Σ log p(t) over t ∈ C that are targets of the configuration (SPEC §4: every token,
+         except CNT2 under TG-family attention, whose log p is not trained)
+  term   S_term = Σ log p(t) over t ∈ C of kind TERMINAL or PAUSE: the words' pieces (and, for pause
+         models, the pause tokens after them, scored as those models are trained, SPEC §9); the
+         continuation's structure tokens are conditioned on but not counted
+  chars  len(continuation.strip()): the option's characters without its leading space (the raw
+         text, so every model of a comparison shares the normalizer)
+  norm   term / chars
+The primary score of an option is `norm` for `prompts.NORMALIZED_TASKS` and `term` for WinoGrande
+and BoolQ (raw sums); the prediction is its argmax. An item is wrong when the highest primary
+score is shared by two options (a tie) or any option's primary score is not finite; both are
+counted. `prediction_full` is the same rule over S_full (normalized alike): a secondary column.
+Accuracy is the mean over items, except MMLU / MMLU-Redux: the mean over subjects (`group`) of
+each subject's accuracy.
+
+`evaluate_task` is resumable: one JSON line per item in `OUT/{task}.jsonl` (index, source, group,
+gold, prediction, correct, tie, nonfinite, shots, per-option scores), flushed after every chunk of
+items; a restart skips the items already written, and a last line cut short by a kill is detected,
+removed and redone. `OUT/{task}.meta.json` holds what the scores depend on (configuration, tree
+source, item count); resuming with different ones is an error. Progress (items, items/s, ETA) goes
+to stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from slm_jax.downstream.encoding import TextEncoder, TreeSource
+from slm_jax.downstream.example import MC_TASKS, TaskExample
+from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
+from slm_jax.eval.scorer import Scorer
+from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
+
+Demonstrations = (Sequence[TaskExample] | Mapping[str, Sequence[TaskExample]]
+                  | Callable[[TaskExample], Sequence[TaskExample]])
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionScore:
+  full: float
+  term: float
+  chars: int
+  tokens: int  # continuation tokens
+  terminals: int  # continuation tokens counted in `term`
+
+  @property
+  def norm(self) -> float:
+    return self.term / self.chars if self.chars else math.nan
+
+  def as_json(self) -> dict:
+    return dict(full=self.full, term=self.term, norm=self.norm, chars=self.chars,
+                tokens=self.tokens, terminals=self.terminals)
+
+
+def continuation_scores(scorer: Scorer, encoder: TextEncoder,
+                        prompts: Sequence[Prompt]) -> list[OptionScore]:
+  """S_full, S_term and the normalizer of each prompt's continuation, in one batched call."""
+  encoded = [encoder.encode(p.components) for p in prompts]
+  out = []
+  for prompt, enc, lp in zip(prompts, encoded, scorer.logprobs([e.sequence for e in encoded])):
+    kinds_T = enc.sequence.kinds
+    continuation_T = enc.component_T == len(prompt.context)
+    full_T = continuation_T & scorer.target_mask(kinds_T)
+    term_T = continuation_T & ((kinds_T == TERMINAL_CODE) | (kinds_T == PAUSE_CODE))
+    out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()),
+                           prompt.option_chars, int(continuation_T.sum()), int(term_T.sum())))
+  return out
+
+
+def decide(scores: Sequence[float]) -> tuple[int, bool, bool]:
+  """(argmax or −1, tie, nonfinite) of one item's primary scores."""
+  values = np.asarray(scores, np.float64)
+  if not np.isfinite(values).all():
+    return -1, False, True
+  best = values.max()
+  if int((values == best).sum()) > 1:
+    return -1, True, False
+  return int(values.argmax()), False, False
+
+
+def primary(task: str, score: OptionScore, which: str = "term") -> float:
+  """The score an option is ranked by: S_term (or S_full) per character on normalized tasks."""
+  value = score.term if which == "term" else score.full
+  if task in NORMALIZED_TASKS:
+    return value / score.chars if score.chars else math.nan
+  return value
+
+
+def item_record(index: int, example: TaskExample, shots: int,
+                scores: Sequence[OptionScore]) -> dict:
+  prediction, tie, nonfinite = decide([primary(example.task, s) for s in scores])
+  prediction_full, _, _ = decide([primary(example.task, s, "full") for s in scores])
+  return dict(index=index, source=example.source, group=example.group, gold=example.answer,
+              prediction=prediction, correct=prediction >= 0 and prediction == example.answer,
+              tie=tie, nonfinite=nonfinite, prediction_full=prediction_full,
+              correct_full=prediction_full >= 0 and prediction_full == example.answer,
+              shots=shots, options=[s.as_json() for s in scores])
+
+
+def summarize(task: str, records: Sequence[dict]) -> dict:
+  """Accuracy (and the S_full column) of a task's item records; MMLU macro over subjects."""
+  labeled = [r for r in records if r["gold"] >= 0]
+  out: dict[str, Any] = dict(task=task, items=len(records), scored=len(labeled),
+                             ties=sum(bool(r["tie"]) for r in records),
+                             nonfinite=sum(bool(r["nonfinite"]) for r in records),
+                             fewer_shots=sum(r.get("shots_dropped", 0) > 0 for r in records))
+  for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full")):
+    if task in MACRO_TASKS:
+      groups: dict[str, list[bool]] = {}
+      for r in labeled:
+        groups.setdefault(r["group"], []).append(bool(r[key]))
+      per_group = {g: float(np.mean(v)) for g, v in sorted(groups.items())}
+      out[name] = float(np.mean(list(per_group.values()))) if per_group else math.nan
+      out[f"{name}_by_group"] = per_group
+    else:
+      out[name] = float(np.mean([bool(r[key]) for r in labeled])) if labeled else math.nan
+  return out
+
+
+# --- the resumable per-task loop ------------------------------------------------------------------
+
+def read_records(path: pathlib.Path) -> list[dict]:
+  """The complete item records of a results file; a cut-off last line is removed from the file."""
+  if not path.exists():
+    return []
+  data = path.read_bytes()
+  lines = data.split(b"\n")
+  records, good = [], 0
+  for number, line in enumerate(lines[:-1], 1):  # the part after the last newline is incomplete
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError as error:
+      if number == len(lines) - 1:  # a complete-looking last line that does not parse: redo it
+        break
+      raise ValueError(f"{path}:{number}: not a JSON record ({error}); remove the file to "
+                       "start over") from None
+    good += len(line) + 1
+  if good != len(data):
+    with open(path, "r+b") as f:
+      f.truncate(good)
+  return records
+
+
+def _demos_for(demonstrations: Demonstrations | None, example: TaskExample) -> list[TaskExample]:
+  if demonstrations is None:
+    return []
+  if callable(demonstrations):
+    return list(demonstrations(example))
+  if isinstance(demonstrations, Mapping):
+    return list(demonstrations.get(example.group, ()))
+  return list(demonstrations)
+
+
+class Progress:
+  """`task: done/total items, rate items/s, ETA` on stderr, at most every `every` seconds."""
+
+  def __init__(self, task: str, total: int, done: int = 0, every: float = 2.0, stream=None):
+    self.task, self.total, self.start_done, self.every = task, total, done, every
+    self.stream = stream or sys.stderr
+    self.start = time.monotonic()
+    self.last = -math.inf
+
+  def __call__(self, done: int) -> None:
+    now = time.monotonic()
+    if now - self.last < self.every and done < self.total:
+      return
+    self.last = now
+    rate = (done - self.start_done) / max(now - self.start, 1e-9)
+    eta = (self.total - done) / rate if rate > 0 else math.inf
+    print(f"{self.task}: {done}/{self.total} items, {rate:.2f} items/s, ETA {eta:.0f}s",
+          file=self.stream, flush=True)
+
+
+def as_scorer(model: Any, batch_size: int = 32) -> Scorer:
+  """A `Scorer` from a Scorer, a loaded run (`.model`, `.tokenizer`, `.configuration`) or a
+  training workdir path."""
+  if isinstance(model, Scorer):
+    return model
+  if isinstance(model, (str, pathlib.Path)):
+    from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
+    model = load_run(model)
+  return Scorer(model.model, model.tokenizer, model.configuration, batch_size=batch_size)
+
+
+def fitting_prompts(encoder: TextEncoder, example: TaskExample, demos: list[TaskExample],
+                    max_len: int | None) -> tuple[list[Prompt], int]:
+  """The item's prompts with as many shots as fit in `max_len` tokens (the earliest dropped
+  first), and the number dropped (−1: no prompt fits even without shots)."""
+  for dropped in range(len(demos) + 1):
+    prompts = build_prompts(example, demos[dropped:])
+    if max_len is None or all(len(encoder.encode(p.components)) <= max_len for p in prompts):
+      return prompts, dropped
+  return prompts, -1
+
+
+def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
+                  demonstrations: Demonstrations | None, out_dir: str | pathlib.Path,
+                  tree_source: TreeSource | None, *, chunk_items: int = 64,
+                  batch_size: int = 32, max_len: int | None = None, progress: bool = True,
+                  tree_source_name: str | None = None) -> dict:
+  """Scores every example of `task` (resumable, see the module docstring) and returns the
+  summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts).
+
+  `model`: a Scorer, a loaded run or a workdir; `demonstrations`: the shots, one list for all
+  items, a mapping group → list (MMLU subjects) or a function of the example; `max_len`: drop the
+  earliest shots of a prompt longer than this (counted as `fewer_shots`; an item that does not
+  fit without shots is scored NaN, i.e. wrong and counted as non-finite).
+  """
+  if task not in MC_TASKS:
+    raise ValueError(f"{task} is not a multiple-choice task ({', '.join(MC_TASKS)})")
+  for example in examples:
+    if example.task != task:
+      raise ValueError(f"{example.source}: a {example.task} example in the {task} task")
+  scorer = as_scorer(model, batch_size)
+  encoder = TextEncoder(scorer.tokenizer, scorer.configuration, tree_source)
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  meta = dict(task=task, items=len(examples), configuration=scorer.configuration.name,
+              scheme=encoder.scheme,
+              tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None))
+  meta_path, path = out / f"{task}.meta.json", out / f"{task}.jsonl"
+  if meta_path.exists() and path.exists():
+    saved = json.loads(meta_path.read_text())
+    if saved != meta:
+      raise ValueError(f"{path} holds results of {saved}, not {meta}: use another output folder")
+  meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+  records = read_records(path)
+  done = {}
+  for r in records:
+    index = r["index"]
+    if not 0 <= index < len(examples) or examples[index].source != r["source"]:
+      raise ValueError(f"{path}: record {index} ({r['source']}) does not match the examples")
+    done[index] = r
+  todo = [i for i in range(len(examples)) if i not in done]
+  report = Progress(task, len(examples), len(done)) if progress else None
+  with open(path, "a", encoding="utf-8") as sink:
+    for start in range(0, len(todo), chunk_items):
+      chunk = todo[start:start + chunk_items]
+      demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
+      if encoder.with_trees:
+        encoder.prefetch(text for i in chunk for p in build_prompts(examples[i], demos[i])
+                         for text in p.components)
+      items, prompts = [], []
+      for i in chunk:
+        own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len)
+        items.append((i, own, dropped))
+        if dropped >= 0:
+          prompts += own
+      scores = iter(continuation_scores(scorer, encoder, prompts) if prompts else [])
+      lines = []
+      for i, own, dropped in items:
+        if dropped >= 0:
+          option_scores = [next(scores) for _ in own]
+        else:
+          option_scores = [OptionScore(math.nan, math.nan, p.option_chars, 0, 0) for p in own]
+        record = item_record(i, examples[i], len(demos[i]) - max(dropped, 0), option_scores)
+        record["shots_dropped"] = dropped if dropped >= 0 else len(demos[i])
+        record["too_long"] = dropped < 0
+        done[i] = record
+        lines.append(json.dumps(record) + "\n")
+      sink.write("".join(lines))
+      sink.flush()
+      if report:
+        report(len(done))
+  summary = summarize(task, [done[i] for i in sorted(done)])
+  summary.update(scored_now=len(todo), resumed=len(records),
+                 tree_stats=dict(tree_source.stats) if encoder.with_trees else {})
+  (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  return summary
+
+
+def render_item(encoder: TextEncoder, example: TaskExample,
+                demonstrations: Sequence[TaskExample] = (), option: int | None = None) -> str:
+  """One item's full prompt for `option` (default: the gold, else 0) as the model reads it,
+  linearized (brackets for tree models), one line per component headed by its role."""
+  prompts = build_prompts(example, list(demonstrations))
+  prompt = prompts[option if option is not None else max(example.answer, 0)]
+  encoded = encoder.encode(prompt.components)
+  return encoder.render(encoded, names=list(prompt.roles) + ["continuation"])
