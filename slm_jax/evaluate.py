@@ -1,6 +1,10 @@
-"""Syntactic evaluation of trained runs: SyntaxGym, BLiMP, doc-PPL, paired bootstrap, reports.
+"""Evaluation of trained runs: SyntaxGym, BLiMP, doc-PPL, downstream tasks, paired bootstrap, reports.
 
   python -m slm_jax.evaluate --workdir=RUN [--workdir=RUN2 ...] --tasks=sg,blimp,docppl --out=DIR
+  python -m slm_jax.evaluate --workdir=RUN ... --tasks=mc,xsum,boolq --downstream_dir=DIR
+      [--mc_tasks=arc_easy,piqa,...] [--tree_source=parser|parser:DIR|flat|file:PATH]
+      [--xsum_finetuned=OUT ...] [--boolq_finetuned=OUT ...] [--gen_beam=6]
+      [--gen_max_tokens=150] [--gen_max_words=75] --out=DIR
       [--max_items=N] [--proposals=300] [--blimp_dir=DIR] [--syntaxgym_dir=DIR]
       [--docppl_ptb=PATH ...] [--docppl_proposals=grammar|gold|beam|parser[:DIR]|FILE]
       [--blimp_proposals=grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
@@ -40,6 +44,16 @@ as its parser: the top K completed hypotheses of every sentence, and one flat `(
 the beam completes nothing (counted). It needs a one-to-one linearization (tree, tgtree, tg, …);
 tree_noont / tree_compress runs are refused before anything is scored (give them a FILE).
 
+Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 OLMES-style multiple-choice
+tasks (or `--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
+docs/DOWNSTREAM_DATA.md) with their fixed shots, every text parsed by `--tree_source` and
+linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
+read the finished seeds of `python -m slm_jax.finetune` output folders, one `--xsum_finetuned` /
+`--boolq_finetuned` per `--workdir` in the same order: XSum generates (beam `--gen_beam`,
+word-synchronous for tree models) and reports ROUGE-1/2/L and R-AVG; BoolQ scores " yes" vs
+" no". Tables 5, 4 (downstream columns), 15/16 and the downstream bootstrap (per task and macro,
+tasks resampled) go into `tables.md`, with `downstream.png`. `--max_items` caps their items too.
+
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
 pairs per paradigm and (unless `--docppl_documents` is given) doc-PPL documents.
@@ -59,6 +73,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from slm_jax import cli
+from slm_jax.downstream.example import MC_TASKS
+from slm_jax.downstream.generate import BEAM as GEN_BEAM
+from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
+from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
 from slm_jax.eval import report
 from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN
 from slm_jax.eval.blimp import evaluate_blimp
@@ -71,7 +89,8 @@ from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FilePropos
 from slm_jax.eval.sg_aggregate import ITEM_RULE
 from slm_jax.trees import Tree
 
-TASKS = ("sg", "blimp", "docppl")
+TASKS = ("sg", "blimp", "docppl", "mc", "xsum", "boolq")
+DOWNSTREAM_TASKS = ("mc", "xsum", "boolq")
 
 
 class GoldProposals(ProposalSource):
@@ -109,7 +128,8 @@ def parse_args(argv: Sequence[str] | None):
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
                          formatter_class=_HelpFormatter)
   p.add_argument("--workdir", action="append", required=True, help="a training workdir (repeat)")
-  p.add_argument("--tasks", default="sg,blimp,docppl", help="comma-separated: sg, blimp, docppl")
+  p.add_argument("--tasks", default="sg,blimp,docppl",
+                 help="comma-separated: sg, blimp, docppl, mc, xsum, boolq")
   p.add_argument("--out", required=True, help="output folder")
   p.add_argument("--max_items", type=int, default=None,
                  help="cap: SG items per suite, BLiMP pairs per paradigm, doc-PPL documents")
@@ -152,6 +172,21 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--tree_scoring", default="joint", choices=TREE_SCORINGS,
                  help="tree models: joint log-probs (marginals) or terminal (terminals' "
                  "log-probs only, the best hypothesis / candidate; paper tree_eval_type)")
+  p.add_argument("--downstream_dir", default=None,
+                 help="folder of <task>/ downstream data folders (mc, xsum, boolq)")
+  p.add_argument("--mc_tasks", default=",".join(MC_TASKS),
+                 help="comma-separated multiple-choice tasks of --tasks=mc")
+  p.add_argument("--tree_source", default="parser",
+                 help="trees of downstream texts for tree models: parser[:DIR] | flat | file:PATH")
+  p.add_argument("--xsum_finetuned", action="append", default=None,
+                 help="python -m slm_jax.finetune --task=xsum output folder (one per --workdir)")
+  p.add_argument("--boolq_finetuned", action="append", default=None,
+                 help="python -m slm_jax.finetune --task=boolq output folder (one per --workdir)")
+  p.add_argument("--gen_beam", type=int, default=GEN_BEAM, help="XSum generation beam")
+  p.add_argument("--gen_max_tokens", type=int, default=GEN_MAX_TOKENS,
+                 help="XSum summary tokens (terminal and pause models)")
+  p.add_argument("--gen_max_words", type=int, default=GEN_MAX_WORDS,
+                 help="XSum summary words (tree models, word-synchronous)")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                  help="compute dtype of the evaluated model (paper: FP32)")
   p.add_argument("--batch_size", type=int, default=32, help="scorer batch size")
@@ -168,12 +203,23 @@ def parse_args(argv: Sequence[str] | None):
     p.error(f"--tasks is empty; expected some of {', '.join(TASKS)}")
   for flag, least in (("max_items", 1), ("proposals", 1), ("beam", 1), ("sub_beam", 1),
                       ("fast_track", 0), ("min_len", 1), ("batch_size", 1),
-                      ("docppl_documents", 1), ("max_context", 0), ("bootstrap_resamples", 1)):
+                      ("docppl_documents", 1), ("max_context", 0), ("bootstrap_resamples", 1),
+                      ("gen_beam", 1), ("gen_max_tokens", 1), ("gen_max_words", 1)):
     value = getattr(args, flag)
     if value is not None and value < least:
       p.error(f"--{flag}={value}: must be at least {least}")
   if args.max_len_factor <= 0:
     p.error(f"--max_len_factor={args.max_len_factor:g}: must be positive")
+  args.mc_tasks = [t.strip() for t in args.mc_tasks.split(",") if t.strip()]
+  unknown = [t for t in args.mc_tasks if t not in MC_TASKS]
+  if unknown or not args.mc_tasks:
+    p.error(f"--mc_tasks: unknown or no task(s) {', '.join(unknown)}; expected some of "
+            f"{', '.join(MC_TASKS)}")
+  for task in ("xsum", "boolq"):
+    folders = getattr(args, f"{task}_finetuned")
+    if task in args.tasks and len(folders or ()) != len(args.workdir):
+      p.error(f"--tasks={task} needs one --{task}_finetuned per --workdir "
+              f"({len(args.workdir)}), got {len(folders or ())}")
   return args
 
 
@@ -206,6 +252,16 @@ def check_inputs(args) -> None:
     for path in args.docppl_ptb or ():
       if not pathlib.Path(path).exists():
         problems.append(f"--docppl_ptb={path}: no such file or folder")
+  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+    if args.downstream_dir is None:
+      problems.append("--tasks=mc/xsum/boolq need --downstream_dir (the folder of <task>/ "
+                      "downloads; docs/DOWNSTREAM_DATA.md)")
+    elif not pathlib.Path(args.downstream_dir).is_dir():
+      problems.append(f"--downstream_dir={args.downstream_dir}: no such folder")
+    for task in ("xsum", "boolq"):
+      for folder in (getattr(args, f"{task}_finetuned") or ()) if task in args.tasks else ():
+        if not pathlib.Path(folder).is_dir():
+          problems.append(f"--{task}_finetuned={folder}: no such folder")
   out = pathlib.Path(args.out)
   if out.exists() and not out.is_dir():
     problems.append(f"--out={out}: exists and is not a folder")
@@ -377,8 +433,34 @@ def _sg_summary(sg: dict) -> dict:
           "counts": sg.get("counts"), "raw": sg}
 
 
-def evaluate_run(workdir: str, args, data: dict) -> tuple[dict, dict]:
-  """(JSON entry, per-example arrays for the bootstrap) of one run."""
+def downstream_folder(args, index: int) -> pathlib.Path:
+  """Where the downstream results of the `index`-th --workdir are kept (resumable)."""
+  return pathlib.Path(args.out) / "downstream" / f"{index}_{pathlib.Path(args.workdir[index]).name}"
+
+
+def evaluate_downstream(run, args, data: dict, index: int) -> dict:
+  """The `downstream` entry of one run (`slm_jax.downstream.run`)."""
+  from slm_jax.downstream import run as downstream  # pylint: disable=g-import-not-at-top
+  options = data["downstream_options"]
+  folder = downstream_folder(args, index)
+  uses_trees = run.configuration.scheme.has_brackets
+  source = data["tree_source"]() if uses_trees else None
+  entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None}
+  if "mc" in args.tasks:
+    entry["mc"] = downstream.evaluate_mc(run, options, folder / "mc", source)
+  if "xsum" in args.tasks:
+    entry["xsum"] = downstream.evaluate_xsum(args.xsum_finetuned[index], options,
+                                             folder / "xsum", source)
+  if "boolq" in args.tasks:
+    entry["boolq_ft"] = downstream.evaluate_boolq_finetuned(args.boolq_finetuned[index], options,
+                                                            folder / "boolq", source)
+  if source is not None and source.stats.get("fallback"):
+    entry["tree_fallback"] = int(source.stats["fallback"])
+  return entry
+
+
+def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, dict]:
+  """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir)."""
   from slm_jax.eval.scorer import Scorer
   from slm_jax.train.loading import load_run
   run = load_run(workdir, dtype=args.dtype)
@@ -455,6 +537,10 @@ def evaluate_run(workdir: str, args, data: dict) -> tuple[dict, dict]:
     entry["timing_s"]["docppl"] = round(time.time() - start, 2)
     arrays["docppl"] = (result.doc_log_prob, result.doc_tokens)
     _log(f"  Doc-PPL {result.ppl:.3f} ({entry['timing_s']['docppl']} s)")
+  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+    start = time.time()
+    entry["downstream"] = evaluate_downstream(run, args, data, index)
+    entry["timing_s"]["downstream"] = round(time.time() - start, 2)
   return entry, arrays
 
 
@@ -544,11 +630,26 @@ def main(argv: Sequence[str] | None = None) -> int:
   if "docppl" in args.tasks:
     data["documents"], data["docppl_proposals"], info = _docppl_data(args, first_cfg)
     settings.update({f"docppl_{k}": v for k, v in info.items()})
+  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+    import functools  # pylint: disable=g-import-not-at-top
+    from slm_jax.downstream.encoding import make_tree_source  # pylint: disable=g-import-not-at-top
+    from slm_jax.downstream.run import DownstreamOptions  # pylint: disable=g-import-not-at-top
+    data["downstream_options"] = DownstreamOptions(
+        pathlib.Path(args.downstream_dir), tuple(args.mc_tasks), max_items=args.max_items,
+        batch_size=args.batch_size, beam=args.gen_beam, max_tokens=args.gen_max_tokens,
+        max_words=args.gen_max_words)
+    data["tree_source"] = functools.cache(lambda: make_tree_source(args.tree_source))
+    settings.update(downstream_dir=args.downstream_dir, tree_source=args.tree_source)
+    if "mc" in args.tasks:
+      settings.update(mc_tasks=",".join(args.mc_tasks))
+    if "xsum" in args.tasks:
+      settings.update(gen_beam=args.gen_beam, gen_max_tokens=args.gen_max_tokens,
+                      gen_max_words=args.gen_max_words)
   _check_file_coverage(args, data)
   entries, arrays = [], []
   partial = pathlib.Path(args.out) / "results.partial.json"
-  for workdir in args.workdir:
-    entry, arr = evaluate_run(workdir, args, data)
+  for index, workdir in enumerate(args.workdir):
+    entry, arr = evaluate_run(workdir, args, data, index)
     entries.append(entry)
     arrays.append(arr)
     # What is done so far survives a later run's failure (removed once results.json is written).
@@ -560,6 +661,14 @@ def main(argv: Sequence[str] | None = None) -> int:
              "models": [{"name": e.pop("name"), **e} for e in entries]}
   results["bootstrap"] = bootstrap_all(names, arrays, args.bootstrap_resamples,
                                        args.bootstrap_seed)
+  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+    from slm_jax.downstream import report as downstream_report  # pylint: disable=g-import-not-at-top
+    results["bootstrap_downstream"] = downstream_report.bootstrap_downstream(
+        results, args.bootstrap_resamples, args.bootstrap_seed)
+    extra = dict(sections=[downstream_report.markdown_section],
+                 plots={"downstream_png": ("downstream.png", downstream_report.plot_downstream)})
+  else:
+    extra = {}
   fallback = getattr(data.get("blimp_proposals"), "stats", None)
   if fallback and fallback.get("fallback"):
     why = ("longer than the parser's limit" if _is_parser(args.blimp_proposals)
@@ -603,7 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     circuits = data["sg_dir"].parent / "circuits.json"
     if circuits.is_file():
       circuit_suites = json.loads(circuits.read_text())["circuit_suites"]
-  paths = report.write_reports(results, args.out, circuit_suites)
+  paths = report.write_reports(results, args.out, circuit_suites, **extra)
   partial.unlink(missing_ok=True)
   for kind, path in paths.items():
     _log(f"wrote {kind}: {path}")

@@ -6,9 +6,9 @@
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
   4 model        model, parser (its own chart model)
   5 train/config train, config_builder, configs
-  6 eval         eval
+  6 eval         eval, gtca, downstream
   7 CLIs         main, prepare, explain, evaluate, score, aot, plot, beam_pipelines,
-                 parse/__main__, the parser's CLIs
+                 parse/__main__, the parser's CLIs, gtca's CLIs, finetune
 
 Every `import` / `from … import` is read with `ast`, also those inside functions (a lazy import
 is still a dependency). `layer_violations(root)` is a function so it can be pointed at another
@@ -40,6 +40,7 @@ LAYERS = (
     ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
     ("slm_jax.hf.export", 7), ("slm_jax.tfds_build", 7),
     ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
+    ("slm_jax.finetune", 7),
     ("pallas_kernels", 3),  # where the kernels lived before they moved into the package
 )
 PACKAGES = ("slm_jax", "pallas_kernels")

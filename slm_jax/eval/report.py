@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 CIRCUIT_ABBREVIATIONS = {  # paper Table 13
     "Agreement": "Agr", "Center Embedding": "CtrEmb", "Garden-Path Effects": "GrdnPath",
@@ -250,8 +250,10 @@ def bootstrap_tables(results: dict) -> str:
   return "\n\n".join(parts)
 
 
-def markdown(results: dict, circuit_suites: dict[str, list[str]] | None = None) -> str:
-  """All tables as one Markdown document."""
+def markdown(results: dict, circuit_suites: dict[str, list[str]] | None = None,
+             sections: Sequence[Callable[[dict], str]] = ()) -> str:
+  """All tables as one Markdown document; `sections` render further parts (e.g. the downstream
+  tables of `slm_jax.downstream.report`) before the notes."""
   s = results.get("settings", {})
   out = ["# Evaluation results", "",
          "Models: " + ", ".join(f"{m['name']} = `{m['workdir']}` (step {m.get('step')})"
@@ -283,33 +285,36 @@ def markdown(results: dict, circuit_suites: dict[str, list[str]] | None = None) 
   if results.get("bootstrap"):
     section("Paired bootstrap (paper Tables 10/11 layout; Δ = first − second)",
             bootstrap_tables(results), "bootstrap")
+  for render in sections:
+    text = render(results)
+    if text:
+      out.extend(["", text.rstrip("\n")])
   notes = results.get("notes")
   if notes:
     out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
   return "\n".join(out) + "\n"
 
 
-def plot_sg_circuits(results: dict, path: str | pathlib.Path) -> pathlib.Path | None:
-  """Grouped bar chart (PNG): SG accuracy per circuit (x) and model (bars); None without SG."""
-  models = [m for m in results["models"] if m.get("sg")]
-  if not models:
-    return None
+def grouped_bars(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
+                 title: str, path: str | pathlib.Path, ylabel: str = "accuracy (%)"
+                 ) -> pathlib.Path:
+  """A grouped bar chart (PNG): one group per label (x), one bar per (name, values) series; a
+  None value draws no bar. The one chart helper of the report PNGs."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  labels = [CIRCUIT_ABBREVIATIONS[c] for c in CIRCUITS] + ["SG"]
-  width = 0.8 / len(models)
-  fig, ax = plt.subplots(figsize=(min(14.0, 4.0 + 0.35 * len(labels) * len(models)), 3.6))
-  for k, m in enumerate(models):
-    values = [_get(m, "sg", "circuits", c) for c in CIRCUITS] + [_get(m, "sg", "score")]
-    xs = [i + (k - (len(models) - 1) / 2) * width for i in range(len(labels))]
-    ax.bar(xs, [0.0 if v is None else v for v in values], width, label=m["name"])
+  width = 0.8 / len(series)
+  fig, ax = plt.subplots(figsize=(min(16.0, 4.0 + 0.3 * len(labels) * len(series)), 3.7))
+  for k, (name, values) in enumerate(series):
+    xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
+    shown = [(x, v) for x, v in zip(xs, values) if v is not None]
+    ax.bar([x for x, _ in shown], [v for _, v in shown], width, label=name)
   ax.set_xticks(range(len(labels)))
   ax.set_xticklabels(labels)
-  ax.set_ylabel("accuracy (%)")
+  ax.set_ylabel(ylabel)
   ax.set_ylim(0, 100)
-  ax.set_title("SyntaxGym circuits (pooled over items) and the headline SG")
-  ax.legend(fontsize="small", ncol=min(len(models), 4))
+  ax.set_title(title)
+  ax.legend(fontsize="small", ncol=min(len(series), 5))
   ax.grid(axis="y", alpha=0.3)
   fig.tight_layout()
   path = pathlib.Path(path)
@@ -318,17 +323,38 @@ def plot_sg_circuits(results: dict, path: str | pathlib.Path) -> pathlib.Path | 
   return path
 
 
+def plot_sg_circuits(results: dict, path: str | pathlib.Path) -> pathlib.Path | None:
+  """Grouped bar chart (PNG): SG accuracy per circuit (x) and model (bars); None without SG."""
+  models = [m for m in results["models"] if m.get("sg")]
+  if not models:
+    return None
+  labels = [CIRCUIT_ABBREVIATIONS[c] for c in CIRCUITS] + ["SG"]
+  series = [(m["name"], [_get(m, "sg", "circuits", c) for c in CIRCUITS] + [_get(m, "sg", "score")])
+            for m in models]
+  return grouped_bars(labels, series, "SyntaxGym circuits (pooled over items) and the headline SG",
+                      path)
+
+
 def write_reports(results: dict, out_dir: str | pathlib.Path,
-                  circuit_suites: dict[str, list[str]] | None = None) -> dict[str, pathlib.Path]:
-  """Writes results.json, tables.md and sg_circuits.png (when SG ran) into `out_dir`."""
+                  circuit_suites: dict[str, list[str]] | None = None,
+                  sections: Sequence[Callable[[dict], str]] = (),
+                  plots: Mapping[str, tuple[str, Callable]] | None = None
+                  ) -> dict[str, pathlib.Path]:
+  """Writes results.json, tables.md and sg_circuits.png (when SG ran) into `out_dir`; `sections`
+  go into tables.md (see `markdown`), `plots` = {kind: (file name, fn(results, path))} are
+  drawn beside (a fn returning None drew nothing)."""
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   paths = {"json": out / "results.json", "markdown": out / "tables.md"}
   write_json(results, paths["json"])
-  paths["markdown"].write_text(markdown(results, circuit_suites))
+  paths["markdown"].write_text(markdown(results, circuit_suites, sections))
   png = plot_sg_circuits(results, out / "sg_circuits.png")
   if png is not None:
     paths["png"] = png
+  for kind, (name, draw) in (plots or {}).items():
+    drawn = draw(results, out / name)
+    if drawn is not None:
+      paths[kind] = pathlib.Path(drawn)
   return paths
 
 

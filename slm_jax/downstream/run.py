@@ -1,0 +1,231 @@
+"""Downstream evaluation of one trained run, as the evaluator runs it (`--tasks=mc,xsum,boolq`).
+
+- `evaluate_mc`: the 11 multiple-choice tasks (or a subset) of `tasks.read_task` from one data
+  folder (`<data_dir>/<task>/`, the layout of docs/DOWNSTREAM_DATA.md), each with its fixed
+  demonstrations (`tasks.demonstrations`; MMLU-Redux takes MMLU's, from `<data_dir>/mmlu`),
+  scored by `scoring.evaluate_task` into `<out>/<task>.jsonl` (resumable per task) and summarized
+  by `report.mc_summary` into the `downstream.mc` entry `downstream.report` renders.
+- `evaluate_xsum`: every finished seed of a `python -m slm_jax.finetune --task=xsum` output
+  folder generates a summary of each test article (`generate.generate`: beam 6, ≤ 150 tokens;
+  word-synchronous for tree models) from the prompt it was fine-tuned on
+  (`finetune_data.xsum_context`; the article's trailing sentences dropped so the prompt and
+  the longest summary fit the run's sequence length, counted; tree models generate the summary
+  as one sentence, one root, as XSum's one-sentence summaries are trained); predictions are appended to
+  `<out>/seed<S>.jsonl` (a restart continues after the last complete line); ROUGE-1/2/L F1 ×100
+  and R-AVG per seed (`rouge.rouge`).
+- `evaluate_boolq_finetuned`: every finished seed of a `--task=boolq` output folder scores the
+  BoolQ evaluation split zero-shot, with the prompt it was fine-tuned on (" yes" vs " no",
+  raw S_term), accuracy ×100 per seed.
+
+Every text the model reads goes through one `encoding.TextEncoder` with the given tree source
+(parsed and linearized for tree models; plain or pause-expanded for terminal-format ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from slm_jax.downstream import tasks as tasks_lib
+from slm_jax.downstream.encoding import TextEncoder, TreeSource
+from slm_jax.downstream.example import MC_TASKS, TaskExample
+from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
+from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
+from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS, generate,
+                                         pauses_per_terminal)
+from slm_jax.eval.beam import MAX_LEN_FACTOR, MIN_LEN
+from slm_jax.downstream.report import mc_summary
+from slm_jax.downstream.rouge import rouge
+from slm_jax.downstream.scoring import evaluate_task, read_records
+from slm_jax.eval.scorer import Scorer
+
+
+@dataclasses.dataclass(frozen=True)
+class DownstreamOptions:
+  """What every downstream task of one evaluation shares."""
+  data_dir: pathlib.Path  # holds <task>/ (the Hub download folders)
+  mc_tasks: tuple[str, ...] = MC_TASKS
+  max_items: int | None = None  # first items of each evaluation split
+  batch_size: int = 32
+  beam: int = BEAM
+  max_tokens: int = MAX_TOKENS
+  max_words: int = MAX_WORDS
+  max_open: int = MAX_OPEN
+  progress: bool = True
+
+  def __post_init__(self):
+    unknown = [t for t in self.mc_tasks if t not in MC_TASKS]
+    if unknown:
+      raise ValueError(f"unknown multiple-choice task(s) {', '.join(unknown)}; expected some "
+                       f"of {', '.join(MC_TASKS)}")
+
+
+def _log(message: str) -> None:
+  print(message, file=sys.stderr, flush=True)
+
+
+def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Path,
+                tree_source: TreeSource | None) -> dict[str, dict]:
+  """task → `downstream.mc` entry of one loaded run (module docstring)."""
+  scorer = Scorer(run.model, run.tokenizer, run.configuration, batch_size=options.batch_size)
+  out = pathlib.Path(out_dir)
+  entries: dict[str, dict] = {}
+  for task in options.mc_tasks:
+    examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
+                                   limit=options.max_items)
+    mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
+    demos = tasks_lib.demonstrations(task, tasks_lib.task_folder(options.data_dir, task),
+                                     mmlu_root=mmlu_root)
+    started = time.perf_counter()
+    summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
+                            batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
+                            progress=options.progress)
+    records = read_records(out / f"{task}.jsonl")
+    entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
+    entries[task]["seconds"] = round(time.perf_counter() - started, 2)
+    _log(f"{task}: accuracy {entries[task]['accuracy']:.2f} over {entries[task]['n']} items")
+  return entries
+
+
+def finished_seeds(folder: str | pathlib.Path, task: str) -> dict[int, pathlib.Path]:
+  """seed → its folder, for the seeds of a `slm_jax.finetune --task=TASK` output that finished."""
+  folder = pathlib.Path(folder)
+  if not folder.is_dir():
+    raise FileNotFoundError(f"{folder}: no such fine-tuning output folder")
+  seeds: dict[int, pathlib.Path] = {}
+  for path in sorted(folder.glob("seed*")):
+    record = path / SETTINGS_FILE
+    if not (path / SUMMARY_FILE).is_file() or not record.is_file():
+      continue
+    saved = json.loads(record.read_text())
+    settings = saved.get("settings", saved)
+    if settings.get("task") not in (None, task):
+      raise ValueError(f"{path}: a {settings.get('task')} fine-tuning run, not {task}")
+    seeds[int(path.name[len("seed"):])] = path
+  if not seeds:
+    raise FileNotFoundError(f"{folder}: no finished seed<S>/ folder (each needs {SUMMARY_FILE}, "
+                            "written when `python -m slm_jax.finetune` completes a seed)")
+  return seeds
+
+
+def _prompt(encoder: TextEncoder, article: str, room: int) -> tuple[np.ndarray, np.ndarray, bool]:
+  """(ids, kinds, truncated) of the XSum generation prompt, cut to `room` tokens by dropping the
+  article's trailing sentences (its first tokens when not even one sentence fits)."""
+  encoded = encoder.encode(list(xsum_context(article)))
+  keep, _ = truncation_keep(np.asarray(encoded.component_T), np.asarray(encoded.sequence.sentence),
+                            room, truncatable=0)
+  if keep is None:
+    raise ValueError(f"the XSum instruction alone exceeds {room} tokens")
+  ids = np.asarray(encoded.sequence.tokens, np.int32)[keep]
+  kinds = np.asarray(encoded.sequence.kinds, np.int32)[keep]
+  return ids, kinds, len(keep) < len(encoded)
+
+
+def _completed_lines(path: pathlib.Path) -> list[dict]:
+  """The complete JSON lines of a predictions file; a cut last line is removed from the file."""
+  if not path.exists():
+    return []
+  text = path.read_text(encoding="utf-8")
+  lines = text.split("\n")
+  records, good = [], 0
+  for line in lines:
+    if not line:
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      break
+    good += len(line) + 1
+  if good != len(text):
+    path.write_text(text[:good], encoding="utf-8")
+  return records
+
+
+def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.Path,
+                       tree_source: TreeSource | None, options: DownstreamOptions) -> list[dict]:
+  """One prediction record per example in `path` (resumable), in example order."""
+  encoder = TextEncoder(run.tokenizer, run.configuration, tree_source)
+  scheme = run.configuration.scheme
+  if scheme.has_brackets:  # the search's own cap, the closings of every open bracket included
+    generated = int(max(MAX_LEN_FACTOR * options.max_words, MIN_LEN))
+  else:  # a pause model feeds k pauses after every chosen piece
+    generated = options.max_tokens * (1 + pauses_per_terminal(scheme.name))
+  room = run.cfg.data.seq_len - generated
+  if room < 16:
+    raise ValueError(f"seq_len {run.cfg.data.seq_len} leaves no room for a prompt besides "
+                     "the summary")
+  records = _completed_lines(path)
+  for i, record in enumerate(records):
+    if i >= len(examples) or record["source"] != examples[i].source:
+      raise ValueError(f"{path}: line {i + 1} ({record.get('source')}) does not match the "
+                       "examples: use another output folder")
+  started, done_before = time.perf_counter(), len(records)
+  with open(path, "a", encoding="utf-8") as sink:
+    for i in range(len(records), len(examples)):
+      example = examples[i]
+      ids, kinds, truncated = _prompt(encoder, example.question, room)
+      found = generate(run.model, run.tokenizer, run.configuration, ids, prompt_kinds=kinds,
+                       beam=options.beam, **({"max_words": options.max_words,
+                                              "max_open": options.max_open}
+                                             if run.configuration.scheme.has_brackets
+                                             else {"max_tokens": options.max_tokens}))
+      record = {"index": i, "source": example.source, "prediction": found.text,
+                "reference": example.options[0], "logprob": found.logprob,
+                "finished": found.finished, "truncated": truncated, "prompt_tokens": len(ids)}
+      sink.write(json.dumps(record) + "\n")
+      sink.flush()
+      records.append(record)
+      if options.progress:
+        rate = (len(records) - done_before) / max(time.perf_counter() - started, 1e-9)
+        _log(f"xsum {path.stem}: {len(records)}/{len(examples)} summaries, {rate:.2f}/s, "
+             f"ETA {(len(examples) - len(records)) / max(rate, 1e-9):.0f} s")
+  return records
+
+
+def evaluate_xsum(folder: str | pathlib.Path, options: DownstreamOptions,
+                  out_dir: str | pathlib.Path, tree_source: TreeSource | None) -> dict:
+  """`downstream.xsum` entry: ROUGE per finished seed of an XSum fine-tuning output folder."""
+  from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
+  examples = tasks_lib.read_task("xsum", tasks_lib.task_folder(options.data_dir, "xsum"),
+                                 limit=options.max_items)
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  seeds: dict[str, dict] = {}
+  for seed, path in finished_seeds(folder, "xsum").items():
+    run = load_run(path)
+    records = generate_summaries(run, examples, out / f"seed{seed}.jsonl", tree_source, options)
+    scores = rouge([r["prediction"] for r in records], [r["reference"] for r in records])
+    seeds[str(seed)] = {"rouge1": 100 * scores.rouge1, "rouge2": 100 * scores.rouge2,
+                        "rougeL": 100 * scores.rougeL, "ravg": scores.r_avg,
+                        "n": scores.count, "empty": scores.empty,
+                        "unfinished": sum(not r["finished"] for r in records),
+                        "truncated_prompts": sum(r["truncated"] for r in records),
+                        "workdir": str(path), "step": int(run.step)}
+    _log(f"xsum seed {seed}: R-AVG {scores.r_avg:.2f} over {scores.count} articles")
+  return {"seeds": seeds, "folder": str(folder)}
+
+
+def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOptions,
+                             out_dir: str | pathlib.Path, tree_source: TreeSource | None) -> dict:
+  """`downstream.boolq_ft` entry: zero-shot BoolQ accuracy per finished fine-tuned seed."""
+  from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
+  examples = tasks_lib.read_task("boolq", tasks_lib.task_folder(options.data_dir, "boolq"),
+                                 limit=options.max_items)
+  seeds: dict[str, dict] = {}
+  for seed, path in finished_seeds(folder, "boolq").items():
+    run = load_run(path)
+    scorer = Scorer(run.model, run.tokenizer, run.configuration, batch_size=options.batch_size)
+    summary = evaluate_task(scorer, "boolq", examples, None, pathlib.Path(out_dir) / f"seed{seed}",
+                            tree_source, batch_size=options.batch_size,
+                            max_len=run.cfg.data.seq_len, progress=options.progress)
+    seeds[str(seed)] = {"accuracy": 100 * summary["accuracy"], "n": summary["scored"],
+                        "wrong_ties_nonfinite": int(summary["ties"]) + int(summary["nonfinite"]),
+                        "workdir": str(path), "step": int(run.step)}
+    _log(f"boolq seed {seed}: accuracy {seeds[str(seed)]['accuracy']:.2f}")
+  return {"seeds": seeds, "folder": str(folder)}
