@@ -81,7 +81,8 @@ def direct_option(scorer, context, continuation, chars):
   return lp[targets].sum(), term, term / chars
 
 
-@pytest.mark.parametrize("name", ["terminal", "tree", "tgtree", "tg"])
+@pytest.mark.parametrize("name", ["terminal", "tree", "tgtree",
+                                  pytest.param("tg", marks=pytest.mark.slow)])
 def test_scores_equal_a_direct_forward_pass(name, tmp_path):
   scorer = scorer_for(name)
   for task, (examples, words) in TASKS.items():

@@ -103,11 +103,11 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
   real = evaluate.evaluate_run
   calls = []
 
-  def second_fails(workdir, args, data):
+  def second_fails(workdir, args, data, index):
     calls.append(workdir)
     if len(calls) == 2:
       raise RuntimeError("device lost")
-    return real(workdir, args, data)
+    return real(workdir, args, data, index)
 
   monkeypatch.setattr(evaluate, "evaluate_run", second_fails)
   out = tmp_path / "report"
