@@ -18,9 +18,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import sys
+import time
 from typing import Callable, Sequence
 
 EXIT_OK = 0
@@ -182,3 +184,27 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
     else:
       print(f"error: {describe_error(error)}", file=sys.stderr, flush=True)
     return code
+
+
+class Progress:
+  """The progress line of long CLI work: `label: done/total unit, rate unit/s, ETA Ns` on stderr,
+  at most every `every` seconds and always at the end. The rate counts only this process' work
+  (`done` at construction, e.g. items a resumed run found finished, is excluded). Call it with
+  the count done so far (and the total, when it is only known later)."""
+
+  def __init__(self, label: str, total: int | None = None, *, unit: str = "items", done: int = 0,
+               every: float = 2.0, stream=None):
+    self.label, self.total, self.unit, self.every = label, total, unit, every
+    self.start_done, self.stream = done, stream
+    self.start, self.last = time.monotonic(), -math.inf
+
+  def __call__(self, done: int, total: int | None = None) -> None:
+    total = self.total if total is None else total
+    now = time.monotonic()
+    if now - self.last < self.every and (total is None or done < total):
+      return
+    self.last = now
+    rate = (done - self.start_done) / max(now - self.start, 1e-9)
+    eta = (total - done) / rate if rate > 0 and total is not None else math.inf
+    print(f"{self.label}: {done}/{total if total is not None else '?'} {self.unit}, "
+          f"{rate:.2f} {self.unit}/s, ETA {eta:.0f}s", file=self.stream or sys.stderr, flush=True)

@@ -83,8 +83,18 @@ def test_all_tasks_fine_tuning_generation_tables_and_chart(setup):
   assert untimed(again) == untimed(results["models"][0]["downstream"]["mc"])
 
 
-def test_input_errors_are_one_line_before_anything_runs(setup, capsys):
-  root, data, runs, _ = setup
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+  """A 2-step terminal run and the fixture data: what the input checks read."""
+  root = tmp_path_factory.mktemp("downstream_inputs")
+  write_fixtures(root / "data", rows_per_split=1)
+  trainer.train(small_config("terminal", steps=2, **{"train.checkpoint_every": 2}),
+                root / "terminal")
+  return root, root / "data", {"terminal": root / "terminal"}
+
+
+def test_input_errors_are_one_line_before_anything_runs(one_run, capsys):
+  root, data, runs = one_run
   from slm_jax import cli
   assert cli.run(evaluate.main, [f"--workdir={runs['terminal']}", "--tasks=mc",
                                  f"--out={root / 'e1'}"]) == 2

@@ -182,7 +182,7 @@ def check_tree_output(out, name, *, max_words, max_open, max_tokens):
   assert out.text == " ".join(trees[0].leaves()) and out.words == len(out.text.split())
 
 
-@pytest.mark.parametrize("name", ["tree", "tgtree"])
+@pytest.mark.parametrize("name", [pytest.param("tree", marks=pytest.mark.slow), "tgtree"])
 @hypothesis.settings(max_examples=3, deadline=None, derandomize=True,
                      suppress_health_check=[hypothesis.HealthCheck.too_slow])
 @hypothesis.given(sentences=st.integers(1, 2), beam=st.integers(1, 4), max_words=st.integers(1, 4),

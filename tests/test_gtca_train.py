@@ -120,6 +120,7 @@ def _leaves(tree, needle):
           if needle in jax.tree_util.keystr(p)]
 
 
+@pytest.mark.slow  # three Orbax-chained stages, twice (~55 s); the steps are tested one by one above
 def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeypatch):
   """Two stages of the gtca plan (LoRA, then GTCA only: two compilations keep the test short;
   `test_plans_and_alpha_ramp` checks the real plan's three)."""

@@ -21,7 +21,7 @@ def records(workdir) -> list[dict]:
   return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("name", ["terminal", "tree"])
+@pytest.mark.parametrize("name", [pytest.param("terminal", marks=pytest.mark.slow), "tree"])
 def test_live_metrics_are_logged_and_leave_the_losses_unchanged(name, tmp_path):
   require_shared("syntaxgym")
   require_shared("blimp")

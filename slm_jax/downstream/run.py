@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from slm_jax import cli
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
@@ -165,7 +166,8 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
     if i >= len(examples) or record["source"] != examples[i].source:
       raise ValueError(f"{path}: line {i + 1} ({record.get('source')}) does not match the "
                        "examples: use another output folder")
-  started, done_before = time.perf_counter(), len(records)
+  report = (cli.Progress(f"xsum {path.stem}", len(examples), unit="summaries", done=len(records))
+            if options.progress else None)
   with open(path, "a", encoding="utf-8") as sink:
     for i in range(len(records), len(examples)):
       example = examples[i]
@@ -181,10 +183,8 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
       sink.write(json.dumps(record) + "\n")
       sink.flush()
       records.append(record)
-      if options.progress:
-        rate = (len(records) - done_before) / max(time.perf_counter() - started, 1e-9)
-        _log(f"xsum {path.stem}: {len(records)}/{len(examples)} summaries, {rate:.2f}/s, "
-             f"ETA {(len(examples) - len(records)) / max(rate, 1e-9):.0f} s")
+      if report:
+        report(len(records))
   return records
 
 

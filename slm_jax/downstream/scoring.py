@@ -33,12 +33,11 @@ import dataclasses
 import json
 import math
 import pathlib
-import sys
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
@@ -165,26 +164,6 @@ def _demos_for(demonstrations: Demonstrations | None, example: TaskExample) -> l
   return list(demonstrations)
 
 
-class Progress:
-  """`task: done/total items, rate items/s, ETA` on stderr, at most every `every` seconds."""
-
-  def __init__(self, task: str, total: int, done: int = 0, every: float = 2.0, stream=None):
-    self.task, self.total, self.start_done, self.every = task, total, done, every
-    self.stream = stream or sys.stderr
-    self.start = time.monotonic()
-    self.last = -math.inf
-
-  def __call__(self, done: int) -> None:
-    now = time.monotonic()
-    if now - self.last < self.every and done < self.total:
-      return
-    self.last = now
-    rate = (done - self.start_done) / max(now - self.start, 1e-9)
-    eta = (self.total - done) / rate if rate > 0 else math.inf
-    print(f"{self.task}: {done}/{self.total} items, {rate:.2f} items/s, ETA {eta:.0f}s",
-          file=self.stream, flush=True)
-
-
 def as_scorer(model: Any, batch_size: int = 32) -> Scorer:
   """A `Scorer` from a Scorer, a loaded run (`.model`, `.tokenizer`, `.configuration`) or a
   training workdir path."""
@@ -246,7 +225,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
       raise ValueError(f"{path}: record {index} ({r['source']}) does not match the examples")
     done[index] = r
   todo = [i for i in range(len(examples)) if i not in done]
-  report = Progress(task, len(examples), len(done)) if progress else None
+  report = cli.Progress(task, len(examples), done=len(done)) if progress else None
   with open(path, "a", encoding="utf-8") as sink:
     for start in range(0, len(todo), chunk_items):
       chunk = todo[start:start + chunk_items]

@@ -38,7 +38,6 @@ import pathlib
 import re
 import sqlite3
 import sys
-import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -361,26 +360,6 @@ def read_records(path: str | pathlib.Path, index: int, count: int,
   return out
 
 
-class Progress:
-  """A stderr line with done/total, rate and ETA, at most every `every` seconds."""
-
-  def __init__(self, every: float = 2.0, stream=None):
-    self.start = time.monotonic()
-    self.last = -every
-    self.every = every
-    self.stream = stream
-
-  def __call__(self, done: int, total: int) -> None:
-    now = time.monotonic() - self.start
-    if now - self.last < self.every and done < total:
-      return
-    self.last = now
-    rate = done / max(now, 1e-9)
-    eta = (total - done) / rate if rate > 0 else float("inf")
-    print(f"gtca cache: {done}/{total} examples, {rate:.1f}/s, ETA {eta:.0f}s",
-          file=self.stream or sys.stderr, flush=True)
-
-
 def _max_len(backbone: pathlib.Path, flag: int | None) -> int | None:
   if flag is not None:
     return flag or None  # 0: no limit
@@ -435,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
   out = shard_path(args.out, index, count)
   with ParseCache(out, identity, writable=True, info={"backbone": str(backbone)}) as cache:
     report = build_cache(records, tokenizer, cache, fmt, factory, block=max(1, args.block),
-                         progress=Progress())
+                         progress=cli.Progress("gtca cache", unit="examples"))
     total = len(cache)
   report.examples += len(bad_lines)
   for message in bad_lines:
