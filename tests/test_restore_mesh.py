@@ -82,6 +82,7 @@ def _child(tmp_path, devices: int, fsdp: int, workdir: pathlib.Path) -> dict:
   return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("SEEN "))[5:])
 
 
+@pytest.mark.slow  # three child processes, 4 -> 2 and 4 -> 8 devices (~90 s on 2 cores)
 def test_a_four_device_checkpoint_resumes_on_two_and_on_eight_devices(tmp_path):
   written = tmp_path / "four"
   first = _child(tmp_path, 4, 2, written)  # checkpoints at steps 3 and 6, on fsdp 2
