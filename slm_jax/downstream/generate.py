@@ -118,6 +118,16 @@ def piece_classes(tokenizer: Tokenizer) -> np.ndarray:
   return out
 
 
+def generated_positions(configuration: Configuration, *, max_tokens: int = MAX_TOKENS,
+                        max_words: int = MAX_WORDS, tree_max_tokens: int | None = None) -> int:
+  """Cache positions a search may fill after the prompt: tree schemes the word-synchronous cap
+  (`tree_max_tokens`, default max(6·max_words, 10), closings included), terminal formats
+  `max_tokens` chosen pieces plus the pauses fed after each."""
+  if configuration.scheme.has_brackets:
+    return int(tree_max_tokens or max(MAX_LEN_FACTOR * max_words, MIN_LEN))
+  return max_tokens * (1 + pauses_per_terminal(configuration.scheme.name))
+
+
 def pauses_per_terminal(linearization: str) -> int:
   """`<P>` tokens the scheme puts after each terminal (read from a one-word tree's
   linearization, so the scheme's own rule is the only statement of it)."""
@@ -191,7 +201,7 @@ def beam_generate(model: Decoder, tokenizer: Tokenizer, configuration: Configura
                      f"{beam}, {max_tokens}, {min_tokens}")
   ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
   pauses = pauses_per_terminal(scheme.name)
-  width = max_tokens * (1 + pauses)  # tokens a hypothesis may feed (EOS is never fed)
+  width = generated_positions(configuration, max_tokens=max_tokens)  # EOS is never fed
   decoder = _decoder(model, configuration, max_len=len(ids) + width, batch=beam,
                      recompute=recompute)
   decoder.start(ids, kinds)
@@ -270,7 +280,7 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
                      f"{max_words}, {fast_track}")
   grammar = Grammar(scheme.name, tokenizer, cnt2_scored=not configuration.attention.tg_family,
                     labels=labels, max_open=max_open)
-  cap = int(max_tokens or max(MAX_LEN_FACTOR * max_words, MIN_LEN))
+  cap = generated_positions(configuration, max_words=max_words, tree_max_tokens=max_tokens)
   ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
   n = 2 * beam + fast_track  # pool + expanded parents + their extra successors
   decoder = _decoder(model, configuration, max_len=len(ids) + cap, batch=n, recompute=recompute)

@@ -39,8 +39,7 @@ from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
 from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
 from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS, generate,
-                                         pauses_per_terminal)
-from slm_jax.eval.beam import MAX_LEN_FACTOR, MIN_LEN
+                                         generated_positions)
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
 from slm_jax.downstream.scoring import evaluate_task, read_records
@@ -152,12 +151,8 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
                        tree_source: TreeSource | None, options: DownstreamOptions) -> list[dict]:
   """One prediction record per example in `path` (resumable), in example order."""
   encoder = TextEncoder(run.tokenizer, run.configuration, tree_source)
-  scheme = run.configuration.scheme
-  if scheme.has_brackets:  # the search's own cap, the closings of every open bracket included
-    generated = int(max(MAX_LEN_FACTOR * options.max_words, MIN_LEN))
-  else:  # a pause model feeds k pauses after every chosen piece
-    generated = options.max_tokens * (1 + pauses_per_terminal(scheme.name))
-  room = run.cfg.data.seq_len - generated
+  room = run.cfg.data.seq_len - generated_positions(
+      run.configuration, max_tokens=options.max_tokens, max_words=options.max_words)
   if room < 16:
     raise ValueError(f"seq_len {run.cfg.data.seq_len} leaves no room for a prompt besides "
                      "the summary")
