@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 import sys
 import time
 from typing import Any, Sequence
@@ -88,6 +89,7 @@ class Report:
   flops: float  # one step, one chip: XLA's count of the scan body × the micro-batches
   model_flops: float  # (6·N + 12·L·H·K·T) · tokens per step, all chips (`train.mfu`)
   seconds: float  # compile time
+  same_program_as: str = ""  # the configuration compiled for this one (`--share_programs`)
 
   @property
   def total(self) -> int:
@@ -150,9 +152,39 @@ def _vocab_size(run: Any) -> int:
   return tokenizer.vocab_size
 
 
-def compile_step(run: Any, devices: Sequence[Any], vocab_size: int, limit: int | None,
-                 topology: str) -> Report:
-  """Compiles `run`'s train step for `devices` (shapes only) and reads XLA's analysis."""
+_CONSTANT_VALUE = re.compile(r"dense<[^>]*>")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredStep:
+  """A configuration's train step lowered for a mesh (StableHLO, nothing compiled yet)."""
+
+  config: str
+  mesh: str
+  micro_batches: str
+  attention_impl: str
+  accumulation: int
+  model_flops: float
+  lowered: Any
+
+  @property
+  def program_key(self) -> str:
+    """sha256 of the lowered module with the values of its constants blanked out.
+
+    Configurations of one scale differ in their data (linearization, mask scheme), which reaches
+    the train step only as constants (which token kinds a query may attend to); shapes,
+    shardings and operations are the same. Two steps with one key are compiled once
+    (`--share_programs`). XLA's memory analysis depends on shapes, shardings and operations;
+    its FLOP count can differ by the elementwise mask operations that constant folding removes
+    (tests/test_aot.py compiles both: memory identical, FLOPs 0.4% apart at tiny scale, where
+    attention weighs most)."""
+    import hashlib  # pylint: disable=g-import-not-at-top
+    text = _CONSTANT_VALUE.sub("dense<_>", self.lowered.as_text())
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lower_step(run: Any, devices: Sequence[Any], vocab_size: int) -> LoweredStep:
+  """Lowers `run`'s train step for `devices` (shapes only: nothing is allocated)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -182,27 +214,39 @@ def compile_step(run: Any, devices: Sequence[Any], vocab_size: int, limit: int |
   step = make_train_step(graphdef, tx, layout.accumulation,
                          (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
                           sharding.replicated(mesh)))
+  lowered = step.lower(placed(params, param_sh), placed(opt_state, opt_sh), batch)
+  tokens = run.train.global_batch * length
+  return LoweredStep(
+      config=f"{run.configuration.name}_{run.scale}",
+      mesh="×".join(f"{k}{v}" for k, v in mesh.shape.items()),
+      micro_batches=f"{layout.accumulation} × {layout.micro_rows}",
+      attention_impl=mconfig.attention_impl, accumulation=layout.accumulation,
+      model_flops=float(model_flops_per_token(mconfig, length) * tokens), lowered=lowered)
+
+
+def compile_lowered(step: LoweredStep, limit: int | None, topology: str, chips: int) -> Report:
+  """Compiles a lowered step and reads XLA's memory and cost analysis."""
   started = time.time()
-  compiled = step.lower(placed(params, param_sh), placed(opt_state, opt_sh), batch).compile()
+  compiled = step.lowered.compile()
   seconds = time.time() - started
   memory = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  m = mconfig
-  tokens = run.train.global_batch * length
-  model_flops = model_flops_per_token(mconfig, length) * tokens
   return Report(
-      config=f"{run.configuration.name}_{run.scale}", topology=topology, chips=len(devices),
-      mesh="×".join(f"{k}{v}" for k, v in mesh.shape.items()),
-      micro_batches=f"{layout.accumulation} × {layout.micro_rows}",
-      attention_impl=m.attention_impl,
+      config=step.config, topology=topology, chips=chips, mesh=step.mesh,
+      micro_batches=step.micro_batches, attention_impl=step.attention_impl,
       arguments=memory.argument_size_in_bytes,
       outputs=memory.output_size_in_bytes - memory.alias_size_in_bytes,
       temporaries=memory.temp_size_in_bytes, code=memory.generated_code_size_in_bytes,
       # XLA counts a loop body once: the micro-batch scan's body runs A times per step.
-      limit=limit, flops=float(cost.get("flops", 0.0)) * layout.accumulation,
-      model_flops=float(model_flops),
-      seconds=seconds)
+      limit=limit, flops=float(cost.get("flops", 0.0)) * step.accumulation,
+      model_flops=step.model_flops, seconds=seconds)
+
+
+def compile_step(run: Any, devices: Sequence[Any], vocab_size: int, limit: int | None,
+                 topology: str) -> Report:
+  """Compiles `run`'s train step for `devices` (shapes only) and reads XLA's analysis."""
+  return compile_lowered(lower_step(run, devices, vocab_size), limit, topology, len(devices))
 
 
 def _gib(value: int | None) -> str:
@@ -214,10 +258,14 @@ def table(reports: Sequence[Report]) -> str:
   headers = ["config", "topology", "mesh", "micro-batches", "attention", "args GiB", "outputs GiB",
              "temps GiB", "code GiB", "total GiB", "HBM GiB", "fits", "XLA TFLOP/step/chip",
              "6N+12LHKT TFLOP/step", "compile s"]
+  shared = any(r.same_program_as for r in reports)
+  if shared:
+    headers.append("compiled as")
   rows = [[r.config, r.topology, r.mesh, r.micro_batches, r.attention_impl, _gib(r.arguments), _gib(r.outputs),
            _gib(r.temporaries), _gib(r.code), _gib(r.total), _gib(r.limit),
            "yes" if r.fits else "NO", f"{r.flops / 1e12:.4g}", f"{r.model_flops / 1e12:.4g}",
-           f"{r.seconds:.0f}"] for r in reports]
+           f"{r.seconds:.0f}"] + ([r.same_program_as or "itself"] if shared else [])
+          for r in reports]
   return benchtools.table(headers, rows)
 
 
@@ -232,6 +280,9 @@ def _parser() -> cli.ArgumentParser:
                       help="memory per chip to check against (default: the chip's own)")
   parser.add_argument("--vocab_size", type=int,
                       help="default: the size of the config's tokenizer")
+  parser.add_argument("--share_programs", type=cli.boolean, default=True,
+                      help="compile once for configurations whose lowered steps are equal up to "
+                           "the values of constants (LoweredStep.program_key)")
   return parser
 
 
@@ -264,12 +315,23 @@ def _main(argv: list[str] | None) -> int:
   else:
     devices = tpu_devices(args.topology, args.libtpu)
   limit = _limit(args, devices)
-  reports = []
+  reports, compiled = [], {}
   for path, run in zip(args.config, runs):
+    step = lower_step(run, devices, args.vocab_size or _vocab_size(run))
+    key = step.program_key if args.share_programs else path
+    if key in compiled:
+      first = compiled[key]
+      print(f"{path}: same program as {first.config} (up to constants); not compiled again",
+            file=sys.stderr, flush=True)
+      reports.append(dataclasses.replace(
+          first, config=step.config, model_flops=step.model_flops, seconds=0.0,
+          same_program_as=first.config))
+      continue
     print(f"compiling {path} for {args.topology} ({len(devices)} chips) …", file=sys.stderr,
           flush=True)
-    reports.append(compile_step(run, devices, args.vocab_size or _vocab_size(run), limit,
-                                args.topology))
+    compiled[key] = compile_lowered(step, limit, args.topology, len(devices))
+    reports.append(compiled[key])
+    print(table(reports[-1:]), file=sys.stderr, flush=True)
   print(table(reports))
   too_big = [r for r in reports if not r.fits]
   if too_big:

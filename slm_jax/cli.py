@@ -160,6 +160,14 @@ def exit_code_of(error: BaseException) -> int:
   return int(code) if isinstance(code, int) else EXIT_USAGE
 
 
+def boolean(text: str) -> bool:
+  """A `--flag=true|false` value (argparse `type=`), the one spelling every CLI accepts."""
+  value = str(text).strip().lower()
+  if value not in ("true", "false", "1", "0", "yes", "no"):
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+  return value in ("true", "1", "yes")
+
+
 def expected(error: BaseException) -> bool:
   return isinstance(error, _EXPECTED) or isinstance(getattr(error, "exit_code", None), int)
 
