@@ -204,3 +204,74 @@ def test_cli_errors(tmp_path, capsys):
   bad.write_text(json.dumps({"uuas": [1]}))
   assert probe.main(["plot", str(bad), f"--out={tmp_path / 'x.png'}"]) == 2
   assert "not a probe result" in capsys.readouterr().err
+
+
+# ---- the GTCA switch: backbone vs a run with the branch active, trees from the cache ----------
+def _restored(model, tokenizer, tmp_path, alpha=1.0):
+  """What `train.restore_run` returns, for a fresh branch (its kernels are random, so with α = 1
+  it changes every layer's states; restoring real checkpoints is tested in test_gtca_train)."""
+  from slm_jax.gtca import backbone as gbackbone
+  from slm_jax.gtca import train
+  from slm_jax.gtca.branch import Gtca, GtcaConfig
+  from slm_jax.gtca.forward import split_models
+  # the model itself stands for the trained decoder (no LoRA: one Decoder less to build); its
+  # prompt tokenizer is the one a run has, so the probed ids are the cache builder's
+  text_tokenizer, added = gbackbone.word_prompt_tokenizer(tokenizer)
+  backbone = gbackbone.Backbone(model, text_tokenizer, (), tokenizer.pad_id, added, "tiny")
+  gtca = Gtca(GtcaConfig.from_model(model.config), rngs=nnx.Rngs(1))
+  graphdefs, params = split_models(model, gtca)
+  settings = train.Settings(str(tmp_path / "workdir"), str(tmp_path / "run"))
+  return settings, backbone, gtca, graphdefs, params, alpha
+
+
+def _gtca_setup(tmp_path, monkeypatch, capsys):
+  """PTB files, a tiny word model, its cache of every sentence, and `restore_run` / `load_run`
+  patched to give them (what a finished run would restore)."""
+  import types
+  from slm_jax import cli
+  from slm_jax.gtca import cache as gcache
+  from slm_jax.gtca import train
+  import slm_jax.train.loading as loading
+  folder = require_shared("ptb_sample") / "combined"
+  files = [str(folder / f"wsj_000{i}.mrg") for i in (1, 2, 3)]
+  model, tokenizer = tiny_model([w for t in probe.read_trees(files) for w in t.leaves()])
+  tokenizer.save(tmp_path / "workdir")
+  restored = _restored(model, tokenizer, tmp_path)
+  monkeypatch.setattr(train, "restore_run", lambda run, log: restored)
+  monkeypatch.setattr(loading, "load_run", lambda path: types.SimpleNamespace(
+      model=model, tokenizer=tokenizer))
+  build = lambda out, paths: cli.run(gcache.main, [  # noqa: E731
+      f"--ptb={','.join(paths)}", f"--workdir={tmp_path / 'workdir'}", "--bos", f"--out={out}"])
+  args = [f"--gtca={tmp_path / 'run'}", f"--train={files[0]},{files[1]}", f"--test={files[2]}",
+          "--rank=4", "--steps=5", "--max_train=4", "--max_test=2"]
+  return files, build, args
+
+
+def test_gtca_switch_reads_every_tree_first_and_names_a_miss(tmp_path, monkeypatch, capsys):
+  files, build, args = _gtca_setup(tmp_path, monkeypatch, capsys)
+  assert build(tmp_path / "one.sqlite", files[:1]) == 0
+  capsys.readouterr()
+  out = tmp_path / "probe"
+  assert probe.main([f"--cache={tmp_path / 'one.sqlite'}", f"--out={out}", *args]) != 0
+  assert "no span tree for example probe sentence" in capsys.readouterr().err
+  assert not out.exists()  # nothing was probed: the trees are read first
+  assert probe.main([f"--out={out}", *args]) == 2
+  assert "--gtca needs --cache" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # ~30 s on 2 busy cores: two models' features and probes, each compiled
+def test_gtca_switch_probes_backbone_and_branch_from_the_cache(tmp_path, monkeypatch, capsys):
+  files, build, args = _gtca_setup(tmp_path, monkeypatch, capsys)
+  cache = tmp_path / "ptb.sqlite"
+  assert build(cache, files) == 0
+  assert "errors 0" in capsys.readouterr().out
+  out = tmp_path / "probe"
+  assert probe.main([f"--cache={cache}", f"--out={out}", *args]) == 0
+  base, gtca = (json.loads((out / name / probe.RESULTS_FILE).read_text())
+                for name in ("backbone", "gtca"))
+  assert (base["label"], gtca["label"]) == ("backbone", "GTCA") and gtca["side"] == "branch"
+  assert gtca["alpha"] == 1.0 and base["layers"] == gtca["layers"] == [0, 1, 2]
+  assert base["train_loss"][0] == pytest.approx(gtca["train_loss"][0])  # embeddings: no branch
+  assert base["train_loss"][2] != pytest.approx(gtca["train_loss"][2])  # the branch was read
+  assert (out / probe.PLOT_FILE).stat().st_size > 1000  # both curves in one figure
+  assert "UUAS GTCA − backbone per layer" in capsys.readouterr().out

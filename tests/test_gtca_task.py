@@ -1,14 +1,13 @@
-"""The GTCA toy task (agreement across attractors), the MCQA readers and the tree ablations."""
+"""The GTCA toy task (agreement across attractors) and the tree ablations (the real sets' readers:
+tests/test_gtca_real_sets.py)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
 from slm_jax.corpus.grammar import default_grammar
-from slm_jax.gtca import ablations, mcqa_data, toy_task
+from slm_jax.gtca import ablations, toy_task
 from slm_jax.gtca.spans import ANSWER, OPTIONS, SpanNode, SpanTree
 from slm_jax.trees import Tree
 
@@ -106,68 +105,6 @@ def test_fixed_option_order_puts_the_singular_first():
 def test_bad_sizes_are_errors():
   with pytest.raises(ValueError, match="dev size"):
     toy_task.make_toy_task(train=1, dev=-1, test=1)
-
-
-# ---- readers ----------------------------------------------------------------------------------
-def _write(path, rows):
-  if path.suffix == ".parquet":
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    pq.write_table(pa.Table.from_pylist(rows), path)
-  elif path.suffix == ".jsonl":
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  else:
-    path.write_text(json.dumps(rows))
-  return path
-
-
-def test_readers_in_hub_layouts(tmp_path):
-  mmlu = _write(tmp_path / "mmlu.parquet", [
-      {"question": "2+2?", "subject": "math", "choices": ["3", "4", "5", "6"], "answer": 1},
-      {"question": "Sky?", "subject": "sci", "choices": ["red", "blue"], "answer": 1}])
-  letters = _write(tmp_path / "mmlu_letters.jsonl", [
-      {"question": "Sky?", "subject": "sci", "choices": ["red", "blue"], "answer": "B"}])
-  assert mcqa_data.read_mcqa("mmlu", letters)[0].answer == 1
-  got = mcqa_data.read_mcqa("mmlu", mmlu)
-  assert [(x.question, x.options, x.answer, x.group) for x in got] == [
-      ("2+2?", ("3", "4", "5", "6"), 1, "math"), ("Sky?", ("red", "blue"), 1, "sci")]
-  assert got[1].source == f"{mmlu}:1"
-  hella = _write(tmp_path / "hs.jsonl", [
-      {"ctx_a": "A man", "ctx_b": "sits", "endings": ["a", "b", "c", "d"], "label": "2",
-       "activity_label": "Sitting"},
-      {"ctx": "Ctx", "endings": ["a", "b"], "label": ""}])
-  got = mcqa_data.read_mcqa("hellaswag", hella)
-  assert (got[0].question, got[0].answer, got[0].group) == ("A man sits", 2, "Sitting")
-  assert got[1].answer == -1
-  wino = _write(tmp_path / "wg.json", [
-      {"sentence": "The cup fit in the box because _ was small.", "option1": "cup",
-       "option2": "box", "answer": "2"}])
-  (x,) = mcqa_data.read_mcqa("winogrande", wino)
-  assert (x.options, x.answer) == (("cup", "box"), 1)
-  cloth = _write(tmp_path / "cloth.jsonl", [
-      {"sentence": f"I [MASK] it {i}.", "answer": "saw", "distractors": ["see", "sees", "seen"]}
-      for i in range(6)])
-  got = mcqa_data.read_mcqa("cloth", cloth, seed=1)
-  assert all(x.options[x.answer] == "saw" and sorted(x.options) == ["saw", "see", "seen", "sees"]
-             for x in got)
-  assert len({x.answer for x in got}) > 1  # the answer's position is shuffled
-  assert [x.options for x in got] == [x.options for x in mcqa_data.read_mcqa("cloth", cloth, seed=1)]
-  assert len(mcqa_data.read_mcqa("cloth", [cloth, cloth], limit=8)) == 8
-
-
-def test_reader_errors_name_file_row_and_field(tmp_path):
-  path = _write(tmp_path / "m.jsonl", [
-      {"question": "q", "choices": ["a", "b"], "answer": 0}, {"question": "q", "answer": 0}])
-  with pytest.raises(mcqa_data.McqaDataError, match=r"m\.jsonl: row 1: field 'choices': missing"):
-    mcqa_data.read_mcqa("mmlu", path)
-  path = _write(tmp_path / "w.jsonl", [{"sentence": "s", "option1": "a", "option2": "b",
-                                        "answer": "3"}])
-  with pytest.raises(mcqa_data.McqaDataError, match="row 0: field 'answer'.*outside"):
-    mcqa_data.read_mcqa("winogrande", path)
-  with pytest.raises(mcqa_data.McqaDataError, match="unknown MCQA dataset"):
-    mcqa_data.read_mcqa("squad", path)
-  with pytest.raises(mcqa_data.McqaDataError, match="no such file"):
-    mcqa_data.read_mcqa("mmlu", tmp_path / "absent.parquet")
 
 
 # ---- tree ablations ---------------------------------------------------------------------------

@@ -100,7 +100,10 @@ def source_of(task: str) -> TaskSource:
 
 
 # ---- locating a split ------------------------------------------------------------------------
-def _patterns(source: TaskSource, split: str) -> list[str]:
+def split_patterns(source: TaskSource, split: str) -> list[str]:
+  """The glob patterns, in the order tried, of one split of a Hub download (module docstring);
+  also used for datasets outside `TASK_SOURCES` (GTCA's CLOTH and CoLA,
+  `slm_jax.gtca.mcqa_data`)."""
   if not source.configs:  # MMLU-Redux: one folder per subject
     return [f"*/{split}-*.parquet", f"*/{split}/*.parquet", "*/data-*.arrow", f"*/{split}.jsonl"]
   out = []
@@ -117,22 +120,27 @@ def task_folder(root: str | pathlib.Path, task: str) -> pathlib.Path:
   return root / task if (root / task).is_dir() else root
 
 
+def match_split(base: pathlib.Path, patterns: list[str], what: str) -> list[pathlib.Path]:
+  """The files of the first pattern that matches under `base`, sorted; none is a RowDataError
+  naming `what` and every pattern tried."""
+  for pattern in patterns:
+    found = sorted(p for p in base.glob(pattern) if p.is_file())
+    if found:
+      return found
+  raise RowDataError(f"{base}: no {what}; looked for {', '.join(patterns)} "
+                     "(docs/DOWNSTREAM_DATA.md has the download commands)")
+
+
 def find_split(root: str | pathlib.Path, task: str, split: str) -> list[pathlib.Path]:
   """The files of one split of `task` under `task_folder(root, task)`, sorted; the first
   pattern that matches wins. MMLU-Redux's main-branch `.arrow` files hold only the test
   split."""
   source = source_of(task)
-  base = task_folder(root, task)
-  patterns = _patterns(source, split)
+  patterns = split_patterns(source, split)
   if not source.configs and split != "test":
     patterns = [p for p in patterns if not p.endswith(".arrow")]
-  for pattern in patterns:
-    found = sorted(p for p in base.glob(pattern) if p.is_file())
-    if found:
-      return found
-  raise RowDataError(
-      f"{base}: no {split!r} files of {task} ({source.repo}, revision {source.revision}); "
-      f"looked for {', '.join(patterns)} (docs/DOWNSTREAM_DATA.md has the download commands)")
+  return match_split(task_folder(root, task), patterns,
+                     f"{split!r} files of {task} ({source.repo}, revision {source.revision})")
 
 
 # ---- row readers -----------------------------------------------------------------------------

@@ -12,20 +12,31 @@ prompt format the cache was built with by `PromptFormat.from_meta(cache.meta)`.
 continues silently without structure.
 
 CLI:
-  python -m slm_jax.gtca.cache --data=FILE.jsonl --backbone=HF_FOLDER|tokenizer.json \\
-      --out=cache.sqlite [--shard=i/n] [--parser=DIR] [--max_len=N] [--chat_template=auto|on|off]
-      [--bos] [--block=256]
+  python -m slm_jax.gtca.cache (--data=FILE.jsonl | --task=SET --data_root=DIR [--split=S]
+      [--limit=N] | --ptb=FILES) (--backbone=HF_FOLDER|tokenizer.json | --workdir=RUN
+      [--options=N]) --out=cache.sqlite [--shard=i/n] [--parser=DIR|right_branching|random]
+      [--max_len=N] [--chat_template=auto|on|off] [--bos] [--block=256]
   python -m slm_jax.gtca.cache --merge --out=cache.sqlite
-Records (one JSON object a line): MCQA `{"id", "question", "options": [...], "context"?}` or
-`{"id", "sentence"}`; an optional `tree` (PTB text, one tree per sentence of the context and
-question fields in order) is used instead of parsing. Without `--parser` the shipped GUM parser
-is loaded, only if some record has no tree. `--shard=i/n` takes the records with line index ≡ i
-(mod n) and writes `cache.shard-0000i-of-0000n.sqlite` beside `--out` (n = 1: `--out` itself);
+Records: `--data` JSON lines, MCQA `{"id", "question", "options": [...], "context"?}` or
+`{"id", "sentence"}`, with an optional `tree` (PTB text, one tree per sentence of the context and
+question fields in order) used instead of parsing; `--task` one split (default: the evaluation
+split) of a real set in its Hugging Face layout (`slm_jax.gtca.mcqa_data`: cloth, mmlu,
+hellaswag, winogrande, cola), unlabeled rows counted and left out; `--ptb` PTB files as
+sentence records with their own trees (what the UUAS probe's GTCA switch reads). `--backbone`
+is a Hugging Face checkpoint (its tokenizer, BOS, chat template); `--workdir` a slm_jax training
+run, whose prompt tokenizer is the word vocabulary plus the prompt words of `--options` letters
+(default: the set's option count, else the records' largest, at least 2) — the one
+`slm_jax.gtca.backbone` gives the trainer. Without `--parser` the shipped GUM parser is loaded,
+only if some record has no tree; `right_branching` / `random` are the weak-parser and random-tree
+ablations' parsers (no model; a random tree is drawn from a seed of the sentence's words).
+`--shard=i/n` takes the records with index ≡ i (mod n) and writes
+`cache.shard-0000i-of-0000n.sqlite` beside `--out` (n = 1: `--out` itself);
 `--merge` joins all n shard files into `--out` (refused while a shard is missing or the shards'
 identities differ). A rerun skips keys already present and counts them (`cached already`), so a
 killed run resumes; rows are committed every block. Progress goes to stderr (done/total, rate,
 ETA); at the end the counts: examples, parsed, cached already, duplicates (same ids as another
-record), truncated, errors (each kept example error is listed, and the exit code is 1).
+record), truncated, errors (each kept example error is listed, and the exit code is 1), and for
+`--task` the rows read and the unlabeled rows left out.
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from slm_jax import cli
+from slm_jax.gtca import cache_records
+from slm_jax.gtca.mcqa_data import SETS
 from slm_jax.gtca.prompts import PromptError, PromptFormat, TextTokenizer
 from slm_jax.gtca.spans import K, SpanError, SpanTree, heights, parse_sentences, span_tree
 
@@ -370,14 +383,54 @@ def _max_len(backbone: pathlib.Path, flag: int | None) -> int | None:
   return None
 
 
+def _records(args, index: int, count: int, bad_lines: list[str]):
+  """(records, counts of a --task split or None)."""
+  sources = [flag for flag in ("data", "task", "ptb") if getattr(args, flag)]
+  if len(sources) != 1:
+    raise cli.CliError("give one of --data, --task (with --data_root) or --ptb")
+  if args.task:
+    if not args.data_root:
+      raise cli.CliError("--task needs --data_root (the set's Hugging Face download)")
+    return cache_records.task_records(args.task, args.data_root, args.split, args.limit or None,
+                                      index, count)
+  if args.ptb:
+    return cache_records.ptb_records(args.ptb.split(","), index, count), None
+  return read_records(args.data, index, count, bad_lines), None
+
+
+def _parser_of(arg: str | None, records) -> tuple[Callable[[], Any] | None, str]:
+  """(parser factory or None, the parser identity stored in the cache's meta)."""
+  if arg in cache_records.WEAK_PARSERS:
+    return (lambda: cache_records.WeakParser(arg)), arg
+  if not any("tree" not in record for _, record in records):
+    return None, GIVEN
+  from slm_jax.parser import api  # pylint: disable=import-outside-toplevel  (JAX: only to parse)
+  parser_dir = pathlib.Path(arg) if arg else api.SHIPPED
+  if not parser_dir.is_dir():
+    raise FileNotFoundError(f"--parser {parser_dir}: not a folder")
+  return (lambda: api.load_parser(parser_dir)), parser_identity(parser_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.cache",
                               description=__doc__.split("\n\n")[0])
   parser.add_argument("--data", help="JSONL records (MCQA or sentence, optional `tree`)")
+  parser.add_argument("--task", choices=tuple(SETS), help="a real set read from --data_root")
+  parser.add_argument("--data_root", help="the set's Hugging Face download (or their parent)")
+  parser.add_argument("--split", help="the split of --task (default: its evaluation split)")
+  parser.add_argument("--limit", type=int, default=0, help="only the first N examples (0: all)")
+  parser.add_argument("--ptb", help="PTB files/folders (comma-separated): sentence records with "
+                      "their own trees, for the UUAS probe's GTCA switch")
   parser.add_argument("--backbone", help="Hugging Face checkpoint folder or tokenizer.json")
+  parser.add_argument("--workdir", help="instead of --backbone: a slm_jax training run")
+  parser.add_argument("--options", type=int, default=None,
+                      help="--workdir: option letters of the prompt tokenizer (default: the "
+                      "set's, else the records' largest, at least 2)")
   parser.add_argument("--out", required=True, help="the SQLite cache (shards write beside it)")
   cli.add_shard_argument(parser, "records")
-  parser.add_argument("--parser", default=None, help="parser folder (default: the shipped GUM)")
+  parser.add_argument("--parser", default=None,
+                      help="parser folder (default: the shipped GUM), or right_branching / "
+                      "random (the weak-parser / random-tree ablations)")
   parser.add_argument("--max_len", type=int, default=None,
                       help="left-truncate prompts to N tokens (default: the backbone's "
                       "max_position_embeddings; 0: never) — the trainer must use the same")
@@ -391,25 +444,24 @@ def main(argv: list[str] | None = None) -> int:
     count, rows = merge_shards(args.out)
     print(f"merged {count} shards into {args.out}: {rows} span trees")
     return cli.EXIT_OK
-  if not args.data or not args.backbone:
-    raise cli.CliError("--data and --backbone are needed (or --merge)")
+  if bool(args.backbone) == bool(args.workdir):
+    raise cli.CliError("give --backbone (a Hugging Face checkpoint) or --workdir (a slm_jax run)"
+                       ", one of them (or --merge)")
   index, count = args.shard
-  backbone = pathlib.Path(args.backbone)
-  tokenizer = TextTokenizer.load(backbone)
+  bad_lines: list[str] = []
+  records, task_counts = _records(args, index, count, bad_lines)
+  if args.workdir:
+    from slm_jax.gtca.backbone import workdir_prompt_tokenizer  # pylint: disable=g-import-not-at-top
+    backbone = pathlib.Path(args.workdir)
+    options = args.options or cache_records.default_options(args.task, records)
+    tokenizer = workdir_prompt_tokenizer(backbone, options)
+  else:
+    backbone = pathlib.Path(args.backbone)
+    tokenizer = TextTokenizer.load(backbone)
   chat = args.chat_template == "on" or (args.chat_template == "auto"
                                         and tokenizer.chat_template is not None)
   fmt = PromptFormat(max_len=_max_len(backbone, args.max_len), chat=chat, bos=args.bos)
-  bad_lines: list[str] = []
-  records = read_records(args.data, index, count, bad_lines)
-  needs_parser = any("tree" not in record for _, record in records)
-  factory, parser_id = None, GIVEN
-  if needs_parser:  # JAX is imported only when something is parsed
-    from slm_jax.parser import api  # pylint: disable=import-outside-toplevel
-    parser_dir = pathlib.Path(args.parser) if args.parser else api.SHIPPED
-    if not parser_dir.is_dir():
-      raise FileNotFoundError(f"--parser {parser_dir}: not a folder")
-    parser_id = parser_identity(parser_dir)
-    factory = lambda: api.load_parser(parser_dir)  # noqa: E731
+  factory, parser_id = _parser_of(args.parser, records)
   identity = {"tokenizer": tokenizer.identity, **fmt.to_meta(), "parser": parser_id}
   out = shard_path(args.out, index, count)
   with ParseCache(out, identity, writable=True, info={"backbone": str(backbone)}) as cache:
@@ -419,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
   report.examples += len(bad_lines)
   for message in bad_lines:
     report.error(message)
+  if task_counts is not None:
+    print(f"{args.task} {task_counts['split']}: {task_counts['rows']} rows, "
+          f"{task_counts['examples']} examples, {task_counts['unlabeled']} unlabeled left out")
   print(f"{out}: {report.summary()}; {total} span trees in the cache")
   for message in report.messages:
     print(f"  {message}", file=sys.stderr)

@@ -18,7 +18,10 @@
 
 CLI: `python -m slm_jax.gtca.evaluate --runs=DIR [--runs=DIR …] [--out=FILE.md]` reads every
 `result.json` that `python -m slm_jax.gtca.train` wrote under the DIRs (one per method, ablation
-and seed), groups them by method and prints both tables.
+and seed), groups them by method and prints both tables (the columns some run measured).
+`python -m slm_jax.gtca.evaluate --run=DIR --task=SET --data_root=DOWNLOAD --cache=FILE` scores
+one finished run on a real set (CLOTH, MMLU, HellaSwag, WinoGrande by letter log-likelihood;
+CoLA as MCC, `slm_jax.gtca.real_sets`) and adds the metrics to its result.json.
 """
 
 from __future__ import annotations
@@ -373,18 +376,63 @@ def collect(run_dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, list[
   return {m: dict(v) for m, v in grouped.items()}
 
 
+MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mmlu", "hellaswag",
+                "winogrande", "blimp", "cola")
+
+
+def present(results: Mapping[str, Mapping[str, Sequence[float]]],
+            columns: Sequence[str]) -> tuple[str, ...]:
+  """The columns some method has a value for (a table shows only measured benchmarks)."""
+  return tuple(c for c in columns if any(results[m].get(c) for m in results))
+
+
 def report(results: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
-  """Both tables as Markdown, each under a heading."""
-  return ("## Main results (mean ± SD over seeds)\n\n" + main_table(results) +
-          "\n\n## Ablations (mean ± SD over seeds)\n\n" + ablation_table(results) + "\n")
+  """Both tables as Markdown, each under a heading, with the benchmarks the runs measured."""
+  return ("## Main results (mean ± SD over seeds)\n\n"
+          + main_table(results, present(results, MAIN_COLUMNS)) +
+          "\n\n## Ablations (mean ± SD over seeds)\n\n"
+          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift"))) + "\n")
+
+
+def evaluate_run(args) -> int:
+  """`--run=DIR --task=SET`: score a finished training run on a real set, write
+  DIR/eval_SET.json and add the metrics to DIR/result.json (so `--runs` tables show them)."""
+  from slm_jax.gtca import real_sets, train  # pylint: disable=import-outside-toplevel  (CLI layer)
+  if not args.task or not args.data_root or not args.cache:
+    raise cli.CliError("--run needs --task, --data_root (the set's download) and --cache (its "
+                       "parse cache)")
+  log = lambda line: print(line, flush=True)
+  restored = train.restore_run(args.run, log)
+  out = real_sets.score_run(restored, args.task, args.data_root, args.cache, limit=args.limit,
+                            fit_limit=args.fit_limit, log=log)
+  run_dir = pathlib.Path(args.run)
+  (run_dir / f"eval_{args.task}.json").write_text(json.dumps(out, indent=1))
+  result = json.loads((run_dir / "result.json").read_text())
+  result["metrics"].update(out["metrics"])
+  result.setdefault("eval_counts", {})[args.task] = out["counts"]
+  (run_dir / "result.json").write_text(json.dumps(result, indent=1))
+  log(f"{args.task}: " + ", ".join(f"{k} {v:.3f}" for k, v in out["metrics"].items())
+      + f"; truncated {out['counts']['truncated']} -> {run_dir / f'eval_{args.task}.json'}")
+  return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--runs", action="append", required=True,
+  parser.add_argument("--runs", action="append",
                       help="a folder searched for result.json files (repeatable), or one file")
   parser.add_argument("--out", default="", help="also write the tables to this Markdown file")
+  parser.add_argument("--run", help="instead of --runs: score this finished run on --task")
+  parser.add_argument("--task", help="cloth, mmlu, hellaswag, winogrande or cola")
+  parser.add_argument("--data_root", help="the set's Hugging Face download")
+  parser.add_argument("--cache", help="the parse cache of the set's prompts for the run's backbone")
+  parser.add_argument("--limit", type=int, default=0, help="first N evaluation rows (0: all)")
+  parser.add_argument("--fit_limit", type=int, default=0,
+                      help="CoLA: first N train rows fit the acceptability threshold (0: all)")
   args = parser.parse_args(argv)
+  if bool(args.runs) == bool(args.run):
+    raise cli.CliError("give --runs (tables of finished runs) or --run with --task (score one)")
+  if args.run:
+    return evaluate_run(args)
   text = report(collect(args.runs))
   print(text)
   if args.out:

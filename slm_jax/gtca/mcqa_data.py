@@ -1,36 +1,84 @@
-"""Readers for the paper's MCQA sets from local files in their Hugging Face dataset layouts.
+"""GTCA's real sets (SPEC §10): CLOTH, MMLU, HellaSwag, WinoGrande (MCQA) and CoLA
+(acceptability), read from local files in their Hugging Face layouts.
 
-Every reader returns `McqaExample`s (question text, option texts, answer index, where it came
-from), the one record the prompt builder and the scorer take. Files are read by
-`slm_jax.data.rows.read_rows` (Parquet, Arrow, JSON lines, JSON). A row without a field the
-layout needs, or with a value of the wrong shape, is a `McqaDataError` (the same class as
-`slm_jax.data.rows.RowDataError`) naming the file, the row and the field.
+One reader per dataset in the project: MMLU, HellaSwag and WinoGrande are read by the downstream
+readers (`slm_jax.downstream.tasks.load_split`, which also locates the split in any layout the
+Hub serves) and converted from `TaskExample` (question, options, answer, group; a passage
+becomes the prompt's `Context:`). CLOTH and CoLA are GTCA's only, so their readers live here,
+built on the same `slm_jax.data.rows.RowReader` (errors name file, row and field) and the same
+split finder (`tasks.split_patterns` / `tasks.match_split`: a missing split names every
+pattern tried). docs/DOWNSTREAM_DATA.md has the `hf download` commands.
 
-Layouts (field names of the Hub dataset cards):
-- CLOTH (`AndyChiang/cloth`): `sentence` (the blank written `[MASK]`), `answer` (str),
-  `distractors` (list[str]). Options are the answer and the distractors in an order drawn from
-  `SeedSequence([seed, row])`, so a file reads the same every time.
-- MMLU (`cais/mmlu`): `question`, `choices` (list[str]), `answer` (int index; a letter A–D is
-  accepted too), `subject` kept as the example's `group`.
-- HellaSwag (`Rowan/hellaswag`): `ctx` (or `ctx_a` + `ctx_b`), `endings` (list[str]), `label`
-  (str or int; "" in the unlabeled test split → answer −1), `activity_label` as `group`.
-- WinoGrande (`allenai/winogrande`): `sentence` (blank `_`), `option1`, `option2`, `answer`
-  ("1" / "2"; "" unlabeled → −1).
+Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation splits):
+- **CLOTH** `AndyChiang/cloth`, one row per question: `sentence` (the blank written `[MASK]`),
+  `answer` (str), `distractors` (list[str]); files `CLOTH_{train,valid,test}_cleaned.json` on
+  main, `default/{train,validation,test}/0000.parquet` on `refs/convert/parquet`. The options
+  are the answer and the distractors in an order drawn from `SeedSequence([seed, row])`, so a
+  file reads the same every time. The original CLOTH passage layout (`article` with blanks
+  `_`, `options`: one list of 4 per blank, `answers`: one letter per blank, as the CMU release
+  and its Hub copies have it) is read too: a passage with n blanks becomes n examples, blank k
+  (0-based, source `file:row:k`) asked as the passage with that blank written `___` and the
+  other blanks left `_` as the exam prints them — no other blank's answer is revealed.
+  In both layouts the question is the text with the asked blank written `___`.
+- **MMLU** `cais/mmlu` (`all/`), **HellaSwag** `Rowan/hellaswag`, **WinoGrande**
+  `allenai/winogrande` (`winogrande_xl/`): the downstream layouts (`slm_jax.downstream.tasks`);
+  HellaSwag's question is its cleaned context, WinoGrande's the sentence with its blank `_`.
+- **CoLA** GLUE `nyu-mll/glue` (`cola/{train,validation,test}-00000-of-00001.parquet`):
+  `sentence`, `label` (1 acceptable, 0 unacceptable, −1 in the unlabeled test split).
+
+Nothing is dropped silently: every split's `counts` has `rows`, `examples` and `unlabeled`
+(answer / label −1: kept in `examples`, never trained on or scored, and reported by the CLIs),
+and for CLOTH passages `blanks`.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import pathlib
-from typing import Callable, Sequence
+import re
+from typing import Any
 
 import numpy as np
 
-from slm_jax.data.rows import LETTERS, RowDataError, RowReader, read_rows  # noqa: F401
+from slm_jax.data.rows import RowDataError, RowReader, read_rows
+from slm_jax.downstream import tasks
+from slm_jax.downstream.example import TaskExample
+from slm_jax.gtca.toy_task import SLOT  # the asked blank, as in the toy task
 
-# The generic part lives in `slm_jax.data.rows`; these names stay for GTCA and its callers.
 McqaDataError = RowDataError
-_Row = RowReader
+MCQA, SENTENCE = "mcqa", "sentence"
+_BLANK = re.compile(r"(?<![\w])_(?![\w])")  # a CLOTH passage blank: `_` not inside a word
+
+
+@dataclasses.dataclass(frozen=True)
+class GtcaSet:
+  """One set: where it comes from and which splits training and evaluation use."""
+  repo: str
+  configs: tuple[str, ...]
+  train_split: str
+  eval_split: str
+  n_options: int  # option letters the prompt needs (CoLA: 0, it is scored as sentences)
+  kind: str = MCQA
+  revision: str = "main"
+  downstream: bool = False  # read by slm_jax.downstream.tasks
+
+  def source(self) -> tasks.TaskSource:
+    return tasks.TaskSource(self.repo, self.configs, self.eval_split, 0, self.train_split, 0,
+                            self.revision)
+
+
+SETS: dict[str, GtcaSet] = {
+    "cloth": GtcaSet("AndyChiang/cloth", ("default",), "train", "test", 4),
+    "mmlu": GtcaSet("cais/mmlu", ("all",), "auxiliary_train", "test", 4, downstream=True),
+    "hellaswag": GtcaSet("Rowan/hellaswag", ("default",), "train", "validation", 4,
+                         downstream=True),
+    "winogrande": GtcaSet("allenai/winogrande", ("winogrande_xl",), "train", "validation", 2,
+                          downstream=True),
+    "cola": GtcaSet("nyu-mll/glue", ("cola",), "train", "validation", 0, SENTENCE),
+}
+MCQA_SETS = tuple(name for name, s in SETS.items() if s.kind == MCQA)
+_CLOTH_FILES = {"train": "train", "validation": "valid", "test": "test"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,67 +87,146 @@ class McqaExample:
   question: str
   options: tuple[str, ...]
   answer: int
-  source: str  # "file:row"
+  source: str  # "file:row" ("file:row:blank" for a CLOTH passage)
   group: str = ""  # subject (MMLU), activity (HellaSwag)
+  context: str = ""
+
+  def record(self) -> dict[str, Any]:
+    """The JSON record `prompts.PromptFormat.prompt` and the parse cache read."""
+    out = {"id": self.source, "question": self.question, "options": list(self.options)}
+    if self.context:
+      out["context"] = self.context
+    return out
 
 
-def _cloth(row: _Row, seed: int) -> McqaExample:
+@dataclasses.dataclass(frozen=True)
+class SentenceExample:
+  """One CoLA sentence; `label` 1 acceptable, 0 unacceptable, −1 unlabeled."""
+  sentence: str
+  label: int
+  source: str
+
+  @property
+  def answer(self) -> int:
+    return self.label
+
+  def record(self) -> dict[str, Any]:
+    return {"id": self.source, "sentence": self.sentence}
+
+
+@dataclasses.dataclass
+class GtcaSplit:
+  """The examples of one split and what was counted reading them."""
+  name: str
+  split: str
+  files: list[pathlib.Path]
+  examples: list
+  counts: collections.Counter
+
+  def labeled(self) -> list:
+    return [x for x in self.examples if x.answer >= 0]
+
+  def summary(self) -> str:
+    return (f"{self.name} {self.split}: {self.counts['examples']} examples from "
+            f"{self.counts['rows']} rows in {len(self.files)} files, {self.counts['unlabeled']} "
+            "unlabeled (not used)")
+
+
+def set_of(name: str) -> GtcaSet:
+  if name not in SETS:
+    raise RowDataError(f"unknown GTCA set {name!r}; expected one of {', '.join(SETS)}")
+  return SETS[name]
+
+
+def find_files(name: str, root: str | pathlib.Path, split: str) -> list[pathlib.Path]:
+  """The files of one split of a set under `root` (its download, or a folder of them)."""
+  spec = set_of(name)
+  if spec.downstream:
+    return tasks.find_split(root, name, split)
+  patterns = tasks.split_patterns(spec.source(), split)
+  if name == "cloth":
+    patterns = [f"CLOTH_{_CLOTH_FILES.get(split, split)}_cleaned.json", *patterns]
+  return tasks.match_split(tasks.task_folder(root, name), patterns,
+                           f"{split!r} files of {name} ({spec.repo}, revision {spec.revision})")
+
+
+# ---- CLOTH -----------------------------------------------------------------------------------
+def _cloth_question(row: RowReader, seed: int) -> list[McqaExample]:
   sentence = row.get("sentence", str)
+  if sentence.count("[MASK]") != 1:
+    raise row.fail("sentence", f"expected one blank [MASK], found {sentence.count('[MASK]')}")
   answer = row.get("answer", str)
-  distractors = row.strings("distractors", minimum=1)
-  options = [answer, *distractors]
-  order = np.random.default_rng(np.random.SeedSequence([seed, row.index])).permutation(len(options))
-  options = [options[i] for i in order]
-  return McqaExample(sentence, tuple(options), int(np.argmin(order)), row.where)
+  options = [answer, *row.strings("distractors", minimum=1)]
+  order = np.random.default_rng(np.random.SeedSequence([seed, row.index])).permutation(
+      len(options))
+  return [McqaExample(sentence.replace("[MASK]", SLOT), tuple(options[i] for i in order),
+                      int(np.argmin(order)), row.where)]
 
 
-def _mmlu(row: _Row, seed: int) -> McqaExample:
+def _cloth_passage(row: RowReader, seed: int) -> list[McqaExample]:
   del seed
-  choices = row.strings("choices")
-  answer = row.index_in("answer", row.get("answer", (int, np.integer, str)), len(choices),
-                        letters=True)
-  return McqaExample(row.get("question", str), choices, answer, row.where,
-                     str(row.row.get("subject") or ""))
-
-
-def _hellaswag(row: _Row, seed: int) -> McqaExample:
-  del seed
-  if "ctx" in row.row and row.row["ctx"] is not None:
-    context = row.get("ctx", str)
-  else:
-    context = f"{row.get('ctx_a', str)} {row.get('ctx_b', str)}".strip()
-  endings = row.strings("endings")
-  label = row.get("label", (int, np.integer, str))
-  return McqaExample(context, endings, row.index_in("label", label, len(endings)), row.where,
-                     str(row.row.get("activity_label") or ""))
-
-
-def _winogrande(row: _Row, seed: int) -> McqaExample:
-  del seed
-  options = (row.get("option1", str), row.get("option2", str))
-  answer = row.get("answer", (int, np.integer, str))
-  return McqaExample(row.get("sentence", str), options, row.index_in("answer", answer, 2, base=1),
-                     row.where)
-
-
-READERS: dict[str, Callable[[_Row, int], McqaExample]] = {
-    "cloth": _cloth, "mmlu": _mmlu, "hellaswag": _hellaswag, "winogrande": _winogrande}
-
-
-def read_mcqa(dataset: str, paths: str | pathlib.Path | Sequence[str | pathlib.Path], *,
-              seed: int = 0, limit: int | None = None) -> list[McqaExample]:
-  """The examples of `dataset` (`cloth`, `mmlu`, `hellaswag`, `winogrande`) in `paths`, in file
-  then row order; `limit` keeps the first ones."""
-  if dataset not in READERS:
-    raise McqaDataError(f"unknown MCQA dataset {dataset!r}; expected one of "
-                        f"{', '.join(READERS)}")
-  reader = READERS[dataset]
-  paths = [paths] if isinstance(paths, (str, pathlib.Path)) else list(paths)
-  out: list[McqaExample] = []
-  for path in paths:
-    path = pathlib.Path(path)
-    for index, row in enumerate(read_rows(path)):
-      out.append(reader(_Row(path, index, row), seed))
-      if limit is not None and len(out) >= limit:
-        return out
+  article = row.get("article", str)
+  blanks = list(_BLANK.finditer(article))
+  options = row.get("options", (list, tuple, np.ndarray))
+  if len(blanks) != len(options):
+    raise row.fail("options", f"{len(options)} option lists for {len(blanks)} blanks '_' in "
+                   "the article")
+  answers = list(row.row.get("answers") if row.has("answers") else [])
+  if answers and len(answers) != len(blanks):
+    raise row.fail("answers", f"{len(answers)} answers for {len(blanks)} blanks")
+  group = str(row.row.get("source") or "")
+  out = []
+  for k, blank in enumerate(blanks):
+    choices = row.strings("options", value=options[k])
+    answer = (row.index_in("answers", answers[k], len(choices), letters=True) if answers
+              else -1)
+    question = article[:blank.start()] + SLOT + article[blank.end():]
+    out.append(McqaExample(question, choices, answer, f"{row.where}:{k}", group))
   return out
+
+
+def _cola(row: RowReader, seed: int) -> list[SentenceExample]:
+  del seed
+  label = row.get("label", (int, np.integer))
+  if int(label) not in (-1, 0, 1):
+    raise row.fail("label", f"expected 0, 1 or -1 (unlabeled), got {label!r}")
+  return [SentenceExample(row.get("sentence", str), int(label), row.where)]
+
+
+def _from_task(example: TaskExample) -> McqaExample:
+  return McqaExample(example.question, example.options, example.answer, example.source,
+                     example.group, example.passage)
+
+
+# ---- reading a split -------------------------------------------------------------------------
+def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
+             limit: int | None = None, seed: int = 0) -> GtcaSplit:
+  """Every example of one split (default: the evaluation split) of set `name` under `root`, in
+  file then row order; `limit` keeps the first ones (a CLOTH passage is cut at the limit)."""
+  spec = set_of(name)
+  split = split or spec.eval_split
+  if spec.downstream:
+    loaded = tasks.load_split(name, root, split, limit)
+    examples = [_from_task(x) for x in loaded.examples]
+    counts = collections.Counter(rows=loaded.counts["rows"], examples=len(examples),
+                                 unlabeled=loaded.counts["unlabeled"])
+    return GtcaSplit(name, split, loaded.files, examples, counts)
+  files = find_files(name, root, split)
+  examples, counts = [], collections.Counter()
+  for path in files:
+    for index, raw in enumerate(read_rows(path)):
+      row = RowReader(path, index, raw)
+      if name == "cola":
+        read = _cola(row, seed)
+      else:
+        read = _cloth_passage(row, seed) if row.has("article") else _cloth_question(row, seed)
+        counts["blanks"] += len(read) if row.has("article") else 0
+      counts["rows"] += 1
+      for example in read[:None if limit is None else limit - len(examples)]:
+        counts["examples"] += 1
+        counts["unlabeled"] += example.answer < 0
+        examples.append(example)
+      if limit is not None and len(examples) >= limit:
+        return GtcaSplit(name, split, files, examples, counts)
+  return GtcaSplit(name, split, files, examples, counts)
+

@@ -2,7 +2,11 @@
 
   python -m slm_jax.gtca.probe --workdir=RUN --split=0.8 --out=DIR [--rank=64] [--steps=2000]
   python -m slm_jax.gtca.probe --hf=FOLDER --train=A.mrg,B.mrg --test=C.mrg --out=DIR
+  python -m slm_jax.gtca.probe --gtca=TRAIN_OUT --cache=CACHE --train=… --test=… --out=DIR
   python -m slm_jax.gtca.probe plot A/uuas.json B/uuas.json --label=base --label=gtca --out=cmp.png
+
+`--gtca` probes a GTCA-trained run with its branch active (span trees from the parse cache) and
+its frozen backbone, and plots both UUAS curves in DIR/uuas.png (`slm_jax.gtca.probe_gtca`).
 
 What it measures. For every layer ℓ (0 = the input embeddings, ℓ ≥ 1 = the residual stream after
 block ℓ, as `Decoder.hidden`'s `observe` hook sees it) a rank-k distance probe B_ℓ ∈ ℝ^{k×D} is
@@ -43,8 +47,11 @@ batch (rows padded to length buckets, `jax.jit`), all layers collected through `
 Side branch ("backbone vs GTCA"): `word_vectors(..., side=f)` passes a fixed `side(layer, x_BTD)`
 hook to every forward (jitted); `side_for=g` calls `g(batch: ProbeBatch)` once per batch and uses
 the returned hook for that batch (run eagerly, since it closes over per-batch data;
-`batch_size=1` makes it per example). `ProbeBatch` carries the token ids, each token's word index
-and the sentences.
+`batch_size=1` makes it per example). `branch=(arrays_for, build)` is the jitted form of the
+latter: `arrays_for(batch)` gives a pytree of arrays per batch (a GTCA branch's chunk layout and
+parameters), passed to the jitted forward, where `build(x_BTD, arrays)` (x = the embedded inputs)
+returns the hook. `ProbeBatch` carries the token ids, each token's word index and the
+sentences.
 
 Training runs all layers at once (parameters [L, k, D], one jitted Adam step; Adam is elementwise,
 so this is L independent probes). Each layer's features are divided by their training-set RMS
@@ -311,9 +318,11 @@ def _forward(graphdef, layers: tuple[int, ...]):
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
-  def run(state, tokens_BT, meta, avg_BWT, side):
+  def run(state, tokens_BT, meta, avg_BWT, side, branch=None):
     model = nnx.merge(graphdef, state)
     x_BTD = model.embed(tokens_BT)
+    if branch is not None:  # (build, arrays): the hook of this batch, built under jit
+      side = branch[0](x_BTD, branch[1])
     states = [x_BTD]
     model.hidden(x_BTD, meta, side=side, observe=lambda layer, x: states.append(x))
     h_LBTD = jnp.stack([states[layer] for layer in layers]).astype(jnp.float32)
@@ -327,17 +336,19 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
                  bos_id: int | None = None, *, layers: Sequence[int] | None = None,
                  batch_size: int = 16, side: LayerSide | None = None,
                  side_for: Callable[[ProbeBatch], LayerSide] | None = None,
+                 branch: tuple[Callable, Callable] | None = None,
                  log: Callable[[str], None] | None = None) -> np.ndarray:
   """float32 [L, M, D]: the kept words' vectors (mean of their pieces' states) of every sentence,
   concatenated in order (M = Σ n; `offsets(sentences)` locates each sentence), for `layers`
-  (default all: 0 = embeddings, ℓ = after block ℓ). `side` / `side_for`: module docstring."""
+  (default all: 0 = embeddings, ℓ = after block ℓ). `side` / `side_for` / `branch`: module
+  docstring."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from slm_jax.buckets import bucket  # pylint: disable=import-outside-toplevel
   from slm_jax.hf.scoring import plain_rows  # pylint: disable=import-outside-toplevel
-  if side is not None and side_for is not None:
-    raise ValueError("word_vectors: give side or side_for, not both")
+  if sum(x is not None for x in (side, side_for, branch)) > 1:
+    raise ValueError("word_vectors: give one of side, side_for and branch")
   n_layers = model.config.n_layers
   layers = tuple(range(n_layers + 1)) if layers is None else tuple(int(l) for l in layers)
   if not layers or min(layers) < 0 or max(layers) > n_layers:
@@ -352,6 +363,9 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
   graphdef, state = nnx.split(model)
   run = _forward(graphdef, layers)
   jitted = jax.jit(lambda st, t, m, a: run(st, t, m, a, side))
+  if branch is not None:
+    arrays_for, build = branch
+    jitted_branch = jax.jit(lambda st, t, m, a, arrays: run(st, t, m, a, None, (build, arrays)))
   order = sorted(range(len(sentences)), key=lambda i: len(encoded[i][0]))
   batches = range(0, len(order), batch_size)
   for number, begin in enumerate(batches):
@@ -368,7 +382,10 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
       hit_NT = sentences[i].kept[:, None] == word_index[r][None, :]
       avg_BWT[r, :sentences[i].n] = hit_NT / hit_NT.sum(1, keepdims=True)
     args = (jnp.asarray(tokens), jax.tree.map(jnp.asarray, meta), jnp.asarray(avg_BWT))
-    if side_for is None:
+    if branch is not None:
+      h_LBWD = jitted_branch(state, *args, arrays_for(
+          ProbeBatch(tokens, word_index, [sentences[i] for i in chunk])))
+    elif side_for is None:
       h_LBWD = jitted(state, *args)
     else:  # a per-batch hook closes over this batch's data: run eagerly
       h_LBWD = run(state, *args, side_for(ProbeBatch(tokens, word_index,
@@ -580,6 +597,7 @@ def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int 
                 steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                 forward_batch: int = 16, seed: int = 0, side: LayerSide | None = None,
                 side_for: Callable[[ProbeBatch], LayerSide] | None = None,
+                branch: tuple[Callable, Callable] | None = None,
                 log: Callable[[str], None] | None = None, extra: dict | None = None) -> dict:
   """The whole probe of one model: features of `train`/`test`, one probe per layer, UUAS and
   Spearman on `test`; writes `out/uuas.json` and `out/uuas.png` and returns the result."""
@@ -590,6 +608,7 @@ def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int 
       f"({sum(s.n for s in train)} / {sum(s.n for s in test)} probed words), "
       f"{n_layers} blocks, D={model.config.d_model}, layers {layer_ids}")
   features = dict(layers=layer_ids, batch_size=forward_batch, side=side, side_for=side_for,
+                  branch=branch,
                   log=log)
   h_train = word_vectors(model, train, encode_word, bos_id, **features)
   h_test = word_vectors(model, test, encode_word, bos_id, **features)
@@ -603,7 +622,7 @@ def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int 
       "train_sentences": len(train), "test_sentences": len(test),
       "test_edges": sum(s.n - 1 for s in test), "rank": rank, "steps": steps,
       "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
-      "side": None if side is None and side_for is None else "side" if side else "side_for",
+      "side": ("side" if side else "side_for" if side_for else "branch" if branch else None),
       "edges": EDGE_DEFINITION, "punctuation": "excluded (not probed, not in gold edges)",
   }
   out = pathlib.Path(out)
@@ -630,6 +649,10 @@ def _parser() -> cli.ArgumentParser:
   source = parser.add_mutually_exclusive_group(required=True)
   source.add_argument("--workdir", help="an slm_jax training run")
   source.add_argument("--hf", help="a Hugging Face checkpoint folder (safetensors, tokenizer.json)")
+  source.add_argument("--gtca", help="a finished python -m slm_jax.gtca.train run: probe its "
+                      "backbone and the run with the branch active (--cache), one plot")
+  parser.add_argument("--cache", help="--gtca: the parse cache of the probed sentences "
+                      "(python -m slm_jax.gtca.cache --ptb=FILES --workdir=BACKBONE --bos)")
   parser.add_argument("--train", action="append", help="PTB files/folders to train on (repeat or "
                       "comma-separate)")
   parser.add_argument("--test", action="append", help="PTB files/folders to evaluate on")
@@ -716,9 +739,18 @@ def _main(argv: list[str] | None) -> int:
   if not train or not test:
     raise cli.CliError(f"no probed sentences (≥ 2 non-punctuation words) in the "
                        f"{'training' if not train else 'test'} files")
-  model, encode_word, bos_id, name = _load(args)
   layers = (None if args.layers is None
             else [int(part) for part in args.layers.split(",") if part.strip()])
+  if args.gtca:
+    if not args.cache:
+      raise cli.CliError("--gtca needs --cache (the span trees of the probed sentences)")
+    from slm_jax.gtca import probe_gtca  # pylint: disable=import-outside-toplevel
+    probe_gtca.probe_backbone_and_gtca(
+        args.gtca, args.cache, train, test, args.out, log=log, layers=layers, rank=args.rank,
+        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        forward_batch=args.forward_batch, seed=args.seed)
+    return cli.EXIT_OK
+  model, encode_word, bos_id, name = _load(args)
   probe_model(model, encode_word, bos_id, train, test, args.out, layers=layers,
               label=args.label or name, rank=args.rank, steps=args.steps,
               batch_size=args.batch_size, learning_rate=args.learning_rate,

@@ -33,6 +33,17 @@
   printed and a change stops the run. They are also stored in each checkpoint, so resuming on a
   different backbone is refused.
 
+- **Real sets** (`--task=cloth|mmlu|hellaswag|winogrande --data_root=DOWNLOAD --cache=FILE`):
+  instead of the toy task, the set's training split (dev = its first `--dev_items` labeled rows)
+  and evaluation split (`--test_items`; ≤ 0 = all) read from its Hugging Face layout
+  (`slm_jax.gtca.real_sets`, `slm_jax.gtca.mcqa_data`); the backbone gets the set's option
+  letters; prompts use the cache's own prompt format and span trees come from the cache (a miss
+  stops the run naming the example). Unlabeled rows and left-truncated prompts are counted in
+  the log and in result.json's `counts`. `weak_parser` / `random_trees` need a cache built with
+  `--parser=right_branching` / `--parser=random`. The test metric is named after the set
+  (`mmlu`, …). `python -m slm_jax.gtca.evaluate --run=DIR --task=…` scores a finished run on
+  another set (CoLA as MCC included) and `python -m slm_jax.gtca.probe --gtca=DIR` probes it.
+
 Writes `DIR/result.json` ({method, seed, metrics, stages, counts, backbone_checks, settings}).
 Metrics: `toy` (test accuracy, %), `toy_pp` / `toy_src` / `toy_orc` (by attractor), `dev`,
 `blimp` (the test items as minimal pairs — agreeing vs other verb form in the sentence, summed
@@ -46,6 +57,7 @@ compilations across processes. `--option_order=fixed` is the easy toy variant (s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -53,7 +65,7 @@ import math
 import pathlib
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,19 +74,19 @@ import optax
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.gtca import ablations, evaluate
+from slm_jax.gtca import ablations, evaluate, real_sets
+from slm_jax.gtca.backbone import (Backbone, load_backbone, prepare_backbone,  # noqa: F401
+                                   prompt_words)
 from slm_jax.gtca.branch import Gtca, GtcaConfig
-from slm_jax.gtca.forward import combine, make_gtca_train_step, partition, split_models
-from slm_jax.gtca.prompts import PromptFormat, TextTokenizer, sentence_prompt
+from slm_jax.gtca.forward import (combine, make_gtca_train_step, merge_models, partition,
+                                 split_models)
+from slm_jax.gtca.mcqa_data import MCQA_SETS, SETS
+from slm_jax.gtca.prompts import PromptFormat, sentence_prompt
 from slm_jax.gtca.spans import K, span_tree
-from slm_jax.gtca.toy_task import LETTERS, SLOT, ToyItem, filled, make_toy_task
-from slm_jax.model.config import LORA_TARGETS
-from slm_jax.model.decoder import Decoder
-from slm_jax.tokenizer import Tokenizer
+from slm_jax.gtca.toy_task import ToyItem, filled, make_toy_task
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.train.finetune import backbone_check, fingerprints
 from slm_jax.train.loading import load_run
-from slm_jax.train.sharding import path_string
 
 METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
 ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
@@ -114,9 +126,17 @@ class Settings:
   blimp_pairs: bool = True  # also score the test items as BLiMP-style minimal pairs
   checkpoint_every: int = 100
   log_every: int = 50
+  task: str = "toy"  # or a real MCQA set (`mcqa_data.MCQA_SETS`) read from data_root
+  data_root: str = ""
+  cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
+  n_options: int = 2  # option letters the backbone's prompt tokenizer has
 
   def __post_init__(self):
     problems = []
+    if self.task != "toy" and self.task not in MCQA_SETS:
+      problems.append(f"task {self.task!r} is not toy or one of {', '.join(MCQA_SETS)}")
+    if self.task != "toy" and (not self.data_root or not self.cache):
+      problems.append(f"task {self.task!r} needs data_root (its download) and cache")
     if self.method not in METHODS:
       problems.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
     if self.ablation not in ABLATION_SWITCHES:
@@ -167,107 +187,6 @@ def plan(settings: Settings) -> list[Stage]:
 def eval_alpha(settings: Settings) -> float:
   """α at evaluation: 0 for methods without a trained branch."""
   return 0.0 if settings.method in ("backbone", "lora_only") else settings.alpha
-
-
-# ---- backbone ------------------------------------------------------------------------------------
-def prompt_words(n_options: int = 2) -> tuple[str, ...]:
-  """The words of the MCQA prompt a word-level vocabulary needs."""
-  letters = LETTERS[:n_options]
-  return ("Question:", "Options:", "Answer:", SLOT, *(f"{x}." for x in letters), *letters)
-
-
-@dataclasses.dataclass
-class Backbone:
-  """A decoder with LoRA adapters and a prompt tokenizer over its (extended) vocabulary."""
-  decoder: Decoder
-  text_tokenizer: TextTokenizer
-  letter_ids: tuple[int, ...]
-  pad_id: int
-  added_words: tuple[str, ...]
-  source: str
-
-
-def _flat(tree: Any) -> dict[str, Any]:
-  return {path_string(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lora_rank: int = 8,
-                     lora_alpha: float = 16.0, lora_dropout: float = 0.05, n_options: int = 2,
-                     source: str = "") -> Backbone:
-  """`model` rebuilt with LoRA adapters and one frozen embedding row per prompt word
-  (`prompt_words(n_options)`) its word vocabulary lacks (module docstring); every loaded array
-  is copied bit for bit."""
-  extra_words = prompt_words(n_options)
-  base = tokenizer.base
-  if getattr(base, "kind", "") != "word":
-    raise ValueError(f"backbone {source or '(model)'}: GTCA's toy run needs a word-level "
-                     f"vocabulary, this one is {getattr(base, 'kind', '?')!r}")
-  added = tuple(w for w in dict.fromkeys(extra_words) if w not in base.index)
-  old_v = tokenizer.vocab_size
-  cfg = model.config
-  new_cfg = cfg.replace(vocab_size=old_v + len(added), lora_rank=lora_rank, lora_alpha=lora_alpha,
-                        lora_dropout=lora_dropout, lora_targets=LORA_TARGETS)
-  decoder = Decoder(new_cfg, rngs=nnx.Rngs(seed))
-  old = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  new = nnx.to_pure_dict(nnx.state(decoder, nnx.Param))
-  old_flat = _flat(old)
-  rows = jax.random.normal(jax.random.key(seed + 7919), (len(added), cfg.d_model), jnp.float32)
-  table = np.asarray(old_flat["embed_tokens/embedding"], np.float32)
-  rows = rows / jnp.linalg.norm(rows, axis=1, keepdims=True) * float(
-      np.linalg.norm(table, axis=1).max())
-
-  def fill(path, target):
-    name = path_string(path)
-    if name.rsplit("/", 1)[-1] in ("lora_a", "lora_b"):
-      return target
-    if name not in old_flat:
-      raise ValueError(f"backbone {source}: {name} has no loaded array")
-    loaded = old_flat[name]
-    if name == "embed_tokens/embedding":
-      extra = rows.astype(loaded.dtype)
-      return jnp.concatenate([loaded, extra], axis=0)
-    if name == "lm_head/kernel":
-      extra = rows.T.astype(loaded.dtype)
-      return jnp.concatenate([loaded, extra], axis=1)
-    if loaded.shape != target.shape:
-      raise ValueError(f"backbone {source}: {name} has shape {loaded.shape}, expected "
-                       f"{target.shape}")
-    return loaded
-
-  filled = jax.tree_util.tree_map_with_path(fill, new)
-  state = nnx.state(decoder, nnx.Param)
-  nnx.replace_by_pure_dict(state, filled)
-  nnx.update(decoder, state)
-  check = _flat(nnx.to_pure_dict(nnx.state(decoder, nnx.Param)))
-  for name, loaded in old_flat.items():
-    got = np.asarray(check[name])
-    want = np.asarray(loaded)
-    if name == "embed_tokens/embedding":
-      got = got[:old_v]
-    elif name == "lm_head/kernel":
-      got = got[:, :old_v]
-    if got.tobytes() != want.tobytes():
-      raise RuntimeError(f"backbone {source}: {name} was not copied bit for bit")
-  import tokenizers  # pylint: disable=import-outside-toplevel
-  from tokenizers import models, pre_tokenizers  # pylint: disable=import-outside-toplevel
-  vocab = {w: i for i, w in enumerate(base.words)}
-  vocab.update({w: old_v + i for i, w in enumerate(added)})
-  hf = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token=base.words[0]))
-  hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-  text_tokenizer = TextTokenizer(hf, bos_id=tokenizer.bos_id, name=source or "word")
-  letters = []
-  for letter in LETTERS[:n_options]:
-    ids, _ = text_tokenizer.encode(" " + letter)
-    if len(ids) != 1:
-      raise ValueError(f"backbone {source}: option letter {letter!r} is {len(ids)} tokens")
-    letters.append(int(ids[0]))
-  return Backbone(decoder, text_tokenizer, tuple(letters), tokenizer.pad_id, added, source)
-
-
-def load_backbone(workdir: str | pathlib.Path, **kwargs) -> Backbone:
-  """`prepare_backbone` of a slm_jax training workdir's newest checkpoint."""
-  run = load_run(workdir)
-  return prepare_backbone(run.model, run.tokenizer, source=str(workdir), **kwargs)
 
 
 def digest_line(prints: dict[str, tuple[int, int]]) -> str:
@@ -348,9 +267,7 @@ def run_stage(index: int, stage: Stage, graphdefs: tuple, params: dict, train_se
   with every other adapter, so the next stage can start from this stage's result."""
   directory = pathlib.Path(settings.out) / f"stage{index + 1}_{stage.name}"
   checkpointer = Checkpointer(directory, max_to_keep=2, async_save=False)
-  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
-      optax.warmup_cosine_decay_schedule(0.0, settings.lr, max(1, stage.steps // 20),
-                                         stage.steps, settings.lr * 0.1), weight_decay=0.0))
+  tx = make_tx(settings, stage)
   trained, frozen = partition(params, stage.trainable)
   opt_state = tx.init(trained)
   digest = digest_line(prints)
@@ -416,8 +333,9 @@ def _settings_json(settings: Settings) -> dict:
 # ---- a run ---------------------------------------------------------------------------------------
 def evaluate_params(scorers, params, data: dict, settings: Settings, n_layers: int, width: int,
                     alpha: float, drift: bool) -> dict[str, float]:
-  """dev/test accuracies at `alpha`, the test pairs' BLiMP-style accuracy (`blimp`), and with
-  `drift` the test set's option drift (the branch at `alpha` vs α = 0, same weights)."""
+  """dev/test accuracies at `alpha` (test under the task's name: `toy`, `mmlu`, …), the toy
+  test pairs' BLiMP-style accuracy (`blimp`), and with `drift` the test set's option drift (the
+  branch at `alpha` vs α = 0, same weights)."""
   scorer, sequence_scorer = scorers
   out = {}
   if data.get("pairs"):
@@ -426,7 +344,9 @@ def evaluate_params(scorers, params, data: dict, settings: Settings, n_layers: i
     bad = evaluate.sentence_scores(sequence_scorer, params, [p[1] for p in data["pairs"]], alpha,
                                    n_layers=n_layers, k=settings.k)
     out["blimp"] = evaluate.pair_accuracy(good, bad)
-  for split, prefix in (("dev", "dev"), ("test", "toy")):
+  for split, prefix in (("dev", "dev"), ("test", settings.task)):
+    if not data[split]:
+      continue
     scores = evaluate.letter_scores(scorer, params, data[split], alpha, n_layers=n_layers,
                                     k=settings.k, width=width)
     metrics = evaluate.mcqa_metrics(scores, data[split], prefix)
@@ -438,26 +358,54 @@ def evaluate_params(scorers, params, data: dict, settings: Settings, n_layers: i
   return out
 
 
+def real_data(settings: Settings, backbone: Backbone, real: real_sets.RealData,
+              tree_source: str) -> tuple[dict, dict]:
+  """The encoded train / dev / test of a real set (trees from the parse cache) and the counts."""
+  cache, fmt = real_sets.open_cache(settings.cache, backbone.text_tokenizer,
+                                    settings.n_options)
+  counts = {split: dict(c) for split, c in real.counts.items()}
+  data = {}
+  with cache:
+    for split, examples in real.splits.items():
+      tally: dict = collections.Counter()
+      data[split] = real_sets.encode_cached(examples, backbone, cache, fmt, tree_source,
+                                            settings.seed, tally)
+      counts[split]["truncated"] = tally["truncated"]
+  return data, counts
+
+
 def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Backbone | None = None,
         task=None) -> dict:
-  """One method (or ablation) at one seed: train its stages, evaluate, write result.json."""
+  """One method (or ablation) at one seed: train its stages, evaluate, write result.json.
+  `task`: the toy task, or for a real set its `real_sets.RealData` (read when not given)."""
   began = time.perf_counter()
   out = pathlib.Path(settings.out)
   out.mkdir(parents=True, exist_ok=True)
-  task = task or make_toy_task(settings.train_items, settings.dev_items, settings.test_items,
-                               settings.task_seed, option_order=settings.option_order)
+  if settings.task == "toy":
+    task = task or make_toy_task(settings.train_items, settings.dev_items, settings.test_items,
+                                 settings.task_seed, option_order=settings.option_order)
+  else:
+    task = task or real_sets.load_real(settings.task, settings.data_root, settings.train_items,
+                                       settings.dev_items, settings.test_items)
   log(task.summary())
   backbone = backbone or load_backbone(settings.backbone, seed=settings.seed,
                                        lora_rank=settings.lora_rank,
                                        lora_alpha=settings.lora_alpha,
-                                       lora_dropout=settings.lora_dropout)
+                                       lora_dropout=settings.lora_dropout,
+                                       n_options=settings.n_options)
   options, source = ABLATION_SWITCHES[settings.ablation]
   mcfg = backbone.decoder.config
   gtca = Gtca(GtcaConfig.from_model(mcfg, k=settings.k, **options), rngs=nnx.Rngs(settings.seed + 1))
-  data = {split: encode_items(items, backbone, source, settings.seed)
-          for split, items in task.splits.items()}
+  if settings.task == "toy":
+    data = {split: encode_items(items, backbone, source, settings.seed)
+            for split, items in task.splits.items()}
+    counts = task.counts
+  else:
+    data, counts = real_data(settings, backbone, task, source)
+    log("truncated from the left: " + ", ".join(f"{split} {c['truncated']}"
+                                                for split, c in counts.items()))
   width = evaluate.row_width([e for split in data.values() for e in split])
-  if settings.blimp_pairs:
+  if settings.blimp_pairs and settings.task == "toy":
     data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed)
   graphdefs, params = split_models(backbone.decoder, gtca)
   params = jax.device_put(params, jax.devices()[0])
@@ -469,6 +417,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
                                 evaluate.make_sequence_scorer(graphdefs))
   scorer = _SCORER_CACHE[graphdefs]
   stages, checks, per_stage = plan(settings), [], []
+  test_name = settings.task
   for index, stage in enumerate(stages):
     params = run_stage(index, stage, graphdefs, params, data["train"], settings, width,
                        mcfg.n_layers, prints, log)
@@ -480,12 +429,13 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
     metrics = evaluate_params(scorer, params, data, settings, mcfg.n_layers, width,
                               stage.alpha(stage.steps - 1), drift=False)
     per_stage.append({"stage": stage.name, "steps": stage.steps, **metrics})
-    log(f"stage {index + 1} ({stage.name}) dev {metrics['dev']:.2f} test {metrics['toy']:.2f}")
+    log(f"stage {index + 1} ({stage.name}) dev {metrics.get('dev', float('nan')):.2f} "
+        f"test {metrics[test_name]:.2f}")
   alpha = eval_alpha(settings)
   metrics = evaluate_params(scorer, params, data, settings, mcfg.n_layers, width, alpha,
                             drift=alpha > 0)
   result = {"method": settings.name, "seed": settings.seed, "metrics": metrics,
-            "stages": per_stage, "counts": task.counts, "backbone_checks": checks,
+            "stages": per_stage, "counts": counts, "backbone_checks": checks,
             "settings": _settings_json(settings), "seconds": time.perf_counter() - began}
   (out / "result.json").write_text(json.dumps(result, indent=1))
   if settings.method == "gtca" and settings.ablation == "none" and len(per_stage) == 3:
@@ -493,10 +443,64 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
     extra = dict(result, method="stage2_only", metrics=stage2)
     (out / "stage2_only").mkdir(exist_ok=True)
     (out / "stage2_only" / "result.json").write_text(json.dumps(extra, indent=1))
-  log(f"{settings.name} seed {settings.seed}: test {metrics['toy']:.2f} "
-      + " ".join(f"{k} {v:.3f}" for k, v in metrics.items() if k != "toy")
+  log(f"{settings.name} seed {settings.seed}: test {metrics[test_name]:.2f} "
+      + " ".join(f"{k} {v:.3f}" for k, v in metrics.items() if k != test_name)
       + f" ({result['seconds']:.0f}s) -> {out / 'result.json'}")
   return result
+
+
+# ---- a finished run, restored (evaluation on other sets, the probe) ------------------------------
+def make_tx(settings: Settings, stage: Stage) -> optax.GradientTransformation:
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+      optax.warmup_cosine_decay_schedule(0.0, settings.lr, max(1, stage.steps // 20),
+                                         stage.steps, settings.lr * 0.1), weight_decay=0.0))
+
+
+def settings_of(result: dict) -> Settings:
+  fields = {f.name for f in dataclasses.fields(Settings)}
+  raw = {k: v for k, v in result["settings"].items() if k in fields}
+  raw["stage_steps"] = tuple(raw.get("stage_steps", (200, 200, 200)))
+  return Settings(**raw)
+
+
+def restore_run(out: str | pathlib.Path, log: Callable[[str], None] = print):
+  """(settings, backbone, gtca, graphdefs, params, α at evaluation) of a finished run folder
+  (its result.json): the backbone reloaded from its workdir, the adapters (LoRA + GTCA) from
+  the last stage's final checkpoint — refused when that checkpoint is missing or incomplete or
+  was trained on another backbone."""
+  out = pathlib.Path(out)
+  path = out / "result.json"
+  if not path.is_file():
+    raise cli.CliError(f"--run {out}: no result.json (not a finished python -m "
+                       "slm_jax.gtca.train run)")
+  settings = settings_of(json.loads(path.read_text()))
+  backbone = load_backbone(settings.backbone, seed=settings.seed, lora_rank=settings.lora_rank,
+                           lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                           n_options=settings.n_options)
+  options, _ = ABLATION_SWITCHES[settings.ablation]
+  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=settings.k, **options),
+              rngs=nnx.Rngs(settings.seed + 1))
+  graphdefs, params = split_models(backbone.decoder, gtca)
+  stages = plan(settings)
+  if stages:
+    index, stage = len(stages) - 1, stages[-1]
+    directory = out / f"stage{index + 1}_{stage.name}"
+    trained, _ = partition(params, stage.trainable)
+    abstract = {"adapters": adapters_of(params),
+                "opt_state": make_tx(settings, stage).init(trained)}
+    checkpointer = Checkpointer(directory, async_save=False, read_only=True)
+    restored = checkpointer.restore_latest(abstract)
+    checkpointer.close()
+    if restored is None or restored.step != stage.steps:
+      raise CheckpointError(f"{directory}: no final checkpoint (step {stage.steps}) of the last "
+                            "stage")
+    digest = digest_line(fingerprints(params["backbone"], "lora"))
+    if restored.extra.get("backbone") != digest:
+      raise CheckpointError(f"{directory}: trained on another backbone than {settings.backbone}")
+    params = combine(restored.state["adapters"], _frozen_backbone(params))
+    log(f"restored {settings.name} seed {settings.seed} from {directory} (step {restored.step})")
+  backbone.decoder, gtca = merge_models(graphdefs, params)
+  return settings, backbone, gtca, graphdefs, params, eval_alpha(settings)
 
 
 def variant(name: str) -> tuple[str, str]:
@@ -536,6 +540,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--task_seed", type=int, default=0)
   parser.add_argument("--option_order", choices=("random", "fixed"), default="random",
                       help="toy options in a seeded order, or singular first (easier)")
+  parser.add_argument("--task", default="toy", choices=("toy", *MCQA_SETS),
+                      help="the embedded-grammar toy task, or a real MCQA set read from "
+                      "--data_root with its span trees from --cache")
+  parser.add_argument("--data_root", default="", help="the real set's Hugging Face download")
+  parser.add_argument("--cache", default="", help="the parse cache of the real set's prompts "
+                      "(python -m slm_jax.gtca.cache --task=… --workdir=BACKBONE)")
   parser.add_argument("--log_every", type=int, default=50)
   parser.add_argument("--jit_cache", default="",
                       help="JAX persistent compilation cache folder (reused across runs)")
@@ -547,9 +557,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     jax.config.update("jax_compilation_cache_dir", args.jit_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   log = lambda line: print(line, flush=True)
+  if args.task != "toy" and (not args.data_root or not args.cache):
+    raise cli.CliError(f"--task={args.task} needs --data_root (its download) and --cache (its "
+                       "parse cache)")
   loaded = load_run(args.backbone)
-  task = make_toy_task(args.train_items, args.dev_items, args.test_items, args.task_seed,
-                       option_order=args.option_order)
+  if args.task == "toy":
+    task, n_options = make_toy_task(args.train_items, args.dev_items, args.test_items,
+                                    args.task_seed, option_order=args.option_order), 2
+  else:
+    task = real_sets.load_real(args.task, args.data_root, args.train_items, args.dev_items,
+                               args.test_items)
+    n_options = SETS[args.task].n_options
   single = len(names) == 1 and len(seeds) == 1
   began, total = time.perf_counter(), len(names) * len(seeds)
   for done, (seed, name) in enumerate([(s, n) for s in seeds for n in names]):
@@ -559,13 +577,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.lr, args.alpha, task_seed=args.task_seed,
                         train_items=args.train_items, dev_items=args.dev_items,
                         test_items=args.test_items, option_order=args.option_order,
-                        log_every=args.log_every)
+                        log_every=args.log_every, task=args.task, data_root=args.data_root,
+                        cache=args.cache, n_options=n_options)
     if (out / "result.json").exists():
       log(f"[{done + 1}/{total}] {name} seed {seed}: {out / 'result.json'} exists, skipped")
       continue
     backbone = prepare_backbone(loaded.model, loaded.tokenizer, seed=seed,
                                 lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
-                                lora_dropout=settings.lora_dropout, source=args.backbone)
+                                lora_dropout=settings.lora_dropout, n_options=n_options,
+                                source=args.backbone)
     run(settings, log, backbone=backbone, task=task)
     elapsed = time.perf_counter() - began
     log(f"[{done + 1}/{total}] {name} seed {seed} done; {elapsed:.0f}s elapsed, ETA "

@@ -1,0 +1,93 @@
+"""What the parse-cache builder (`python -m slm_jax.gtca.cache`) reads besides JSON lines: a real
+set's split in its Hugging Face layout, PTB files with their own trees, and the model-free
+parsers of the weak-parser and random-tree ablations.
+
+- `task_records`: the labeled examples of one split of a `slm_jax.gtca.mcqa_data` set as
+  `(example id, record)` (the record `PromptFormat.prompt` reads; the id is the row's
+  `file:row`, `file:row:blank` for a CLOTH passage), with the counts (rows, examples, unlabeled
+  left out) for the builder's report.
+- `ptb_records`: every tree of PTB files/folders as a sentence record `{"sentence": words joined
+  by spaces, "tree": the tree}` — the sentences the UUAS probe reads, read with the probe's
+  normalization (POS preterminals kept), so its ids are the probe's ids.
+- `WeakParser`: `right_branching` (`ablations.right_branching`) or `random`
+  (`ablations.random_bracketing` with a generator seeded by the sha256 of the sentence's words,
+  so a rebuilt cache holds the same trees); it has the parser interface the builder calls
+  (`max_words`, `parse(list of word lists) -> trees`).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from slm_jax import ptb
+from slm_jax.data import inputs
+from slm_jax.gtca import ablations
+from slm_jax.gtca.mcqa_data import load_set, set_of
+from slm_jax.trees import Tree
+
+WEAK_PARSERS = ("right_branching", "random")
+PTB_OPTIONS = ptb.NormalizeOptions(drop_preterminals=False)  # as slm_jax.gtca.probe reads trees
+
+
+def _shard(items: list, index: int, count: int) -> list:
+  return [item for i, item in enumerate(items) if i % count == index]
+
+
+def task_records(name: str, root: str | pathlib.Path, split: str | None, limit: int | None,
+                 index: int = 0, count: int = 1) -> tuple[list[tuple[str, dict]],
+                                                          collections.Counter]:
+  """(id, record) of the labeled examples of this shard, and the split's counts."""
+  loaded = load_set(name, root, split, limit=limit)
+  records = [(x.source, x.record()) for x in loaded.labeled()]
+  counts = collections.Counter(loaded.counts)
+  counts["split"] = loaded.split  # type: ignore[assignment]
+  return _shard(records, index, count), counts
+
+
+def ptb_records(paths: Sequence[str], index: int = 0, count: int = 1
+                ) -> list[tuple[str, dict]]:
+  """(file:tree, sentence record with its tree) of every tree in these PTB files/folders."""
+  files = [str(p) for p, _ in inputs.discover(list(paths), inputs.ptb_files(ptb.DEFAULT_PATTERNS))]
+  if not files:
+    raise FileNotFoundError(f"--ptb {', '.join(paths)}: no PTB files")
+  records = []
+  for path in files:
+    trees = [doc[0] for doc in ptb.read_documents([path], sentences=True, normalize=PTB_OPTIONS)]
+    for number, tree in enumerate(trees):
+      records.append((f"{path}:{number}", {"sentence": " ".join(tree.leaves()),
+                                           "tree": tree.to_bracketed()}))
+  return _shard(records, index, count)
+
+
+def default_options(name: str | None, records: Sequence[tuple[str, dict]]) -> int:
+  """Option letters a workdir's prompt tokenizer needs: the set's count, else the records'
+  largest (at least 2, the toy task's)."""
+  if name is not None and set_of(name).n_options:
+    return set_of(name).n_options
+  return max([2, *(len(r.get("options") or ()) for _, r in records)])
+
+
+class WeakParser:
+  """Trees without a model (module docstring)."""
+
+  max_words = 1 << 20
+
+  def __init__(self, kind: str):
+    if kind not in WEAK_PARSERS:
+      raise ValueError(f"weak parser {kind!r} is not one of {', '.join(WEAK_PARSERS)}")
+    self.kind = kind
+
+  def parse(self, sentences: Sequence[Sequence[str]]) -> list[Tree]:
+    out = []
+    for words in sentences:
+      if self.kind == "right_branching":
+        out.append(ablations.right_branching(list(words)))
+      else:
+        seed = int.from_bytes(hashlib.sha256("\0".join(words).encode()).digest()[:8], "little")
+        out.append(ablations.random_bracketing(list(words), np.random.default_rng(seed)))
+    return out

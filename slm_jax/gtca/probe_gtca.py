@@ -1,0 +1,100 @@
+"""The UUAS probe's GTCA switch (`python -m slm_jax.gtca.probe --gtca=RUN --cache=FILE`): the
+same probe on the frozen backbone and on a GTCA-trained run, both curves in one figure.
+
+- **GTCA**: the run restored as `python -m slm_jax.gtca.train` left it
+  (`train.restore_run`: the backbone from its workdir, LoRA + the branch from the last stage's
+  checkpoint), the branch active at the run's evaluation α. Each probed sentence's span tree is
+  read from the parse cache under the sha256 of the exact ids the probe feeds (BOS + the word
+  ids), all before anything is probed; a miss is an error naming the sentence
+  (`CacheMissError`), never a run without the branch. The branch runs inside the jitted
+  forward (`probe.word_vectors(branch=…)`). `python -m slm_jax.gtca.cache --ptb=FILES
+  --workdir=BACKBONE --options=N --bos` (N: the run's option letters) builds that cache (each
+  tree's own words and brackets, read with the probe's normalization).
+- **Backbone**: the frozen backbone as its workdir loads it (no adapters, no branch).
+- Both encode words with the run's prompt tokenizer (one id per word, a word outside the
+  vocabulary as its unknown word, as the word-level backbone itself reads it), so the two curves
+  see the same inputs. Writes OUT/backbone/uuas.json, OUT/gtca/uuas.json (each with its
+  own one-curve plot) and OUT/uuas.png with both curves.
+
+Lives at the CLI layer (tests/test_layering.py): it restores a run through `slm_jax.gtca.train`
+and probes through `slm_jax.gtca.probe`, both CLIs.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Callable, Sequence
+
+import numpy as np
+
+from slm_jax.gtca import probe
+from slm_jax.gtca.cache import ParseCache
+from slm_jax.gtca.spans import SpanTree, chunk_batch
+
+PLOT_LABELS = ("backbone", "GTCA")
+
+
+def cached_trees(cache: ParseCache, sentences: Sequence[probe.Sentence], encode_word: Callable,
+                 bos_id: int | None) -> dict[tuple[str, ...], SpanTree]:
+  """words → span tree of every sentence, read before anything is probed (a miss stops the
+  probe at once, naming the sentence)."""
+  out = {}
+  for s in sentences:
+    if s.words not in out:
+      ids, _ = probe.encode(s, encode_word, bos_id)
+      out[s.words] = cache.get(ids, example=f"probe sentence {' '.join(s.words)[:60]!r}")
+  return out
+
+
+def cached_branch(gtca, trees: dict, n_layers: int, alpha: float, k: int) -> tuple:
+  """`branch=(arrays_for, build)` for `probe.word_vectors`: per batch the rows' chunk layout
+  (their cached span trees) and the branch's parameters go into the jitted forward, where the
+  chunk memories are made from the frozen embeddings and the branch's hook is built."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  graphdef, state = nnx.split(gtca)
+
+  def arrays_for(batch: probe.ProbeBatch):
+    rows, width = batch.tokens_BT.shape
+    span_trees = [trees[s.words] for s in batch.sentences]
+    span_trees += [SpanTree(None, 0)] * (rows - len(span_trees))
+    chunks = chunk_batch(span_trees, n_layers, width, k)
+    return {"chunks": type(chunks)(*(jnp.asarray(x) for x in chunks)), "gtca": state}
+
+  def build(x_BTD, arrays):
+    branch = nnx.merge(graphdef, arrays["gtca"])
+    return branch.side(branch.memories(x_BTD, arrays["chunks"]), alpha)
+
+  return arrays_for, build
+
+
+def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathlib.Path,
+                            train: Sequence[probe.Sentence], test: Sequence[probe.Sentence],
+                            out: str | pathlib.Path, *, log: Callable[[str], None] = print,
+                            **options) -> dict[str, dict]:
+  """Both probes (module docstring); `options` go to `probe.probe_model` (rank, steps, …)."""
+  from slm_jax.gtca import train as gtca_train  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.loading import load_run  # pylint: disable=import-outside-toplevel
+  settings, backbone, gtca, _, _, alpha = gtca_train.restore_run(run_dir, log)
+  tokenizer = backbone.text_tokenizer
+  bos_id = tokenizer.bos_id
+  encode_word = lambda word: [int(i) for i in tokenizer.encode(word)[0]]  # noqa: E731
+  with ParseCache(cache_path, {"tokenizer": tokenizer.identity}) as cache:
+    trees = cached_trees(cache, [*train, *test], encode_word, bos_id)
+  log(f"{len(trees)} span trees of the probed sentences read from {cache_path}")
+  out = pathlib.Path(out)
+  frozen = load_run(settings.backbone).model
+  results = {"backbone": probe.probe_model(
+      frozen, encode_word, bos_id, train, test, out / "backbone", label=PLOT_LABELS[0], log=log,
+      extra={"model": settings.backbone}, **options)}
+  branch = cached_branch(gtca, trees, backbone.decoder.config.n_layers, alpha, settings.k)
+  results["gtca"] = probe.probe_model(
+      backbone.decoder, encode_word, bos_id, train, test, out / "gtca", label=PLOT_LABELS[1],
+      branch=branch, log=log, extra={"model": str(run_dir), "method": settings.name,
+                                     "alpha": alpha, "cache": str(cache_path)}, **options)
+  probe.plot([(PLOT_LABELS[0], results["backbone"]), (PLOT_LABELS[1], results["gtca"])],
+             out / probe.PLOT_FILE)
+  gains = np.asarray(results["gtca"]["uuas"]) - np.asarray(results["backbone"]["uuas"])
+  log(f"UUAS GTCA − backbone per layer: {' '.join(f'{g:+.3f}' for g in gains)}; wrote "
+      f"{out / probe.PLOT_FILE} (both curves)")
+  return results

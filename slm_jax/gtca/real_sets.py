@@ -1,0 +1,209 @@
+"""GTCA on the real sets (SPEC §10): splits for training, encoding through the parse cache, the
+tree sources an ablation may use, and CoLA's Matthews correlation.
+
+- **Splits** (`load_real`): train = the labeled rows of the set's training split after the
+  first `dev_items` (held out as dev), at most `train_items`; test = the first `test_items`
+  labeled rows of the evaluation split (`mcqa_data.SETS`; ≤ 0: all). Unlabeled rows are never
+  used and are counted per split (`RealData.counts`, printed and stored in result.json).
+- **Encoding** (`encode_cached`): the prompt is built with the parse cache's own prompt format
+  (`PromptFormat.from_meta`: the same left truncation, chat template and BOS as the builder),
+  its span tree read from the cache — a miss is a `CacheMissError` naming the example, never a
+  run without structure. Prompts cut from the left are counted (`truncated`).
+- **Tree sources**: the cache holds the trees of the parser it was built with (`parser` in its
+  meta). `gold` takes them as they are; `weak` and `random` need a cache built with
+  `--parser=right_branching` / `--parser=random` (`check_tree_source` refuses another);
+  `permuted` shuffles the cached tree's leaves per example (`ablations.permute_leaves`).
+- **CoLA** (`cola_mcc`): each sentence's score is its mean per-token log-likelihood (summed
+  log-likelihood / scored tokens, so length does not decide); a sentence is predicted acceptable
+  iff its score is above a threshold, the one that maximizes MCC on the fitting split (CoLA's
+  train rows); the reported MCC is that of the evaluation split, ×100 as the paper prints it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from slm_jax.gtca import ablations, evaluate
+from slm_jax.gtca.backbone import Backbone
+from slm_jax.gtca.cache import ParseCache, StaleCacheError
+from slm_jax.gtca.mcqa_data import MCQA, SENTENCE, load_set, set_of
+from slm_jax.gtca.prompts import PromptFormat, TextTokenizer
+
+WEAK_PARSERS = {"weak": "right_branching", "random": "random"}  # tree source -> cache parser
+
+
+@dataclasses.dataclass
+class RealData:
+  """The labeled examples of train / dev / test and what was counted reading them."""
+  name: str
+  splits: dict[str, list]
+  counts: dict[str, dict]
+
+  def summary(self) -> str:
+    return "\n".join(f"{self.name} {split}: {len(self.splits[split])} examples used ("
+                     + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
+                     for split, counts in self.counts.items())
+
+
+def _limit(n: int) -> int | None:
+  return n if n > 0 else None
+
+
+def load_real(name: str, root: str | pathlib.Path, train_items: int, dev_items: int,
+              test_items: int, seed: int = 0) -> RealData:
+  """The three splits of an MCQA set (module docstring)."""
+  spec = set_of(name)
+  if spec.kind != MCQA:
+    raise ValueError(f"{name} is not a multiple-choice set: it is evaluated, not trained on "
+                     "(python -m slm_jax.gtca.evaluate --run=DIR --task=cola)")
+  wanted = None if train_items <= 0 else train_items + max(dev_items, 0)
+  train_split = load_set(name, root, spec.train_split, limit=wanted, seed=seed)
+  labeled = train_split.labeled()
+  dev, train = labeled[:max(dev_items, 0)], labeled[max(dev_items, 0):]
+  test_split = load_set(name, root, spec.eval_split, limit=_limit(test_items), seed=seed)
+  counts = {
+      "train": {"split": spec.train_split, **train_split.counts, "used": len(train)},
+      "dev": {"split": f"first {len(dev)} labeled of {spec.train_split}", "used": len(dev)},
+      "test": {"split": spec.eval_split, **test_split.counts,
+               "used": len(test_split.labeled())}}
+  if not train or not test_split.labeled():
+    raise ValueError(f"{name} under {root}: {len(train)} labeled training and "
+                     f"{len(test_split.labeled())} labeled test examples; both are needed")
+  return RealData(name, {"train": train, "dev": dev, "test": test_split.labeled()}, counts)
+
+
+def open_cache(path: str | pathlib.Path, tokenizer: TextTokenizer,
+               n_options: int | None = None) -> tuple[ParseCache, PromptFormat]:
+  """The cache (refused when built with another tokenizer) and the prompt format it stores."""
+  try:
+    cache = ParseCache(path, {"tokenizer": tokenizer.identity})
+  except StaleCacheError as error:
+    hint = ("" if n_options is None else f" (a cache for a slm_jax workdir backbone is built "
+            f"with its prompt tokenizer: python -m slm_jax.gtca.cache --workdir=… "
+            f"--options={n_options}, the run's option letters)")
+    raise StaleCacheError(f"{error}{hint}") from None
+  return cache, PromptFormat.from_meta(cache.meta)
+
+
+def check_tree_source(cache: ParseCache, tree_source: str) -> None:
+  """`weak` / `random` need a cache of that parser; `gold` / `permuted` take any cache."""
+  if tree_source not in WEAK_PARSERS:
+    return
+  built = cache.meta.get("parser", "")
+  if built != WEAK_PARSERS[tree_source]:
+    raise ValueError(f"tree source {tree_source!r} needs a cache built with "
+                     f"--parser={WEAK_PARSERS[tree_source]}; {cache.path} holds {built!r} trees")
+
+
+def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt: PromptFormat,
+                  tree_source: str = "gold", seed: int = 0,
+                  counts: collections.Counter | None = None) -> list[evaluate.Encoded]:
+  """Prompt + answer-letter rows of labeled MCQA examples with their cached span trees."""
+  check_tree_source(cache, tree_source)
+  counts = collections.Counter() if counts is None else counts
+  out = []
+  for index, example in enumerate(examples):
+    if len(example.options) > len(backbone.letter_ids):
+      raise ValueError(f"example {example.source}: {len(example.options)} options, the backbone "
+                       f"was prepared with {len(backbone.letter_ids)} option letters")
+    prompt = fmt.prompt(example.record(), backbone.text_tokenizer, example.source)
+    counts["truncated"] += prompt.truncated > 0
+    tree = cache.get(prompt.ids_T, example.source)
+    if tree_source == "permuted":
+      tree = ablations.permute_leaves(tree, np.random.default_rng([seed, index]))
+    ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[example.answer]]])
+    out.append(evaluate.Encoded(ids, tree, backbone.letter_ids[:len(example.options)],
+                                example.answer, example.group, example.source))
+  counts["encoded"] += len(out)
+  return out
+
+
+def sentence_rows(examples: Sequence, tokenizer: TextTokenizer, cache: ParseCache,
+                  fmt: PromptFormat, counts: collections.Counter | None = None) -> list[tuple]:
+  """(ids_T, span tree) of sentence examples (CoLA), trees from the cache."""
+  counts = collections.Counter() if counts is None else counts
+  rows = []
+  for example in examples:
+    prompt = fmt.prompt(example.record(), tokenizer, example.source)
+    counts["truncated"] += prompt.truncated > 0
+    rows.append((prompt.ids_T.astype(np.int32), cache.get(prompt.ids_T, example.source)))
+  return rows
+
+
+def best_threshold(scores_N: np.ndarray, labels_N: np.ndarray) -> float:
+  """The threshold τ (midway between neighbouring scores) maximizing MCC of `score > τ`."""
+  values = np.unique(np.asarray(scores_N, np.float64))
+  if values.size < 2:
+    return float(values[0]) if values.size else 0.0
+  candidates = np.concatenate([[values[0] - 1.0], (values[1:] + values[:-1]) / 2])
+  mccs = [evaluate.matthews_corrcoef(labels_N, scores_N > t) for t in candidates]
+  return float(candidates[int(np.argmax(mccs))])
+
+
+def mean_token_scores(scorer, params, rows: Sequence[tuple], alpha: float, *, n_layers: int,
+                      k: int) -> np.ndarray:
+  """Mean per-token log-likelihood of each sentence row (its tokens after the first)."""
+  sums = evaluate.sentence_scores(scorer, params, rows, alpha, n_layers=n_layers, k=k)
+  tokens = np.asarray([max(len(ids) - 1, 1) for ids, _ in rows], np.float64)
+  return sums / tokens
+
+
+def cola_mcc(scorer, params, fit_rows: Sequence[tuple], fit_labels: Sequence[int],
+             eval_rows: Sequence[tuple], eval_labels: Sequence[int], alpha: float, *,
+             n_layers: int, k: int) -> dict[str, float]:
+  """{"cola": MCC ×100 on the evaluation rows, "cola_threshold": τ fitted on the fit rows}."""
+  fit = mean_token_scores(scorer, params, fit_rows, alpha, n_layers=n_layers, k=k)
+  threshold = best_threshold(fit, np.asarray(fit_labels))
+  scores = mean_token_scores(scorer, params, eval_rows, alpha, n_layers=n_layers, k=k)
+  mcc = evaluate.matthews_corrcoef(np.asarray(eval_labels), scores > threshold)
+  return {"cola": 100.0 * mcc, "cola_threshold": threshold}
+
+
+def is_sentence_set(name: str) -> bool:
+  return set_of(name).kind == SENTENCE
+
+
+def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: str | pathlib.Path,
+              *, limit: int = 0, fit_limit: int = 0, log=print) -> dict:
+  """The metrics of a restored run (`slm_jax.gtca.train.restore_run`) on one real set's
+  evaluation split: MCQA accuracy (`name`, `name_<group>`) and, for branch methods, the option
+  drift; CoLA's MCC (`cola`, threshold fitted on `fit_limit` train rows). Returns
+  {"metrics", "counts"}."""
+  settings, backbone, _, graphdefs, params, alpha = restored
+  n_layers, k = backbone.decoder.config.n_layers, settings.k
+  spec = set_of(name)
+  cache, fmt = open_cache(cache_path, backbone.text_tokenizer, settings.n_options)
+  counts: dict = {}
+  with cache:
+    evaluated = load_set(name, root, spec.eval_split, limit=_limit(limit))
+    counts["eval"] = {"split": evaluated.split, **evaluated.counts}
+    log(evaluated.summary())
+    tally: collections.Counter = collections.Counter()
+    if spec.kind == SENTENCE:
+      fitted = load_set(name, root, spec.train_split, limit=_limit(fit_limit))
+      counts["fit"] = {"split": fitted.split, **fitted.counts}
+      log(fitted.summary() + " — fits the acceptability threshold")
+      fit_rows = sentence_rows(fitted.labeled(), backbone.text_tokenizer, cache, fmt, tally)
+      eval_rows = sentence_rows(evaluated.labeled(), backbone.text_tokenizer, cache, fmt, tally)
+      scorer = evaluate.make_sequence_scorer(graphdefs)
+      metrics = cola_mcc(scorer, params, fit_rows, [x.label for x in fitted.labeled()],
+                         eval_rows, [x.label for x in evaluated.labeled()], alpha,
+                         n_layers=n_layers, k=k)
+    else:
+      encoded = encode_cached(evaluated.labeled(), backbone, cache, fmt, counts=tally)
+      scorer = evaluate.make_letter_scorer(graphdefs)
+      width = evaluate.row_width(encoded)
+      scores = evaluate.letter_scores(scorer, params, encoded, alpha, n_layers=n_layers, k=k,
+                                      width=width)
+      metrics = evaluate.mcqa_metrics(scores, encoded, name)
+      if alpha > 0:
+        off = evaluate.letter_scores(scorer, params, encoded, 0.0, n_layers=n_layers, k=k,
+                                     width=width)
+        metrics[f"{name}_drift"] = evaluate.option_drift(scores, off)
+    counts["truncated"] = tally["truncated"]
+  return {"metrics": metrics, "counts": counts}

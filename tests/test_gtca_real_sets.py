@@ -1,0 +1,345 @@
+"""GTCA's real sets (CLOTH, MMLU, HellaSwag, WinoGrande, CoLA) from tiny files in their Hugging
+Face layouts (tests/gtca_fixtures.py): readers, bad input, and the real CLIs at tiny scale —
+the parse cache builder, training, evaluation of a finished run (CoLA as MCC) and the tables."""
+
+from __future__ import annotations
+
+import collections
+import json
+import types
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from slm_jax import cli
+from slm_jax.data.rows import RowDataError
+from slm_jax.downstream import tasks
+from slm_jax.gtca import backbone as gbackbone
+from slm_jax.gtca import cache as gcache
+from slm_jax.gtca import evaluate, mcqa_data, real_sets, train
+from slm_jax.model import Decoder, ModelConfig
+from slm_jax.tokenizer import make_tokenizer
+from tests.gtca_fixtures import write_gtca_fixtures
+
+pytest.importorskip("tokenizers")
+
+VOCAB = ("the a to on at so she went home was were is be closed shop early woke up . , Anna "
+         "Brian Carla Dmitri Elena kettle bicycle market Monday carried painted borrowed "
+         "cleaned dropped found lent ladder because painting fence").split()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("gtca_sets")
+  write_gtca_fixtures(folder)
+  return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  """A word-level backbone: its tokenizer saved as a workdir's, its model returned by a patched
+  `load_run` (a trained workdir is the only thing the CLIs would read besides)."""
+  tokenizer = make_tokenizer("word", words=VOCAB)
+  workdir = tmp_path_factory.mktemp("workdir")
+  tokenizer.save(workdir)
+  config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                       mlp_ratio=2, attention_impl="xla")
+  return workdir, Decoder(config, rngs=nnx.Rngs(0)), tokenizer
+
+
+@pytest.fixture()
+def patched(tiny, monkeypatch):
+  workdir, model, tokenizer = tiny
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  import slm_jax.train.loading as loading
+  for module in (train, gbackbone, loading):
+    monkeypatch.setattr(module, "load_run", fake)
+  return workdir
+
+
+def build_cache(capsys, root, workdir, name, out, *extra):
+  code = cli.run(gcache.main, [f"--task={name}", f"--data_root={root}", f"--workdir={workdir}",
+                               "--bos", "--parser=right_branching", f"--out={out}", *extra])
+  stdout, stderr = capsys.readouterr()
+  return code, stdout, stderr
+
+
+# ---- readers --------------------------------------------------------------------------------
+def test_cloth_question_layout_shuffles_options_deterministically(root):
+  split = mcqa_data.load_set("cloth", root, "train")
+  assert split.files == [root / "cloth" / "CLOTH_train_cleaned.json"]  # JSON lines
+  assert mcqa_data.load_set("cloth", root, "test").counts["rows"] == 4  # a JSON array
+  x = split.examples[0]
+  assert x.question == "Anna ___ the kettle to the market on Monday ."
+  assert x.options[x.answer] == "carried" and len(x.options) == 4
+  assert len({e.answer for e in split.examples}) > 1  # the answer's place is drawn
+  again = mcqa_data.load_set("cloth", root, "train")
+  assert [e.options for e in again.examples] == [e.options for e in split.examples]
+  assert mcqa_data.load_set("cloth", root, "validation").files[0].name == \
+      "CLOTH_valid_cleaned.json"
+
+
+def test_cloth_passage_becomes_one_example_per_blank(root):
+  split = mcqa_data.load_set("cloth", root / "cloth_passages", "test")
+  assert split.counts == {"rows": 4, "blanks": 12, "examples": 12, "unlabeled": 3}
+  first, second, third = split.examples[:3]
+  assert first.question.startswith("Anna woke up early . She ___ the kettle")
+  assert "The shop _ closed" in first.question and first.question.endswith("went _ .")
+  assert "She _ the kettle" in second.question and "The shop ___ closed" in second.question
+  assert third.question.endswith("went ___ .") and third.options == ("home", "house", "away",
+                                                                      "there")
+  assert [x.source.rsplit(":", 2)[-2:] for x in split.examples[:3]] == [["0", "0"], ["0", "1"],
+                                                                        ["0", "2"]]
+  assert (first.answer, first.group) == (0, "middle")
+  assert [x.answer for x in split.examples[-3:]] == [-1, -1, -1]  # a passage without answers
+  assert len(split.labeled()) == 9
+  assert len(mcqa_data.load_set("cloth", root / "cloth_passages", "test", limit=4).examples) == 4
+
+
+def test_downstream_sets_are_converted_from_task_examples(root):
+  for name in ("mmlu", "hellaswag", "winogrande"):
+    spec = mcqa_data.SETS[name]
+    for split in (spec.train_split, spec.eval_split):
+      got = mcqa_data.load_set(name, root, split)
+      want = tasks.load_split(name, root, split)
+      assert [(x.question, x.options, x.answer, x.source, x.group) for x in got.examples] == [
+          (x.question, x.options, x.answer, x.source, x.group) for x in want.examples]
+      assert got.counts["rows"] == want.counts["rows"]
+  mmlu = mcqa_data.load_set("mmlu", root)
+  assert mmlu.examples[0].group == "astronomy" and len(mmlu.examples[0].options) == 4
+  assert mcqa_data.load_set("hellaswag", root, "test").counts["unlabeled"] == 4  # the Hub's ""
+
+
+def test_cola_reads_glue_parquet_and_counts_unlabeled_test_rows(root):
+  validation = mcqa_data.load_set("cola", root)
+  assert validation.split == "validation" and validation.counts["rows"] == 8
+  assert [x.label for x in validation.examples[:2]] == [1, 0]
+  assert validation.examples[0].record() == {"id": validation.examples[0].source,
+                                             "sentence": "Anna carried the kettle home ."}
+  test = mcqa_data.load_set("cola", root, "test")
+  assert test.counts["unlabeled"] == 4 and test.labeled() == []
+  assert "4 unlabeled (not used)" in test.summary()
+
+
+def test_a_missing_split_names_every_pattern_tried(root):
+  with pytest.raises(RowDataError, match=r"no 'dev' files of cola \(nyu-mll/glue.*looked for "
+                                         r"cola/dev-\*\.parquet, cola/dev/\*\.parquet"):
+    mcqa_data.load_set("cola", root, "dev")
+  with pytest.raises(RowDataError, match=r"no 'validation' files of cloth.*looked for "
+                                         r"CLOTH_valid_cleaned\.json, default/validation-"):
+    mcqa_data.load_set("cloth", root / "cloth_passages", "validation")
+  with pytest.raises(RowDataError, match=r"no 'train' files of mmlu.*all/train-\*\.parquet"):
+    mcqa_data.load_set("mmlu", root, "train")
+  with pytest.raises(RowDataError, match="unknown GTCA set 'squad'"):
+    mcqa_data.load_set("squad", root)
+
+
+def test_bad_rows_name_file_row_and_field(tmp_path):
+  data = tmp_path / "data"
+  data.mkdir()
+  rows = [{"article": "One _ two _ .", "options": [["a", "b", "c", "d"]], "answers": ["A"]}]
+  (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  with pytest.raises(RowDataError, match=r"test\.jsonl: row 0: field 'options': 1 option lists "
+                                         "for 2 blanks"):
+    mcqa_data.load_set("cloth", tmp_path)
+  rows = [{"sentence": "No blank here .", "answer": "a", "distractors": ["b"]}]
+  (data / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
+  with pytest.raises(RowDataError, match=r"row 0: field 'sentence': expected one blank \[MASK\]"):
+    mcqa_data.load_set("cloth", tmp_path)
+  (tmp_path / "cola").mkdir()
+  (tmp_path / "cola" / "validation.jsonl").write_text(json.dumps({"sentence": "s", "label": 3}))
+  with pytest.raises(RowDataError, match="row 0: field 'label': expected 0, 1 or -1"):
+    mcqa_data.load_set("cola", tmp_path)
+
+
+# ---- CoLA's metric ---------------------------------------------------------------------------
+def test_threshold_maximizes_mcc_on_the_fitting_scores():
+  scores = np.array([-5.0, -4.0, -1.0, -0.5, -3.0])
+  labels = np.array([0, 0, 1, 1, 1])
+  threshold = real_sets.best_threshold(scores, labels)
+  assert -4.0 < threshold < -3.0  # every acceptable sentence above, every other below
+  assert evaluate.matthews_corrcoef(labels, scores > threshold) == pytest.approx(1.0)
+  assert real_sets.best_threshold(np.array([1.0, 1.0]), np.array([0, 1])) == 1.0
+
+
+# ---- the parse cache CLI on every set ---------------------------------------------------------
+def test_cache_cli_builds_every_set_from_its_hub_layout(root, tiny, tmp_path, capsys):
+  workdir = tiny[0]
+  for name, spec in mcqa_data.SETS.items():
+    for split in (spec.train_split, spec.eval_split):
+      code, out, err = build_cache(capsys, root, workdir, name, tmp_path / f"{name}.sqlite",
+                                   f"--split={split}")
+      assert code == 0, err
+      assert f"{name} {split}: " in out and "errors 0" in out, out
+  with gcache.ParseCache(tmp_path / "cloth.sqlite", {}) as cache:
+    assert cache.meta["parser"] == "right_branching" and len(cache) == 8  # test rows repeat train's
+  # unlabeled rows are counted and reported, never cached silently
+  code, out, _ = build_cache(capsys, root / "cloth_passages", workdir, "cloth",
+                             tmp_path / "passages.sqlite")
+  assert code == 0 and "cloth test: 4 rows, 12 examples, 3 unlabeled left out" in out
+  assert "examples 9," in out
+  code, out, err = build_cache(capsys, root, workdir, "mmlu", tmp_path / "x.sqlite",
+                               "--split=dev_missing")
+  assert code == 2 and "no 'dev_missing' files of mmlu" in err and "looked for" in err
+
+
+def test_cache_cli_counts_truncation_and_empty_questions(root, tiny, tmp_path, capsys):
+  workdir = tiny[0]
+  code, out, _ = build_cache(capsys, root, workdir, "hellaswag", tmp_path / "h.sqlite",
+                             "--max_len=12")
+  assert code == 0 and "truncated 4" in out, out  # every prompt is longer than 12 tokens
+  bad = tmp_path / "bad"
+  bad.mkdir()
+  rows = [{"question": "  ", "subject": "x", "choices": ["a", "b"], "answer": 0},
+          {"question": "Which one ?", "subject": "x", "choices": ["a", "b"], "answer": 1}]
+  (bad / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  code, out, err = build_cache(capsys, tmp_path / "bad", workdir, "mmlu", tmp_path / "m.sqlite")
+  assert code == cli.EXIT_INCOMPLETE and "errors 1" in out
+  assert "empty question" in err and "test.jsonl:0" in err
+
+
+def test_a_cache_of_another_prompt_tokenizer_is_refused_naming_the_fix(root, tiny, tmp_path,
+                                                                      capsys):
+  """A workdir's prompt tokenizer depends on its option letters: a CoLA cache built with the
+  default 2 does not serve a run prepared with 4 (stale, refused before any lookup)."""
+  workdir = tiny[0]
+  assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola.sqlite")[0] == 0
+  two, four = (gbackbone.workdir_prompt_tokenizer(workdir, n) for n in (2, 4))
+  cache, fmt = real_sets.open_cache(tmp_path / "cola.sqlite", two, 2)
+  assert fmt.bos and cache.meta["parser"] == "right_branching"
+  cache.close()
+  with pytest.raises(gcache.StaleCacheError, match="built with tokenizer .*--options=4, the run's "
+                                                   "option letters"):
+    real_sets.open_cache(tmp_path / "cola.sqlite", four, 4)
+
+
+def test_tree_sources_on_cached_trees(root, tiny, tmp_path, capsys):
+  """gold = the cached tree; permuted = its leaves shuffled (same topology, options untouched);
+  weak / random only from a cache of that parser."""
+  workdir = tiny[0]
+  assert build_cache(capsys, root, workdir, "cloth", tmp_path / "c.sqlite")[0] == 0
+  text_tokenizer, added = gbackbone.word_prompt_tokenizer(tiny[2], 4)
+  letters = tuple(int(text_tokenizer.encode(" " + x)[0][0]) for x in "ABCD")
+  backbone = gbackbone.Backbone(None, text_tokenizer, letters, 0, added, "tiny")
+  examples = mcqa_data.load_set("cloth", root).labeled()
+  cache, fmt = real_sets.open_cache(tmp_path / "c.sqlite", text_tokenizer)
+  with cache:
+    gold = real_sets.encode_cached(examples, backbone, cache, fmt, "gold")
+    permuted = real_sets.encode_cached(examples, backbone, cache, fmt, "permuted", seed=3)
+    weak = real_sets.encode_cached(examples, backbone, cache, fmt, "weak")  # right_branching
+    with pytest.raises(ValueError, match="--parser=random"):
+      real_sets.encode_cached(examples, backbone, cache, fmt, "random")
+  assert [e.tree for e in weak] == [e.tree for e in gold]
+  assert any(p.tree != g.tree for p, g in zip(permuted, gold))
+  for p, g in zip(permuted, gold):
+    assert p.ids_T.tolist() == g.ids_T.tolist() and p.tree.masked == g.tree.masked
+    assert sorted((n.end - n.start) for n in p.tree.nodes() if not n.children) == sorted(
+        (n.end - n.start) for n in g.tree.nodes() if not n.children)
+    assert p.ids_T[-1] == letters[p.answer] and p.letter_ids == letters
+
+
+# ---- training, evaluation and the tables through the CLIs -------------------------------------
+def _train(out, root, cache, *extra):
+  return train.main([f"--out={out}", f"--data_root={root}", f"--cache={cache}",
+                     "--train_items=4", "--dev_items=2", "--test_items=0", *extra])
+
+
+@pytest.mark.slow  # ~22 s: four decoders built and three scorers compiled on 2 cores
+def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys):
+  """The backbone method (no training: the stages are tested in test_gtca_train.py) on
+  WinoGrande, scored from the cache; then the run scored on CoLA (MCC) and tabulated."""
+  workdir = patched
+  for split in ("train", "validation"):
+    assert build_cache(capsys, root, workdir, "winogrande", tmp_path / "wino.sqlite",
+                       f"--split={split}", "--max_len=14")[0] == 0
+  run = tmp_path / "run"
+  assert _train(run, root, tmp_path / "wino.sqlite", f"--backbone={workdir}",
+                "--task=winogrande", "--methods=backbone") == 0
+  printed = capsys.readouterr().out
+  assert "winogrande train: 3 examples used" in printed and "truncated from the left" in printed
+  result = json.loads((run / "result.json").read_text())
+  assert set(result["metrics"]) >= {"winogrande", "dev"}
+  assert result["counts"]["test"]["used"] == 4 and result["counts"]["test"]["unlabeled"] == 0
+  assert result["counts"]["train"]["truncated"] == 3  # every prompt cut to 14 tokens, counted
+  assert result["settings"]["n_options"] == 2
+  # CoLA: a cache with the run's prompt tokenizer (2 letters), the MCC added to result.json
+  for split in ("train", "validation"):
+    assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola.sqlite",
+                       f"--split={split}")[0] == 0
+  assert evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
+                        f"--cache={tmp_path / 'cola.sqlite'}"]) == 0
+  metrics = json.loads((run / "result.json").read_text())["metrics"]
+  assert -100 <= metrics["cola"] <= 100 and "cola_threshold" in metrics
+  saved = json.loads((run / "eval_cola.json").read_text())
+  assert saved["counts"]["eval"]["rows"] == 8 and saved["counts"]["fit"]["rows"] == 12
+  capsys.readouterr()
+  assert evaluate.main([f"--runs={run}"]) == 0
+  table = capsys.readouterr().out
+  assert "| Method | WinoGrande↑ | CoLA (MCC)↑ | n |" in table and "| Backbone |" in table
+  # a cache built with another prompt tokenizer (4 letters) is refused, with the fix named
+  assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola4.sqlite",
+                     "--options=4")[0] == 0
+  with pytest.raises(gcache.StaleCacheError, match="--options=2, the run's option letters"):
+    evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
+                   f"--cache={tmp_path / 'cola4.sqlite'}"])
+
+
+def test_a_cache_miss_stops_training_naming_the_example(root, patched, tmp_path, capsys):
+  workdir = patched
+  # only the evaluation split is cached: the first training example misses
+  assert build_cache(capsys, root, workdir, "winogrande", tmp_path / "w.sqlite")[0] == 0
+  with pytest.raises(gcache.CacheMissError, match=r"no span tree for example .*winogrande_xl/"
+                                                  r"train-00000-of-00001\.parquet:\d"):
+    _train(tmp_path / "run", root, tmp_path / "w.sqlite", f"--backbone={workdir}",
+           "--task=winogrande", "--methods=backbone")
+  with pytest.raises(cli.CliError, match="needs --data_root"):
+    train.main([f"--backbone={workdir}", f"--out={tmp_path}", "--task=mmlu"])
+  with pytest.raises(ValueError, match="needs a cache built with --parser=random"):
+    real_sets.check_tree_source(gcache.ParseCache(tmp_path / "w.sqlite", {}), "random")
+  with pytest.raises(ValueError, match="cola is not a multiple-choice set"):
+    real_sets.load_real("cola", root, 4, 2, 4)
+
+
+def test_letters_must_cover_the_options(root, tiny):
+  workdir, model, tokenizer = tiny
+  two = gbackbone.prepare_backbone(model, tokenizer, n_options=2)
+  examples = mcqa_data.load_set("mmlu", root).labeled()[:1]
+  with pytest.raises(ValueError, match="4 options, the backbone was prepared with 2"):
+    real_sets.encode_cached(examples, two, None, None, counts=collections.Counter())
+
+
+@pytest.mark.slow  # ~80 s on 2 busy cores: a training stage, three scorers, two probes compiled
+def test_a_trained_run_restores_for_evaluation_and_the_probe(root, patched, tmp_path, capsys):
+  """Direct-Joint (LoRA + GTCA, one stage) trained on CLOTH through the CLI; re-scoring its own
+  test split from the restored checkpoint gives the numbers training wrote, MMLU is scored by
+  the same run, and the probe's GTCA switch restores it too."""
+  from slm_jax.gtca import probe
+  from tests.shared_data import require_shared
+  workdir = patched
+  cache = tmp_path / "cloth.sqlite"
+  for split in ("train", "test"):
+    assert build_cache(capsys, root, workdir, "cloth", cache, f"--split={split}")[0] == 0
+  run = tmp_path / "run"
+  assert _train(run, root, cache, f"--backbone={workdir}", "--task=cloth",
+                "--methods=direct_joint", "--stage_steps=1,1,1", "--batch_size=2") == 0
+  trained = json.loads((run / "result.json").read_text())["metrics"]
+  assert evaluate.main([f"--run={run}", "--task=cloth", f"--data_root={root}",
+                        f"--cache={cache}"]) == 0
+  again = json.loads((run / "eval_cloth.json").read_text())["metrics"]
+  assert again["cloth"] == trained["cloth"]
+  assert again["cloth_drift"] == pytest.approx(trained["drift"])
+  mmlu = tmp_path / "mmlu.sqlite"
+  assert build_cache(capsys, root, workdir, "mmlu", mmlu)[0] == 0
+  assert evaluate.main([f"--run={run}", "--task=mmlu", f"--data_root={root}",
+                        f"--cache={mmlu}"]) == 0
+  assert "mmlu_astronomy" in json.loads((run / "result.json").read_text())["metrics"]
+  files = [str(require_shared("ptb_sample") / "combined" / f"wsj_000{i}.mrg") for i in (1, 2)]
+  ptb_cache = tmp_path / "ptb.sqlite"
+  assert cli.run(gcache.main, [f"--ptb={','.join(files)}", f"--workdir={workdir}", "--bos",
+                               "--options=4", f"--out={ptb_cache}"]) == 0
+  out = tmp_path / "probe"
+  assert probe.main([f"--gtca={run}", f"--cache={ptb_cache}", f"--train={files[0]}",
+                     f"--test={files[1]}", f"--out={out}", "--rank=4", "--steps=3"]) == 0
+  assert json.loads((out / "gtca" / probe.RESULTS_FILE).read_text())["method"] == "direct_joint"
+  assert (out / probe.PLOT_FILE).is_file()
