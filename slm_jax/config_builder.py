@@ -84,6 +84,7 @@ SCALE_SPECS = {
     "500m": Scale(1408, 16, 16, 8, "bbc", 16),
     "1b": Scale(2048, 16, 16, 8, "fineweb", 8),
 }
+PUSHDOWN_DEPTHS = 50  # stack-tape depth embeddings of the Pushdown reference (its code's max_depth)
 _TINY = dict(seq_len=256, global_batch=16, steps=400, peak_lr=3e-3, min_lr=1e-4, warmup_steps=40)
 
 
@@ -129,6 +130,15 @@ class RunConfig:
     if self.train.global_batch % self.optimizer.grad_accum_steps:
       problems.append(f"train.global_batch={self.train.global_batch} is not divisible by "
                       f"optimizer.grad_accum_steps={self.optimizer.grad_accum_steps}")
+    pushdown = self.configuration.resolve().reference == "pushdown"
+    if pushdown != (self.model.pushdown_depths > 0):
+      problems.append(f"configuration.name={self.configuration.name} "
+                      + ("is the Pushdown reference: model.pushdown_depths must be > 0" if pushdown
+                         else "is not the Pushdown reference: model.pushdown_depths must be 0"))
+    if pushdown and self.train.eval_syntax_every:
+      problems.append("train.eval_syntax_every: live SG/BLiMP metrics do not score the Pushdown "
+                      "reference (its attachment beam runs in `python -m slm_jax.evaluate`); "
+                      "set it to 0")
     if problems:
       raise ConfigError(problems)
 
@@ -249,7 +259,8 @@ def build(name: str, scale: str) -> ml_collections.ConfigDict:
           o_bias=False, norm_position="pre", norm_cast_first=False, rope_scaling="none",
           rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
           rope_original_max_position=8192, init_from="", lora_rank=0, lora_alpha=16.0,
-          lora_dropout=0.0, lora_targets=("q", "k", "v", "o", "gate", "up", "down")),
+          lora_dropout=0.0, lora_targets=("q", "k", "v", "o", "gate", "up", "down"),
+          pushdown_depths=PUSHDOWN_DEPTHS if conf.reference == "pushdown" else 0),
       data=dict(
           source="embedded", embedded_train_documents=5_000 if tiny else 10_000,
           embedded_eval_documents=200 if tiny else 500, embedded_seed=0, ptb_paths=(),

@@ -1,4 +1,4 @@
-"""The 12 SLM configurations and the pause controls (SPEC §5): linearization × attention.
+"""The 12 SLM configurations, the pause controls (SPEC §5) and the Pushdown reference (SPEC §14).
 
 One table; configs, `explain`, the data pipeline and the evaluators look names up here, and
 `check_combination` is the single rule for which (linearization, attention) pairs are valid.
@@ -18,6 +18,9 @@ class Configuration:
   name: str
   linearization: str
   attention: AttentionSpec
+  # "" for the SLM decoders; "pushdown": the architectural reference of SPEC §14
+  # (`slm_jax.pushdown`), trained on the lin1 rows' silver structure with terminal-only input.
+  reference: str = ""
 
   @property
   def scheme(self) -> Scheme:
@@ -25,7 +28,7 @@ class Configuration:
     return get_scheme(self.linearization)
 
 
-_TABLE = (  # name, linearization, attention (SPEC §5 order)
+_TABLE = (  # name, linearization, attention (SPEC §5 order)[, reference model (SPEC §14)]
     ("terminal", "lin0", "causal"),
     ("tree", "lin1", "causal"),
     ("tgtree", "lin2", "causal"),
@@ -40,11 +43,13 @@ _TABLE = (  # name, linearization, attention (SPEC §5 order)
     ("tgtree_mix_tg", "lin2", "mix(causal,tg)"),
     ("pause1", "pause1", "causal"),
     ("pause2", "pause2", "causal"),
+    ("pushdown", "lin1", "causal", "pushdown"),  # SPEC §14: reads lin1 rows, models terminals
 )
 
-CONFIGURATIONS = {name: Configuration(name, lin, parse_attention(att)) for name, lin, att in _TABLE}
+CONFIGURATIONS = {row[0]: Configuration(row[0], row[1], parse_attention(row[2]), *row[3:])
+                  for row in _TABLE}
 # Every attention of the table, in table order: the four types, then the two hybrids.
-ATTENTIONS = tuple(dict.fromkeys(att for _, _, att in _TABLE))
+ATTENTIONS = tuple(dict.fromkeys(row[2] for row in _TABLE))
 
 
 def check_combination(linearization: str, attention: AttentionSpec) -> None:
@@ -90,8 +95,11 @@ class ConfigurationSection:
     rules.done()
 
   def resolve(self) -> Configuration:
-    """The validated `Configuration` under this section's name."""
-    return Configuration(self.name, self.linearization, parse_attention(self.attention))
+    """The validated `Configuration` under this section's name (a table name keeps its
+    reference model)."""
+    table = CONFIGURATIONS.get(self.name)
+    return Configuration(self.name, self.linearization, parse_attention(self.attention),
+                         table.reference if table is not None else "")
 
 
 def get_configuration(name: str) -> Configuration:
@@ -112,5 +120,6 @@ def resolve(configuration: str | None = None, linearization: str | None = None,
   lin = linearization or "lin1"
   spec = parse_attention(attention or "causal")
   check_combination(lin, spec)
-  named = [c.name for c in CONFIGURATIONS.values() if c.linearization == lin and c.attention == spec]
+  named = [c.name for c in CONFIGURATIONS.values()
+           if c.linearization == lin and c.attention == spec and not c.reference]
   return Configuration(named[0] if named else f"{lin}+{spec.name}", lin, spec)

@@ -65,6 +65,7 @@ pairs per paradigm and (unless `--docppl_documents` is given) doc-PPL documents.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 import time
@@ -117,13 +118,6 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     return super()._get_help_string(action)
 
 
-def _flag_bool(text: str) -> bool:
-  value = str(text).strip().lower()
-  if value not in ("true", "false", "1", "0", "yes", "no"):
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-  return value in ("true", "1", "yes")
-
-
 def parse_args(argv: Sequence[str] | None):
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
                          formatter_class=_HelpFormatter)
@@ -166,7 +160,7 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--max_len_factor", type=float, default=MAX_LEN_FACTOR,
                  help="length cap max(factor·L, --min_len), L = terminal tokens")
   p.add_argument("--min_len", type=int, default=MIN_LEN, help="smallest length cap")
-  p.add_argument("--beam_score_cnt2", type=_flag_bool, default=True,
+  p.add_argument("--beam_score_cnt2", type=cli.boolean, default=True,
                  help="score CNT2 inside the beam where it is a target (TGTree; false: the "
                  "paper's code, which never scores it)")
   p.add_argument("--tree_scoring", default="joint", choices=TREE_SCORINGS,
@@ -464,11 +458,23 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
   from slm_jax.eval.scorer import Scorer
   from slm_jax.train.loading import load_run
   run = load_run(workdir, dtype=args.dtype)
+  reference = run.configuration.reference  # "pushdown": the architectural reference, SPEC §14
+  if reference == "pushdown":  # scored as words; the attachment beam (--beam) marginalizes
+    if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+      raise cli.CliError(f"{workdir}: the Pushdown reference has no downstream evaluation yet "
+                         "(mc/xsum/boolq); evaluate it with --tasks=sg,blimp,docppl")
+    from slm_jax.pushdown.scoring import PushdownScorer, scoring_configuration
+    run = dataclasses.replace(run, configuration=scoring_configuration(run.configuration))
+    scorer = PushdownScorer(run.model, run.tokenizer, run.configuration, beam=args.beam,
+                            batch_size=args.batch_size)
+  else:
+    scorer = Scorer(run.model, run.tokenizer, run.configuration, batch_size=args.batch_size)
   conf = run.configuration
-  scorer = Scorer(run.model, run.tokenizer, conf, batch_size=args.batch_size)
   entry: dict[str, Any] = {"workdir": str(workdir), "configuration": conf.name,
                            "linearization": conf.linearization, "attention": conf.attention.name,
                            "step": int(run.step), "dtype": args.dtype, "timing_s": {}}
+  if reference:
+    entry["reference"] = f"{reference} (architectural reference, own protocol: SPEC §14)"
   arrays: dict[str, Any] = {}
   if run.skipped:
     entry["newest_checkpoint_step"] = int(run.newest_step)

@@ -55,6 +55,7 @@ CONFIGS = {
     "tgtree_mix_tg": ("lin2", ("mix", "causal", "tg")),
     "pause1": ("pause1", "causal"),
     "pause2": ("pause2", "causal"),
+    "pushdown": ("lin1", "causal"),  # SPEC §14: its batches are lin1 rows (the model compacts)
 }
 
 

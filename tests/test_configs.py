@@ -1,4 +1,4 @@
-"""The 56 config files, the builder's scales and start-up validation."""
+"""The 60 config files (56 SLM + 4 Pushdown), the builder's scales and start-up validation."""
 
 import pathlib
 import subprocess
@@ -20,11 +20,11 @@ def config_file(name: str, scale: str) -> str:
   return str(CONFIG_DIR / f"{name}_{scale}.py")
 
 
-def test_exactly_the_56_files_and_the_hf_presets():
+def test_exactly_the_60_files_and_the_hf_presets():
   files = {p.stem for p in CONFIG_DIR.glob("*.py")} - {"__init__"}
   paper = {f for f in files if not f.startswith("hf_")}
   assert paper == {f"{n}_{s}" for n in NAMES for s in config_builder.SCALES}
-  assert len(paper) == 56
+  assert len(paper) == 60  # 14 configurations + the Pushdown reference, 4 scales each
   assert files - paper == {"hf_qwen2_5_7b", "hf_llama3_8b", "hf_olmo2_1b"}
 
 
@@ -187,7 +187,7 @@ def test_packaged_config_names(tmp_path, monkeypatch):
   assert configs.config_path("no_such_config") == "no_such_config"  # config_flags reports it
   assert resolve_config_argv(["main", "--config=tg_tiny", "--workdir=w"]) == [
       "main", f"--config={configs.FOLDER / 'tg_tiny.py'}", "--workdir=w"]
-  assert len(configs.names()) == 59  # 56 paper configs + 3 Hugging Face presets
+  assert len(configs.names()) == 63  # 56 paper configs + 4 Pushdown + 3 Hugging Face presets
 
 
 def test_schema_expresses_optional_values_and_scale_only_keys():

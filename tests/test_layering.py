@@ -4,11 +4,13 @@
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations
   2 data         corpus, data, parse (readers, splitting, backends, stage)
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
-  4 model        model, parser (its own chart model)
+  4 model        model, parser (its own chart model), pushdown (structure and stack: layer 1;
+                 scoring: layer 6)
   5 train/config train, config_builder, configs
   6 eval         eval, gtca, downstream
   7 CLIs         main, prepare, explain, evaluate, score, aot, plot, beam_pipelines,
-                 parse/__main__, the parser's CLIs, gtca's CLIs, finetune
+                 parse/__main__, the parser's CLIs, gtca's CLIs (and their helpers real_sets,
+                 probe_gtca), finetune
 
 Every `import` / `from … import` is read with `ast`, also those inside functions (a lazy import
 is still a dependency). `layer_violations(root)` is a function so it can be pointed at another
@@ -32,6 +34,9 @@ LAYERS = (
     ("slm_jax.corpus", 2), ("slm_jax.data", 2), ("slm_jax.parse", 2),
     ("slm_jax.kernels", 3),
     ("slm_jax.model", 4), ("slm_jax.parser", 4), ("slm_jax.hf", 4),
+    ("slm_jax.pushdown", 4),  # the Pushdown reference: its model and inference
+    ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
+    ("slm_jax.pushdown.scoring", 6),  # the evaluators' scorer for Pushdown runs
     ("slm_jax.train", 5), ("slm_jax.config_builder", 5), ("slm_jax.configs", 5),
     ("slm_jax.gtca", 6), ("slm_jax.eval", 6), ("slm_jax.downstream", 6),
     ("slm_jax.main", 7), ("slm_jax.prepare", 7), ("slm_jax.explain", 7), ("slm_jax.evaluate", 7),
@@ -40,6 +45,9 @@ LAYERS = (
     ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
     ("slm_jax.hf.export", 7), ("slm_jax.tfds_build", 7),
     ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
+    # GTCA's real-set scoring and the probe's GTCA switch use the scorers of gtca.evaluate and
+    # the restore of gtca.train, which sit at the CLI layer, so they sit there too.
+    ("slm_jax.gtca.real_sets", 7), ("slm_jax.gtca.probe_gtca", 7),
     ("slm_jax.finetune", 7),
     ("pallas_kernels", 3),  # where the kernels lived before they moved into the package
 )

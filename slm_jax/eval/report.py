@@ -37,6 +37,7 @@ DISPLAY_NAMES = {
     "tree_compress": "Tree-Compress", "tree_triplecnt": "Tree-TripleCNT",
     "tree_shuffle": "Tree-Shuffle", "tgnomask_mix_tg": "TGNomask-Mix-TG",
     "tgtree_mix_tg": "TGTree-Mix-TG", "pause1": "Pause-1", "pause2": "Pause-2",
+    "pushdown": "Pushdown (architectural reference)",  # SPEC §14, its own protocol
 }
 
 

@@ -132,10 +132,11 @@ def attention_mask(meta: RowMetadata, codes_C: np.ndarray) -> jax.Array:
 
 
 def attention_core(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array,
-                   mask_BATS: jax.Array) -> jax.Array:
+                   mask_BATS: jax.Array, bias_BHTS: jax.Array | None = None) -> jax.Array:
   """Softmax attention of T queries over S keys under a mask per head group (A divides H).
 
-  Scores in float32 scaled by K^-1/2; masked probabilities are zeroed exactly (XLA's fast exp
+  Scores in float32 scaled by K^-1/2, plus `bias_BHTS` when given (added after the scaling; the
+  Pushdown model's stack-tape term); masked probabilities are zeroed exactly (XLA's fast exp
   may return ~1e-38 for exp(min - max)); a query must see at least one key.
   """
   B, T, H, K = q_BTHK.shape
@@ -144,6 +145,8 @@ def attention_core(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array,
   q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
   logits_BGRTS = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BSGK,
                             preferred_element_type=jnp.float32) * (K ** -0.5)
+  if bias_BHTS is not None:
+    logits_BGRTS = logits_BGRTS + bias_BHTS.astype(jnp.float32).reshape(B, G, H // G, T, S)
   # Head h = g·R + r = a·J + j: both are the row-major split of h.
   logits_BAJTS = logits_BGRTS.reshape(B, A, H // A, T, S)
   mask_BA1TS = mask_BATS[:, :, None]

@@ -55,6 +55,8 @@ class ModelConfig:
   LoRA (`slm_jax.model.lora`): `lora_rank` > 0 adds adapters of that rank, scaled by
   lora_alpha / lora_rank, with input dropout `lora_dropout`, to the projections named in
   `lora_targets` (q, k, v, o, gate, up, down).
+  `pushdown_depths` > 0 makes the model the Pushdown reference (SPEC §14, `slm_jax.pushdown`)
+  with that many stack-tape depth embeddings (deeper tokens share the last); 0 = the decoder.
   """
 
   d_model: int
@@ -89,6 +91,7 @@ class ModelConfig:
   lora_alpha: float = option(16.0, required=False)
   lora_dropout: float = option(0.0, required=False)
   lora_targets: tuple[str, ...] = option(LORA_TARGETS, required=False)
+  pushdown_depths: int = option(0, required=False)
 
   def __post_init__(self):
     rules = Rules("model", self)
@@ -168,6 +171,8 @@ class ModelConfig:
     need(not unknown, f"lora_targets: {unknown} not among {', '.join(LORA_TARGETS)}")
     need(self.lora_rank == 0 or bool(self.lora_targets),
          f"lora_targets is empty but model.lora_rank={self.lora_rank}")
+    need(self.pushdown_depths >= 0,
+         f"pushdown_depths={self.pushdown_depths} must be ≥ 0 (0 = not a Pushdown model)")
 
   @property
   def mlp_hidden(self) -> int:

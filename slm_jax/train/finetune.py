@@ -22,12 +22,21 @@ from flax import nnx
 
 from slm_jax.hf.load import load_params
 from slm_jax.model.decoder import Decoder
+from slm_jax.pushdown.model import PushdownLM
 from slm_jax.train import sharding
 from slm_jax.train.optimizer import trainable_mask
 
 
 def build_params(mconfig, mesh, seed: int) -> tuple[Any, dict]:
-  """(graphdef, params) of the run's decoder, placed on `mesh` (see the module docstring)."""
+  """(graphdef, params) of the run's decoder, placed on `mesh` (see the module docstring); the
+  Pushdown reference (`model.pushdown_depths` > 0) is built at random only."""
+  if mconfig.pushdown_depths:
+    if mconfig.init_from:
+      raise ValueError("model.init_from: the Pushdown reference (model.pushdown_depths > 0) "
+                       "trains from scratch; a Hugging Face checkpoint has no attachment head")
+    graphdef, params = nnx.split(PushdownLM(mconfig, rngs=nnx.Rngs(seed)), nnx.Param)
+    params = nnx.to_pure_dict(params)
+    return graphdef, jax.device_put(params, sharding.tree_shardings(params, mesh))
   if mconfig.init_from:
     params = load_params(mconfig.init_from, mconfig, seed=seed,
                          shardings=lambda abstract: sharding.tree_shardings(abstract, mesh))

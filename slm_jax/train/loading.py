@@ -17,6 +17,7 @@ from flax import nnx
 from slm_jax.config_builder import ConfigError, RunConfig, validate
 from slm_jax.configurations import Configuration
 from slm_jax.model.decoder import Decoder
+from slm_jax.pushdown.model import PushdownLM
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.optimizer import make_optimizer
@@ -28,7 +29,7 @@ class LoadedRun:
   cfg: RunConfig
   configuration: Configuration
   tokenizer: Tokenizer
-  model: Decoder
+  model: Decoder  # or a `PushdownLM` (model.pushdown_depths > 0)
   step: int
   workdir: pathlib.Path
   newest_step: int = -1  # the newest checkpoint on disk (== step unless it was unreadable)
@@ -65,7 +66,8 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   if dtype is not None:
     cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype=dtype))
   tokenizer = Tokenizer.load(workdir / SPEC_FILE_NAME)
-  model = Decoder(cfg.model.replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
+  model_class = PushdownLM if cfg.model.pushdown_depths else Decoder
+  model = model_class(cfg.model.replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
   # Read-only: evaluating never moves, creates or writes anything in the training workdir.
   checkpointer = Checkpointer(workdir / "checkpoints", async_save=False, read_only=True)

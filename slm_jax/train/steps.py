@@ -22,6 +22,8 @@ from slm_jax.structure import RowMetadata
 def _sums(graphdef, params, batch):
   """batch: `Batch.as_dict()` on device — tokens [B, T], meta (`RowMetadata`), targets."""
   model = nnx.merge(graphdef, params)
+  if hasattr(model, "loss_sums"):  # a model that owns its loss (the Pushdown reference)
+    return model.loss_sums(batch)
   meta: RowMetadata = batch["meta"]
   logits_BTV = model(batch["tokens"], meta)
   _, sums = loss_and_metrics(logits_BTV, batch["tokens"], batch["targets"], meta.kind)

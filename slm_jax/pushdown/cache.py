@@ -1,0 +1,76 @@
+"""Pushdown decoding with a key/value cache, through the decoder's `attend` hook.
+
+A token's keys and values depend on the stack tape rows up to its own position only (the
+decoder is causal), so they stay valid while later attachments change the stack: a cache keeps
+every layer's keys and values and the final hidden states (the attachment head's keys read
+them), and only the stack-tape bias of the new query is computed from the hypothesis's current
+tape row. `step` feeds token t of every row (RoPE position t), writes its keys/values into slot
+t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and returns the
+log-probability of the next token and the attachment logits of that token — what one step of the
+search needs, equal to the recomputed forward pass (`inference` tests it). `select` reorders the
+rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).
+
+The model's own blocks, norms and head run: the cache is the `attend` hook, as
+`slm_jax.eval.incremental` is for the other configurations (whose masks, not biases, carry the
+structure, so that decoder has no bias input).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from slm_jax.kinds import TERMINAL_CODE
+from slm_jax.model.attention import attention_core
+from slm_jax.pushdown.model import PushdownLM
+from slm_jax.structure import RowMetadata
+
+
+class Cache(NamedTuple):
+  """k, v [L, N, S, G, K] per layer; h [N, S, D] final hidden states; N rows, S slots."""
+
+  k: jax.Array
+  v: jax.Array
+  h: jax.Array
+
+
+def empty(model: PushdownLM, rows: int, slots: int) -> Cache:
+  c = model.config
+  kv = jnp.zeros((c.n_layers, rows, slots, c.n_kv_heads, c.head_dim), c.compute_dtype)
+  return Cache(kv, kv, jnp.zeros((rows, slots, c.d_model), c.compute_dtype))
+
+
+@nnx.jit
+def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
+  """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t."""
+  rows, slots = cache.h.shape[:2]
+  ones = jnp.ones((rows, 1), jnp.int32)
+  meta = RowMetadata(ones * TERMINAL_CODE, ones, ones * t, ones * 0, ones * slots)
+  visible_N11S = jnp.broadcast_to(jnp.arange(slots) <= t, (rows, 1, 1, slots))
+  keys, values = [], []
+
+  def attend(layer, q_N1HK, k_N1GK, v_N1GK, meta_, attention):
+    del meta_, attention  # one causal query per row: the mask is the slots written so far
+    k_NSGK = jax.lax.dynamic_update_slice_in_dim(cache.k[layer], k_N1GK, t, axis=1)
+    v_NSGK = jax.lax.dynamic_update_slice_in_dim(cache.v[layer], v_N1GK, t, axis=1)
+    keys.append(k_NSGK)
+    values.append(v_NSGK)
+    bias = model.depth_bias(layer, q_N1HK, tape_NS[:, None])
+    return attention_core(q_N1HK, k_NSGK, v_NSGK, visible_N11S, bias)
+
+  h_N1D = model.decoder.hidden(model.decoder.embed(token_N[:, None]), meta, attend=attend)
+  h_NSD = jax.lax.dynamic_update_slice_in_dim(cache.h, h_N1D.astype(cache.h.dtype), t, axis=1)
+  word_N = jax.nn.log_softmax(model.decoder.logits(h_N1D)[:, 0], axis=-1)
+  word_N = jnp.take_along_axis(word_N, next_N[:, None], axis=-1)[:, 0]
+  reduce_N1S, shift_N1 = model.attachment_logits(h_N1D, next_N[:, None], tape_NS[:, None],
+                                                 keys_BSD=h_NSD)
+  return Cache(jnp.stack(keys), jnp.stack(values), h_NSD), word_N, reduce_N1S[:, 0], shift_N1[:, 0]
+
+
+@jax.jit
+def select(cache: Cache, parents_N) -> Cache:
+  """The rows `parents_N` of the cache, in that order (the kept hypotheses' origins)."""
+  return Cache(cache.k[:, parents_N], cache.v[:, parents_N], cache.h[parents_N])
