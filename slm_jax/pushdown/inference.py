@@ -59,6 +59,9 @@ class BeamScore:
   hypotheses: int  # final beam size
 
 
+BEAM = 300  # SPEC §14: the attachment beam of SG, BLiMP and doc-PPL scoring
+
+
 def _check_row(kinds_T: np.ndarray, sentence_T: np.ndarray) -> None:
   kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
   if kinds_T.ndim != 1 or sentence_T.shape != kinds_T.shape:
@@ -146,7 +149,7 @@ class _Cached:
     self.cache = cache.select(self.cache, jnp.asarray(parents + [0] * (rows - len(parents))))
 
 
-def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = 300,
+def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = BEAM,
                use_cache: bool = True) -> BeamScore:
   """Word-synchronous beam over attachments of one row (`tokens_T`: BOS, terminals, EOS; the
   sentence ordinal of every token in `sentence_T`). `use_cache=False` recomputes every prefix

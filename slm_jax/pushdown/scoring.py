@@ -19,9 +19,7 @@ import numpy as np
 from slm_jax.configurations import Configuration
 from slm_jax.eval.scorer import Scorer
 from slm_jax.linearize import Sequence
-from slm_jax.pushdown.inference import beam_score
-
-BEAM = 300  # SPEC §14
+from slm_jax.pushdown.inference import BEAM, beam_score
 
 
 def scoring_configuration(configuration: Configuration) -> Configuration:
