@@ -9,6 +9,13 @@ missing word after the reserved ids (ids V, V+1, …: no existing id moves), fro
 other backbone array (see `slm_jax.gtca.train` for why its norm is the largest loaded row's).
 `word_prompt_tokenizer` builds the same tokenizer from the vocabulary alone (no model), which is
 all the cache builder needs.
+
+A Hugging Face checkpoint folder (Llama / Qwen2 / OLMo2, SPEC §13) is a backbone too
+(`hf_backbone`): `slm_jax.hf.load_model` imports it with LoRA adapters added (their own init),
+its `tokenizer.json` (BOS, chat template) is the prompt tokenizer, nothing is appended (a
+sub-word vocabulary spells every prompt word) and the option letters must be one token each
+(" A", " B", …). `load_backbone(source)` takes either kind; `is_hf_checkpoint` tells them apart
+(a folder with `config.json` and no slm_jax tokenizer spec).
 """
 
 from __future__ import annotations
@@ -139,17 +146,60 @@ def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lor
     if got.tobytes() != want.tobytes():
       raise RuntimeError(f"backbone {source}: {name} was not copied bit for bit")
   text_tokenizer, _ = word_prompt_tokenizer(tokenizer, n_options, source)
+  letters = letter_ids(text_tokenizer, n_options, source)
+  return Backbone(decoder, text_tokenizer, letters, tokenizer.pad_id, added, source)
+
+
+def letter_ids(text_tokenizer: TextTokenizer, n_options: int, source: str) -> tuple[int, ...]:
+  """The id of each option letter after `Answer:` (" A", " B", …): one token each, or an error."""
   letters = []
   for letter in LETTERS[:n_options]:
     ids, _ = text_tokenizer.encode(" " + letter)
     if len(ids) != 1:
-      raise ValueError(f"backbone {source}: option letter {letter!r} is {len(ids)} tokens")
+      raise ValueError(f"backbone {source}: option letter {letter!r} is {len(ids)} tokens "
+                       f"({ids.tolist()}); GTCA scores one letter token per option")
     letters.append(int(ids[0]))
-  return Backbone(decoder, text_tokenizer, tuple(letters), tokenizer.pad_id, added, source)
+  return tuple(letters)
 
 
-def load_backbone(workdir: str | pathlib.Path, **kwargs) -> Backbone:
-  """`prepare_backbone` of a slm_jax training workdir's newest checkpoint."""
-  run = load_run(workdir)
-  return prepare_backbone(run.model, run.tokenizer, source=str(workdir), **kwargs)
+def is_hf_checkpoint(source: str | pathlib.Path) -> bool:
+  """A Hugging Face checkpoint folder (config.json), not a slm_jax training workdir."""
+  path = pathlib.Path(source)
+  return (path.is_dir() and (path / "config.json").is_file()
+          and not (path / SPEC_FILE_NAME).is_file())
+
+
+def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8,
+                lora_alpha: float = 16.0, lora_dropout: float = 0.05, n_options: int = 2
+                ) -> Backbone:
+  """A Hugging Face checkpoint as a GTCA backbone (module docstring), float32 compute."""
+  from slm_jax.hf.load import load_model  # pylint: disable=import-outside-toplevel
+  from slm_jax.hf.config import read_config  # pylint: disable=import-outside-toplevel
+  source = str(folder)
+  text_tokenizer = TextTokenizer.load(folder)
+  letters = letter_ids(text_tokenizer, n_options, source)
+  decoder = load_model(folder, seed=seed, compute_dtype="float32", lora_rank=lora_rank,
+                       lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                       lora_targets=LORA_TARGETS)
+  hf = read_config(folder)
+  pad = next((int(hf[k]) for k in ("pad_token_id", "eos_token_id")
+              if isinstance(hf.get(k), int)), 0)  # rows are masked: any id in range pads
+  return Backbone(decoder, text_tokenizer, letters, pad, (), source)
+
+
+def load_backbone(source: str | pathlib.Path, **kwargs) -> Backbone:
+  """The GTCA backbone of a slm_jax training workdir (`prepare_backbone` of its newest
+  checkpoint) or of a Hugging Face checkpoint folder (`hf_backbone`)."""
+  if is_hf_checkpoint(source):
+    return hf_backbone(source, **kwargs)
+  run = load_run(source)
+  return prepare_backbone(run.model, run.tokenizer, source=str(source), **kwargs)
+
+
+def frozen_model(source: str | pathlib.Path) -> Decoder:
+  """The backbone as loaded, without adapters or added rows (the probe's baseline)."""
+  if is_hf_checkpoint(source):
+    from slm_jax.hf.load import load_model  # pylint: disable=import-outside-toplevel
+    return load_model(source, compute_dtype="float32")
+  return load_run(source).model
 

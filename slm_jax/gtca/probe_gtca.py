@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from slm_jax.gtca import probe
+from slm_jax.gtca.backbone import frozen_model
 from slm_jax.gtca.cache import ParseCache
 from slm_jax.gtca.spans import SpanTree, chunk_batch
 
@@ -74,7 +75,6 @@ def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathl
                             **options) -> dict[str, dict]:
   """Both probes (module docstring); `options` go to `probe.probe_model` (rank, steps, …)."""
   from slm_jax.gtca import train as gtca_train  # pylint: disable=import-outside-toplevel
-  from slm_jax.train.loading import load_run  # pylint: disable=import-outside-toplevel
   settings, backbone, gtca, _, _, alpha = gtca_train.restore_run(run_dir, log)
   tokenizer = backbone.text_tokenizer
   bos_id = tokenizer.bos_id
@@ -83,7 +83,7 @@ def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathl
     trees = cached_trees(cache, [*train, *test], encode_word, bos_id)
   log(f"{len(trees)} span trees of the probed sentences read from {cache_path}")
   out = pathlib.Path(out)
-  frozen = load_run(settings.backbone).model
+  frozen = frozen_model(settings.backbone)
   results = {"backbone": probe.probe_model(
       frozen, encode_word, bos_id, train, test, out / "backbone", label=PLOT_LABELS[0], log=log,
       extra={"model": settings.backbone}, **options)}

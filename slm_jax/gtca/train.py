@@ -12,7 +12,9 @@
   the answer loss then stalls at ≈ 3.7 nats on the terminal_tiny backbone; at the largest row's
   norm it falls below ln 2 within 200 steps); LoRA adapters (r = 8, alpha 16,
   dropout 0.05 on q, k, v, o, gate, up, down; `slm_jax.model.lora`) are added, and the loaded
-  arrays are checked to be copied bit for bit.
+  arrays are checked to be copied bit for bit. A Hugging Face checkpoint folder (Llama, Qwen2,
+  OLMo2) is a backbone as well (`backbone.hf_backbone`: imported with LoRA adapters, its own
+  tokenizer, BOS and chat template; nothing appended).
 - **Loss** on the answer completion only: the letter token after `Answer:`
   (`evaluate.make_batch` marks it as the row's one target).
 - **Methods** (`PLANS`): `backbone` (no training), `lora_only` (LoRA, α = 0), `direct_joint`
@@ -75,7 +77,8 @@ from flax import nnx
 
 from slm_jax import cli
 from slm_jax.gtca import ablations, evaluate, real_sets
-from slm_jax.gtca.backbone import (Backbone, load_backbone, prepare_backbone,  # noqa: F401
+from slm_jax.gtca.backbone import (Backbone, hf_backbone, is_hf_checkpoint,  # noqa: F401
+                                   load_backbone, prepare_backbone,
                                    prompt_words)
 from slm_jax.gtca.branch import Gtca, GtcaConfig
 from slm_jax.gtca.forward import (combine, make_gtca_train_step, merge_models, partition,
@@ -200,7 +203,7 @@ def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
                  seed: int) -> list[evaluate.Encoded]:
   """Prompt + answer-letter rows and span trees of toy items under `tree_source`; the random
   and permuted sources draw from `SeedSequence([seed, split stream, item index])`."""
-  fmt = PromptFormat(bos=True)
+  fmt = PromptFormat(bos=True, chat=backbone.text_tokenizer.chat_template is not None)
   streams = {"train": 0, "dev": 1, "test": 2}
   out = []
   for item in items:
@@ -522,7 +525,8 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--backbone", required=True, help="slm_jax training workdir")
+  parser.add_argument("--backbone", required=True,
+                      help="slm_jax training workdir, or a Hugging Face checkpoint folder")
   parser.add_argument("--out", required=True,
                       help="output folder: one run writes OUT/result.json; with several "
                       "--methods or --seeds each run writes OUT/NAME/seedS/result.json")
@@ -560,7 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.task != "toy" and (not args.data_root or not args.cache):
     raise cli.CliError(f"--task={args.task} needs --data_root (its download) and --cache (its "
                        "parse cache)")
-  loaded = load_run(args.backbone)
+  hf = is_hf_checkpoint(args.backbone)
+  loaded = None if hf else load_run(args.backbone)
   if args.task == "toy":
     task, n_options = make_toy_task(args.train_items, args.dev_items, args.test_items,
                                     args.task_seed, option_order=args.option_order), 2
@@ -582,10 +587,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (out / "result.json").exists():
       log(f"[{done + 1}/{total}] {name} seed {seed}: {out / 'result.json'} exists, skipped")
       continue
-    backbone = prepare_backbone(loaded.model, loaded.tokenizer, seed=seed,
-                                lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
-                                lora_dropout=settings.lora_dropout, n_options=n_options,
-                                source=args.backbone)
+    lora = dict(seed=seed, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
+                lora_dropout=settings.lora_dropout, n_options=n_options)
+    backbone = (hf_backbone(args.backbone, **lora) if hf else
+                prepare_backbone(loaded.model, loaded.tokenizer, source=args.backbone, **lora))
     run(settings, log, backbone=backbone, task=task)
     elapsed = time.perf_counter() - began
     log(f"[{done + 1}/{total}] {name} seed {seed} done; {elapsed:.0f}s elapsed, ETA "
