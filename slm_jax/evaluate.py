@@ -53,6 +53,10 @@ read the finished seeds of `python -m slm_jax.finetune` output folders, one `--x
 word-synchronous for tree models) and reports ROUGE-1/2/L and R-AVG; BoolQ scores " yes" vs
 " no". Tables 5, 4 (downstream columns), 15/16 and the downstream bootstrap (per task and macro,
 tasks resampled) go into `tables.md`, with `downstream.png`. `--max_items` caps their items too.
+The Pushdown reference (SPEC §14) runs every downstream task with its own protocol
+(`slm_jax.downstream.protocol`): MC and BoolQ teacher-forced with the tree source's spans
+supplied as its stack tape, XSum by a joint beam over summary tokens and attachment actions
+(`--gen_beam`, `--gen_max_tokens`).
 
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
@@ -435,11 +439,13 @@ def downstream_folder(args, index: int) -> pathlib.Path:
 def evaluate_downstream(run, args, data: dict, index: int) -> dict:
   """The `downstream` entry of one run (`slm_jax.downstream.run`)."""
   from slm_jax.downstream import run as downstream  # pylint: disable=g-import-not-at-top
+  from slm_jax.downstream.protocol import protocol  # pylint: disable=g-import-not-at-top
   options = data["downstream_options"]
   folder = downstream_folder(args, index)
   uses_trees = run.configuration.scheme.has_brackets
   source = data["tree_source"]() if uses_trees else None
-  entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None}
+  entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None,
+                           "protocol": protocol(run.configuration).name}
   if "mc" in args.tasks:
     entry["mc"] = downstream.evaluate_mc(run, options, folder / "mc", source)
   if "xsum" in args.tasks:
@@ -457,12 +463,9 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
   """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir)."""
   from slm_jax.eval.scorer import Scorer
   from slm_jax.train.loading import load_run
-  run = load_run(workdir, dtype=args.dtype)
+  run = trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
   reference = run.configuration.reference  # "pushdown": the architectural reference, SPEC §14
   if reference == "pushdown":  # scored as words; the attachment beam (--beam) marginalizes
-    if any(t in args.tasks for t in DOWNSTREAM_TASKS):
-      raise cli.CliError(f"{workdir}: the Pushdown reference has no downstream evaluation yet "
-                         "(mc/xsum/boolq); evaluate it with --tasks=sg,blimp,docppl")
     from slm_jax.pushdown.scoring import PushdownScorer, scoring_configuration
     run = dataclasses.replace(run, configuration=scoring_configuration(run.configuration))
     scorer = PushdownScorer(run.model, run.tokenizer, run.configuration, beam=args.beam,
@@ -545,7 +548,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
     _log(f"  Doc-PPL {result.ppl:.3f} ({entry['timing_s']['docppl']} s)")
   if any(t in args.tasks for t in DOWNSTREAM_TASKS):
     start = time.time()
-    entry["downstream"] = evaluate_downstream(run, args, data, index)
+    entry["downstream"] = evaluate_downstream(trained, args, data, index)
     entry["timing_s"]["downstream"] = round(time.time() - start, 2)
   return entry, arrays
 

@@ -5,7 +5,7 @@
   2 data         corpus, data, parse (readers, splitting, backends, stage)
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
   4 model        model, parser (its own chart model), pushdown (structure and stack: layer 1;
-                 scoring: layer 6)
+                 scoring and generate: layer 6)
   5 train/config train, config_builder, configs
   6 eval         eval, gtca, downstream
   7 CLIs         main, prepare, explain, evaluate, score, aot, plot, beam_pipelines,
@@ -36,7 +36,8 @@ LAYERS = (
     ("slm_jax.model", 4), ("slm_jax.parser", 4), ("slm_jax.hf", 4),
     ("slm_jax.pushdown", 4),  # the Pushdown reference: its model and inference
     ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
-    ("slm_jax.pushdown.scoring", 6),  # the evaluators' scorer for Pushdown runs
+    ("slm_jax.pushdown.scoring", 6),  # the evaluators' scorers for Pushdown runs
+    ("slm_jax.pushdown.generate", 6),  # its XSum search (reuses downstream.generate's helpers)
     ("slm_jax.train", 5), ("slm_jax.config_builder", 5), ("slm_jax.configs", 5),
     ("slm_jax.gtca", 6), ("slm_jax.eval", 6), ("slm_jax.downstream", 6),
     ("slm_jax.main", 7), ("slm_jax.prepare", 7), ("slm_jax.explain", 7), ("slm_jax.evaluate", 7),

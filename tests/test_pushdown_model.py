@@ -12,9 +12,9 @@ from slm_jax import ptb
 from slm_jax.kinds import Kind
 from slm_jax.linearize import base_sequence
 from slm_jax.model.config import ModelConfig
-from slm_jax.pushdown.model import PushdownLM, attachment_nll, terminal_inputs
+from slm_jax.pushdown.model import PushdownLM, attachment_nll, joint_loss, terminal_inputs
 from slm_jax.pushdown.stack import Stack
-from slm_jax.structure import row_metadata
+from slm_jax.structure import parse_attention, row_metadata, target_mask
 from slm_jax.train import trainer
 
 VOCAB = 40
@@ -41,21 +41,28 @@ def lin1_rows(documents: list[list[str]], width: int):
   return jnp.asarray(tokens), jnp.asarray(kinds), jnp.asarray(segment)
 
 
+def lin1_targets(kinds, segment):
+  """The SPEC §4 targets a lin1 training batch carries (`Batch.from_rows`)."""
+  return jnp.asarray(target_mask(np.asarray(kinds), np.asarray(segment), "lin1",
+                                 parse_attention("causal")))
+
+
 def test_shapes_and_the_joint_loss():
   model = tiny_model(n_layers=1)
   tokens, kinds, segment = lin1_rows([TEXTS[:2], TEXTS[2:]], 48)
 
   @jax.jit
-  def run(tokens, kinds, segment):
+  def run(tokens, kinds, segment, lin1):
     rows, terms, meta, targets, tape = terminal_inputs(tokens, kinds, segment)
     logits, h = model.forward(terms, meta, tape)
     reduce, shift = model.attachment_logits(h, terms, tape)
     nll, counts = attachment_nll(model, h, terms, rows, tape, targets)
     sums = model.loss_sums({"tokens": tokens, "meta": row_metadata(kinds, segment, jnp),
-                            "targets": None})
+                            "targets": lin1})
     return rows, logits, h, tape, reduce, shift, nll, counts, sums
 
-  rows, logits, h, tape, reduce, shift, nll, counts, (loss_sum, sums) = run(tokens, kinds, segment)
+  rows, logits, h, tape, reduce, shift, nll, counts, (loss_sum, sums) = run(
+      tokens, kinds, segment, lin1_targets(kinds, segment))
   assert logits.shape == (2, 48, VOCAB) and h.shape == (2, 48, 32) and tape.shape == (2, 48, 48)
   assert reduce.shape == (2, 48, 48) and shift.shape == (2, 48)
   words = [7 + 3, 7]  # terminals per row; each is an attachment target, EOS and BOS are not
@@ -69,6 +76,36 @@ def test_shapes_and_the_joint_loss():
   assert float(loss_sum) == pytest.approx(float(sums["terminal_loss_sum"]
                                                 + sums["attach_loss_sum"]), rel=1e-6)
   assert float(sums["count"]) == sum(words) + 2  # terminals and EOS are the LM targets
+
+
+def test_the_loss_honors_the_batch_targets():
+  """Pre-training's lin1 targets (every terminal and EOS) give the loss of the compact rows'
+  own targets exactly; a fine-tuning mask (the last sentence and EOS) trains only its words and
+  their attachments."""
+  model = tiny_model(n_layers=1)
+  tokens, kinds, segment = lin1_rows([TEXTS[:2], TEXTS[2:]], 48)
+  meta = row_metadata(kinds, segment, jnp)
+  loss = jax.jit(model.loss_sums)
+
+  @jax.jit
+  def unrestricted(tokens, kinds, segment):  # the loss before targets were read
+    return joint_loss(model, *terminal_inputs(tokens, kinds, segment))
+
+  targets = lin1_targets(kinds, segment)
+  got, want = loss({"tokens": tokens, "meta": meta, "targets": targets}), unrestricted(
+      tokens, kinds, segment)
+  for key in want[1]:
+    assert float(got[1][key]) == float(want[1][key]), key
+  # Row 0: only its second sentence "(S Cats (VP chase mice))" and EOS are targets; it starts
+  # where the first sentence's own row has its EOS.
+  start = len(base_sequence(ptb.parse_trees(TEXTS[0]))) - 1
+  second = np.zeros(kinds.shape, bool)
+  second[0, start:] = True
+  masked = targets & jnp.asarray(second)
+  _, sums = loss({"tokens": tokens, "meta": meta, "targets": masked})
+  assert float(sums["count"]) == 3 + 1  # Cats chase mice, EOS
+  assert float(sums["attach_count"]) == 3  # the three words' attachments
+  assert float(sums["terminal_loss_sum"]) < float(want[1]["terminal_loss_sum"])
 
 
 def _tape(attachments: list[int]) -> np.ndarray:

@@ -18,7 +18,8 @@ top 2·beam; EOS candidates ranked within the top `beam` finish, the best `beam`
              α = 0: the exact beam objective, so the early stop (`beam` finished and no live
              hypothesis above the worst of them; scores only fall) loses nothing and a beam wide
              enough equals exhaustive search (tests); α = 1 is HF's normalization (then the stop
-             rule is HF's heuristic).
+             rule is HF's heuristic). `ranking`, `search_done` (the stop) and `best_first` are
+             shared with the Pushdown reference's joint search (`slm_jax.pushdown.generate`)
 
 `word_synchronous_generate` (tree configurations, the scheme table's `beam_searchable` schemes)
 generates one sentence (the summary's tree, a new root after the prompt) word by word:
@@ -89,6 +90,9 @@ class Generation:
   steps: int  # batched decoder calls
   positions: int  # synchronized steps the search ran: token positions / word steps (trees)
   ranked: list[float] = dataclasses.field(default_factory=list)  # ranking scores, best first
+  # the Pushdown joint search: each generated token's attachment (its compact-row index: a
+  # shift; another index: the stack element it reduces with); None for the other searches
+  attachments: np.ndarray | None = None
 
 
 # ---- tokens and text
@@ -160,8 +164,25 @@ def _decoder(model, configuration, *, max_len, batch, recompute):
   return cls(model, configuration, max_len=bucket(max_len, LENGTH_BUCKET), batch=batch)
 
 
-def _ranking(score, length, length_penalty: float):
+def ranking(score, length, length_penalty: float):
+  """The ranking score logprob / length^α of hypotheses (α = 0: the log-prob itself)."""
   return np.asarray(score) / np.maximum(np.asarray(length, np.float64), 1.0) ** length_penalty
+
+
+def search_done(done_scores, done_lengths, live_scores, length: int, beam: int,
+                length_penalty: float) -> bool:
+  """The early stop of `beam_generate`: `beam` hypotheses finished and no live one (`length`
+  tokens each) ranks above the beam-th of them (exact for α = 0: scores only fall)."""
+  if len(done_scores) < beam:
+    return False
+  worst = np.sort(ranking(done_scores, done_lengths, length_penalty))
+  return bool(ranking(live_scores, length, length_penalty).max() <= worst[-beam])
+
+
+def best_first(done_scores, done_lengths, length_penalty: float) -> tuple[np.ndarray, np.ndarray]:
+  """(order best first, ranking scores) of the finished hypotheses."""
+  ranked = ranking(done_scores, done_lengths, length_penalty)
+  return np.argsort(-ranked, kind="stable"), ranked
 
 
 # ---- device scoring
@@ -248,13 +269,10 @@ def beam_generate(model: Decoder, tokenizer: Tokenizer, configuration: Configura
       decoder.step_rows(rows, np.full(len(keep), tokenizer.pause_id),
                         np.full(len(keep), PAUSE_CODE))
       steps += 1
-    if len(done) >= beam:  # early stop (exact for length_penalty 0: scores only fall)
-      worst = np.sort(_ranking([d[1] for d in done], [d[2] for d in done], length_penalty))
-      best_live = _ranking(score[rows], t + 1, length_penalty).max()
-      if best_live <= worst[-beam]:
-        break
-  ranked = _ranking([d[1] for d in done], [d[2] for d in done], length_penalty)
-  order = np.argsort(-ranked, kind="stable")
+    if search_done([d[1] for d in done], [d[2] for d in done], score[rows], t + 1, beam,
+                   length_penalty):
+      break
+  order, ranked = best_first([d[1] for d in done], [d[2] for d in done], length_penalty)
   best_ids, logprob, _, finished = done[order[0]]
   best_kinds = np.where(best_ids == tokenizer.pause_id, PAUSE_CODE, TERMINAL_CODE)
   return Generation(best_ids, best_kinds.astype(np.int8), detokenize(tokenizer, best_ids),
@@ -378,8 +396,7 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
   if not done:  # no hypothesis ended within the limits (cannot happen with finite log-probs)
     return Generation(np.zeros(0, np.int64), np.zeros(0, np.int8), "", -np.inf, False, 0, steps,
                       positions)
-  ranked = _ranking([d[2] for d in done], [len(d[0]) + 1 for d in done], length_penalty)
-  order = np.argsort(-ranked, kind="stable")
+  order, ranked = best_first([d[2] for d in done], [len(d[0]) + 1 for d in done], length_penalty)
   best_ids, best_kinds, logprob, n_words = done[order[0]]
   return Generation(best_ids, best_kinds.astype(np.int8),
                     detokenize(tokenizer, best_ids[best_kinds == TERMINAL_CODE]), logprob, True,

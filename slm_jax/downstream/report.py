@@ -5,6 +5,8 @@ Input: the evaluator's `results` dict (the one `slm_jax.eval.report` renders); e
 
   "downstream": {
     "tree_source": "parser" | "flat" | "file:PATH" | None   (None: a terminal-format model)
+    "protocol":    "slm" | "pushdown"   (`downstream.protocol`; the Pushdown architectural
+                   reference's rows get a note under Tables 5 and 4 saying how it was scored)
     "mc": {task: {                                 task ∈ `example.MC_TASKS`
         "accuracy":      S_term accuracy ×100 (MMLU / MMLU-Redux: macro over subjects)
         "accuracy_full": S_full accuracy ×100 (same normalization, same macro)
@@ -51,6 +53,7 @@ import numpy as np
 
 from slm_jax.downstream.example import MC_TASKS
 from slm_jax.downstream.prompts import MACRO_TASKS, RAW_SUM_TASKS
+from slm_jax.downstream.protocol import protocol_note as protocol_note_of
 from slm_jax.downstream.tasks import SHOTS
 from slm_jax.eval.bootstrap import (RESAMPLES, SEED, macro_bootstrap, paired_bootstrap,
                                     percentile_ci, point_statistic, p_value, rank_first,
@@ -164,6 +167,17 @@ def conventions_line(results: dict, tasks: Sequence[str]) -> str:
            "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),
            "ties and non-finite scores count as wrong", f"tree source: {trees}"] + extra
   return f"_Conventions: {'; '.join(parts)}._"
+
+
+def protocol_note(results: dict) -> str:
+  """One line per model evaluated with its own protocol (`downstream.protocol`: the Pushdown
+  architectural reference), "" when every model follows the paper's."""
+  notes = []
+  for m in results["models"]:
+    note = protocol_note_of((m.get("downstream") or {}).get("protocol", ""))
+    if note:
+      notes.append(f"_{m['name']}: {note}._")
+  return " ".join(notes)
 
 
 def _left_out_note(results: dict, tasks: Sequence[str]) -> str:
@@ -307,6 +321,7 @@ def markdown_section(results: dict) -> str:
     return ""
   tasks = suite(results)
   conventions = conventions_line(results, tasks)
+  protocols = protocol_note(results)
   out: list[str] = []
 
   def section(title: str, body: str, *notes: str) -> None:
@@ -315,13 +330,13 @@ def markdown_section(results: dict) -> str:
 
   if tasks:
     section("Downstream multiple choice (paper Table 5 layout; S_term accuracy, %)",
-            mc_table(results), _left_out_note(results, tasks), conventions)
+            mc_table(results), _left_out_note(results, tasks), conventions, protocols)
   if any(m["downstream"].get(k) for m in models for k in ("xsum", "boolq_ft")) or tasks:
     section("Downstream fine-tuning (paper Table 4 downstream columns)", finetune_table(results),
             "_XSum R-AVG = mean of ROUGE-1/2/L F1 ×100 (stemming); BoolQ (FT) = accuracy of the "
             "fine-tuned model; both mean ± sample SD (ddof=1) over fine-tuning seeds, a single "
             "seed shows no SD (n=1). MC AVG = macro mean of the multiple-choice task accuracies "
-            "(Table 5)._")
+            "(Table 5)._", protocols)
   if any(m["downstream"].get("xsum") for m in models):
     section("XSum ROUGE (mean ± sample SD over seeds)", xsum_table(results))
   if tasks:

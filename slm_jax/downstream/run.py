@@ -18,7 +18,10 @@
   raw S_term), accuracy ×100 per seed.
 
 Every text the model reads goes through one `encoding.TextEncoder` with the given tree source
-(parsed and linearized for tree models; plain or pause-expanded for terminal-format ones).
+(parsed and linearized for tree models and the Pushdown reference; plain or pause-expanded for
+terminal-format ones). Which scorer and which summary search a run gets is `protocol.protocol`'s
+choice (the Pushdown reference: teacher-forced scoring with the supplied spans for MC and BoolQ,
+the joint beam over summary tokens and attachments for XSum, SPEC §14).
 """
 
 from __future__ import annotations
@@ -38,12 +41,11 @@ from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
 from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
-from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS, generate,
-                                         generated_positions)
+from slm_jax.downstream.generate import BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS
+from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
 from slm_jax.downstream.scoring import evaluate_task, read_records
-from slm_jax.eval.scorer import Scorer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +75,7 @@ def _log(message: str) -> None:
 def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Path,
                 tree_source: TreeSource | None) -> dict[str, dict]:
   """task → `downstream.mc` entry of one loaded run (module docstring)."""
-  scorer = Scorer(run.model, run.tokenizer, run.configuration, batch_size=options.batch_size)
+  scorer = protocol(run.configuration).scorer(run, options.batch_size)
   out = pathlib.Path(out_dir)
   entries: dict[str, dict] = {}
   for task in options.mc_tasks:
@@ -151,7 +153,8 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
                        tree_source: TreeSource | None, options: DownstreamOptions) -> list[dict]:
   """One prediction record per example in `path` (resumable), in example order."""
   encoder = TextEncoder(run.tokenizer, run.configuration, tree_source)
-  room = run.cfg.data.seq_len - generated_positions(
+  search = protocol(run.configuration)
+  room = run.cfg.data.seq_len - search.generated_positions(
       run.configuration, max_tokens=options.max_tokens, max_words=options.max_words)
   if room < 16:
     raise ValueError(f"seq_len {run.cfg.data.seq_len} leaves no room for a prompt besides "
@@ -167,11 +170,8 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
     for i in range(len(records), len(examples)):
       example = examples[i]
       ids, kinds, truncated = _prompt(encoder, example.question, room)
-      found = generate(run.model, run.tokenizer, run.configuration, ids, prompt_kinds=kinds,
-                       beam=options.beam, **({"max_words": options.max_words,
-                                              "max_open": options.max_open}
-                                             if run.configuration.scheme.has_brackets
-                                             else {"max_tokens": options.max_tokens}))
+      found = search.generate(run, ids, kinds, beam=options.beam, max_tokens=options.max_tokens,
+                              max_words=options.max_words, max_open=options.max_open)
       record = {"index": i, "source": example.source, "prediction": found.text,
                 "reference": example.options[0], "logprob": found.logprob,
                 "finished": found.finished, "truncated": truncated, "prompt_tokens": len(ids)}
@@ -215,7 +215,7 @@ def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOpti
   seeds: dict[str, dict] = {}
   for seed, path in finished_seeds(folder, "boolq").items():
     run = load_run(path)
-    scorer = Scorer(run.model, run.tokenizer, run.configuration, batch_size=options.batch_size)
+    scorer = protocol(run.configuration).scorer(run, options.batch_size)
     summary = evaluate_task(scorer, "boolq", examples, None, pathlib.Path(out_dir) / f"seed{seed}",
                             tree_source, batch_size=options.batch_size,
                             max_len=run.cfg.data.seq_len, progress=options.progress)

@@ -125,12 +125,18 @@ class Scorer:
       for r, i in enumerate(chunk):
         ids, kind = arrays[i]
         tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
-      meta = jax.tree.map(jnp.asarray, row_metadata(kinds, segment))
-      lp = np.asarray(_token_logprobs(self.graphdef, self.params, jnp.asarray(tokens), meta),
-                      np.float64)
+      lp = np.asarray(self.batch_logprobs(tokens, kinds, segment), np.float64)
       for r, i in enumerate(chunk):
         out[i] = lp[r, :len(arrays[i][0]) - 1]
     return out
+
+  def batch_logprobs(self, tokens_BT: np.ndarray, kinds_BT: np.ndarray,
+                     segment_BT: np.ndarray) -> jax.Array:
+    """The device call of one padded batch (one sequence per row, segment 1, padding 0):
+    [B, T-1] log-probabilities aligned to tokens[:, 1:]. Subclasses replace it (the Pushdown
+    teacher-forced scorer) and keep the batching of `logprobs`."""
+    meta = jax.tree.map(jnp.asarray, row_metadata(kinds_BT, segment_BT))
+    return _token_logprobs(self.graphdef, self.params, jnp.asarray(tokens_BT), meta)
 
   def _ids(self, sequence: Sequence, index: int) -> tuple[np.ndarray, np.ndarray]:
     tokens = np.asarray(sequence.tokens)

@@ -11,11 +11,16 @@ each next word, which stack element that word's completed constituent reduces wi
   the loop oracle from trees the vectorized code is tested against.
 - `model`: `PushdownLM` — the decoder with the depth bias plugged in through its `attend` hook,
   the attachment head, and the joint loss.
-- `cache`: one decoding step per token through a key/value cache in the decoder's `attend` hook.
+- `cache`: one decoding step per token through a key/value cache in the decoder's `attend` hook;
+  for generation also `prefill` (a whole teacher-forced prompt row), `feed` (the full next-token
+  distribution) and `attachments` (several candidate tokens' attachments at once).
 - `inference`: scoring by a beam over attachment decisions (SPEC §14: beam 300), and exhaustive
   enumeration for short sentences.
-- `scoring` (layer 6): the evaluators' `Scorer` for Pushdown runs (SG, BLiMP, doc-PPL score them
-  as terminal models, the attachments marginalized by the beam).
+- `scoring` (layer 6): the evaluators' `Scorer`s for Pushdown runs (SG, BLiMP, doc-PPL score them
+  as terminal models, the attachments marginalized by the beam; the downstream MC tasks and BoolQ
+  teacher-forced with the supplied parser spans, `PushdownTeacherScorer`).
+- `generate` (layer 6): XSum summaries by a joint beam over summary tokens and attachment actions
+  (SPEC §14, beam 6).
 
 Configuration `pushdown` (`slm_jax.configurations`, `configs/pushdown_*.py`) trains it on the
 lin1 rows of the shared data pipeline (`model.pushdown_depths` > 0 selects the model).

@@ -7,7 +7,11 @@ them), and only the stack-tape bias of the new query is computed from the hypoth
 tape row. `step` feeds token t of every row (RoPE position t), writes its keys/values into slot
 t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and returns the
 log-probability of the next token and the attachment logits of that token — what one step of the
-search needs, equal to the recomputed forward pass (`inference` tests it). `select` reorders the
+attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass (`inference`
+tests it). The joint summary search (`pushdown.generate`) uses its two halves: `feed` (the same
+step, returning the full next-token log-softmax [N, V] and the new hidden state) and
+`attachments` (the attachment logits of K candidate next tokens per row at once), after
+`prefill` has written a whole teacher-forced prompt row into the cache. `select` reorders the
 rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).
 
 The model's own blocks, norms and head run: the cache is the `attend` hook, as
@@ -17,6 +21,7 @@ structure, so that decoder has no bias input).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -43,9 +48,8 @@ def empty(model: PushdownLM, rows: int, slots: int) -> Cache:
   return Cache(kv, kv, jnp.zeros((rows, slots, c.d_model), c.compute_dtype))
 
 
-@nnx.jit
-def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
-  """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t."""
+def _feed(model: PushdownLM, cache: Cache, token_N, t, tape_NS):
+  """(cache, log-softmax of the next token [N, V], hidden state [N, D]) after feeding token t."""
   rows, slots = cache.h.shape[:2]
   ones = jnp.ones((rows, 1), jnp.int32)
   meta = RowMetadata(ones * TERMINAL_CODE, ones, ones * t, ones * 0, ones * slots)
@@ -63,11 +67,57 @@ def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
 
   h_N1D = model.decoder.hidden(model.decoder.embed(token_N[:, None]), meta, attend=attend)
   h_NSD = jax.lax.dynamic_update_slice_in_dim(cache.h, h_N1D.astype(cache.h.dtype), t, axis=1)
-  word_N = jax.nn.log_softmax(model.decoder.logits(h_N1D)[:, 0], axis=-1)
-  word_N = jnp.take_along_axis(word_N, next_N[:, None], axis=-1)[:, 0]
-  reduce_N1S, shift_N1 = model.attachment_logits(h_N1D, next_N[:, None], tape_NS[:, None],
-                                                 keys_BSD=h_NSD)
-  return Cache(jnp.stack(keys), jnp.stack(values), h_NSD), word_N, reduce_N1S[:, 0], shift_N1[:, 0]
+  logp_NV = jax.nn.log_softmax(model.decoder.logits(h_N1D)[:, 0].astype(jnp.float32), axis=-1)
+  return Cache(jnp.stack(keys), jnp.stack(values), h_NSD), logp_NV, h_N1D[:, 0]
+
+
+def _attachments(model: PushdownLM, h_ND, keys_NSD, next_NK, tape_NS):
+  """(reduce [N, K, S], shift [N, K]) logits of K candidate next tokens' attachments at the
+  query whose hidden state is h_ND (its stack tape row tape_NS; keys from keys_NSD)."""
+  K = next_NK.shape[1]
+  h_NKD = jnp.broadcast_to(h_ND[:, None], (*next_NK.shape, h_ND.shape[-1]))
+  tape_NKS = jnp.broadcast_to(tape_NS[:, None], (tape_NS.shape[0], K, tape_NS.shape[1]))
+  return model.attachment_logits(h_NKD, next_NK, tape_NKS, keys_BSD=keys_NSD)
+
+
+@nnx.jit
+def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
+  """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t."""
+  cache, logp_NV, h_ND = _feed(model, cache, token_N, t, tape_NS)
+  word_N = jnp.take_along_axis(logp_NV, next_N[:, None], axis=-1)[:, 0]
+  reduce_N1S, shift_N1 = _attachments(model, h_ND, cache.h, next_N[:, None], tape_NS)
+  return cache, word_N, reduce_N1S[:, 0], shift_N1[:, 0]
+
+
+feed = nnx.jit(_feed)
+feed.__doc__ = _feed.__doc__
+attachments = nnx.jit(_attachments)
+attachments.__doc__ = _attachments.__doc__
+
+
+@functools.partial(nnx.jit, static_argnames=("slots",))
+def prefill(model: PushdownLM, tokens_1P, meta: RowMetadata, tape_1PP, last, *, slots: int):
+  """(cache of one row and `slots` slots holding a whole prompt row [1, P] (P ≤ slots; padding
+  after token `last`), the next-token log-softmax [1, V] and hidden state [1, D] at `last`).
+  The prompt's queries see its reference mask and stack tape, as in `PushdownLM.forward`."""
+  keys, values = [], []
+  hook = model.attend(tape_1PP)
+
+  def attend(layer, q_1PHK, k_1PGK, v_1PGK, meta_, attention):
+    keys.append(k_1PGK)
+    values.append(v_1PGK)
+    return hook(layer, q_1PHK, k_1PGK, v_1PGK, meta_, attention)
+
+  h_1PD = model.decoder.hidden(model.decoder.embed(tokens_1P), meta, attend=attend)
+  blank = empty(model, 1, slots)
+  put = lambda into, x, axis: jax.lax.dynamic_update_slice_in_dim(into, x.astype(into.dtype), 0,
+                                                                   axis=axis)
+  cache = Cache(put(blank.k, jnp.stack(keys), 2), put(blank.v, jnp.stack(values), 2),
+                put(blank.h, h_1PD, 1))
+  h_1D = jnp.take(h_1PD, last, axis=1)
+  logp_1V = jax.nn.log_softmax(model.decoder.logits(h_1D[:, None])[:, 0].astype(jnp.float32),
+                               axis=-1)
+  return cache, logp_1V, h_1D
 
 
 @jax.jit

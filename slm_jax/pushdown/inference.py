@@ -227,24 +227,34 @@ def _rows_of(stack: Stack, kinds_T, sentence_T, attachments) -> PushdownRows:
                       stack.span_start[None], end[None], np.asarray(attachments, np.int32)[None])
 
 
-def joint_log_prob(model: PushdownLM, tokens_T, kinds_T, sentence_T,
-                   attachments: Sequence[int]) -> float:
-  """log p(x, a) of one row and one attachment sequence, by the training loss's own code (the
-  tape and options from the spans the attachments build)."""
+def replay(kinds_T, sentence_T, attachments: Sequence[int], length: int | None = None) -> Stack:
+  """The `Stack` after pushing tokens 0 … len(attachments) − 1 of a row with these attachments
+  (each sentence's first word opens it); `length`: the tokens it may hold (default the row's)."""
   kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
-  stack = Stack(len(kinds_T))
+  stack = Stack(len(kinds_T) if length is None else length)
   for e, option in enumerate(attachments):
     if _opens_sentence(kinds_T, sentence_T, e):
       stack.start_sentence()
     stack.push(e, int(option))
+  return stack
+
+
+def joint_log_prob(model: PushdownLM, tokens_T, kinds_T, sentence_T,
+                   attachments: Sequence[int], first: int = 1) -> float:
+  """log p(x, a) of one row and one attachment sequence, by the training loss's own code (the
+  tape and options from the spans the attachments build); `first` > 1 counts only tokens
+  first … (and their attachments), the earlier ones given (a prompt's)."""
+  kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
+  stack = replay(kinds_T, sentence_T, attachments)
   return float(_joint(model, jnp.asarray(tokens_T, jnp.int32)[None],
-                      _rows_of(stack, kinds_T, sentence_T, attachments)))
+                      _rows_of(stack, kinds_T, sentence_T, attachments), jnp.int32(first)))
 
 
 @nnx.jit
-def _joint(model: PushdownLM, tokens_BT, rows: PushdownRows):
+def _joint(model: PushdownLM, tokens_BT, rows: PushdownRows, first):
   meta = row_metadata(rows.kind, rows.segment, jnp)
   targets = target_mask(rows.kind, rows.segment, "lin0", _CAUSAL, xp=jnp)
+  targets = targets & (jnp.arange(targets.shape[-1]) >= first)
   tape = stack_tape(rows.span_start, rows.span_end, jnp)
   return -joint_loss(model, rows, tokens_BT, meta, targets, tape)[0]
 

@@ -18,7 +18,11 @@ as in the paper's BLLIP models:
   NLL of every next word, summed; the LM target count normalizes both (as the paper adds them).
   A batch holds packed lin1 rows; the step compacts them to terminal rows and derives the silver
   structure in-graph (`structure.pushdown_rows` with jax.numpy), so the data pipeline is the one
-  every lin1 configuration uses.
+  every lin1 configuration uses. The batch's lin1 `targets` restrict the loss: a compact token
+  is an LM target (and a word's attachment is trained) only where its lin1 token is a target.
+  Pre-training's lin1 targets cover every terminal and EOS, so they change nothing there;
+  XSum / BoolQ fine-tuning (`downstream.finetune_data`) trains the summary / answer words and
+  their attachments only.
 
 The paper's relative-position terms and its MLP key/depth composer are left out (RoPE gives
 positions; depth enters keys additively).
@@ -116,18 +120,31 @@ class PushdownLM(nnx.Module):
 
   def loss_sums(self, batch: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The train/eval step's sums for a batch of packed lin1 rows (`Batch.as_dict()`)."""
-    inputs = terminal_inputs(batch["tokens"], batch["meta"].kind, batch["meta"].segment)
+    if batch.get("targets") is None:
+      raise ValueError("PushdownLM.loss_sums: the batch has no lin1 `targets` (Batch.as_dict() "
+                       "gives them; they restrict the loss)")
+    inputs = terminal_inputs(batch["tokens"], batch["meta"].kind, batch["meta"].segment,
+                             batch["targets"])
     return joint_loss(self, *inputs)
 
 
-def terminal_inputs(tokens_BT, kind_BT, segment_BT):
-  """(rows, tokens, meta, targets, tape) of the compact terminal rows of packed lin1 rows."""
+def _gather(x_BT: jax.Array, source_BT: jax.Array, fill) -> jax.Array:
+  """x at the lin1 index each compact slot holds (`fill` for empty slots, source == T)."""
+  T = x_BT.shape[-1]
+  picked = jnp.take_along_axis(x_BT, jnp.minimum(source_BT, T - 1), axis=-1)
+  return jnp.where(source_BT < T, picked, fill)
+
+
+def terminal_inputs(tokens_BT, kind_BT, segment_BT, targets_BT=None):
+  """(rows, tokens, meta, targets, tape) of the compact terminal rows of packed lin1 rows; the
+  compact targets are SPEC §4's (every token after a run's first) and, given the lin1
+  `targets_BT`, only those whose lin1 token is a target."""
   rows = pushdown_rows(kind_BT, segment_BT, jnp)
-  T = tokens_BT.shape[-1]
-  tokens = jnp.where(rows.source < T, jnp.take_along_axis(
-      tokens_BT, jnp.minimum(rows.source, T - 1), axis=-1), 0).astype(jnp.int32)
+  tokens = _gather(tokens_BT, rows.source, 0).astype(jnp.int32)
   meta = row_metadata(rows.kind, rows.segment, jnp)
   targets = target_mask(rows.kind, rows.segment, "lin0", _CAUSAL, xp=jnp)
+  if targets_BT is not None:
+    targets = targets & _gather(jnp.asarray(targets_BT, bool), rows.source, False)
   return rows, tokens, meta, targets, stack_tape(rows.span_start, rows.span_end, jnp)
 
 
