@@ -1,4 +1,5 @@
-"""Collection order for the two xdist workers (`-n 2 --dist loadfile`, pyproject addopts).
+"""The test run's shared compilation cache, and the collection order for the two xdist workers
+(`-n 2 --dist loadfile`, pyproject addopts).
 
 loadfile hands whole files to the workers in collection order, so a long file collected last
 runs alone at the end while the other worker idles. The files that take longest on 2 cores
@@ -6,6 +7,37 @@ runs alone at the end while the other worker idles. The files that take longest 
 """
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import jax
+
+# One JAX persistent compilation cache per test run, shared by both xdist workers and by the
+# subprocesses tests start (they inherit the environment): most tests build the same tiny
+# models, and identical programs then compile once per run instead of once per test. Every
+# entry is kept (no minimum compile time or size). The controller makes the folder before the
+# workers start (they inherit SLM_TEST_JIT_DIR) and removes it at the end, so no state survives
+# from one run to the next. SLM_TEST_JAX_CACHE=0 turns it off (to measure what it saves).
+_OWNER = "SLM_TEST_JIT_DIR" not in os.environ
+if _OWNER:
+  os.environ["SLM_TEST_JIT_DIR"] = tempfile.mkdtemp(prefix="slm_jax_test_jit_")
+CACHE_DIR = os.environ["SLM_TEST_JIT_DIR"]
+if os.environ.get("SLM_TEST_JAX_CACHE", "1") == "1":
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=CACHE_DIR,
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del session, exitstatus
+  if _OWNER:  # the controller (or a run without xdist), not a worker
+    shutil.rmtree(CACHE_DIR, ignore_errors=True)
+
 
 LONGEST_FIRST = (
     "test_multiprocess.py", "test_notebook.py", "test_evaluate_cli.py", "test_live_eval.py",
