@@ -17,11 +17,11 @@
   tokenizer, BOS and chat template; nothing appended).
 - **Loss** on the answer completion only: the letter token after `Answer:`
   (`evaluate.make_batch` marks it as the row's one target).
-- **Methods** (`PLANS`): `backbone` (no training), `lora_only` (LoRA, α = 0), `direct_joint`
+- **Methods** (`plans.plan`): `backbone` (no training), `lora_only` (LoRA, α = 0), `direct_joint`
   (LoRA + GTCA from the start, α = 0.15), `gtca` (stage 1 LoRA only at α = 0; stage 2 GTCA only,
   α = 0.15 · min(1, (s + 1) / ⌈0.1 · steps⌉) at 0-based step s, i.e. linear over the first 10%;
   stage 3 both at α = 0.15). A baseline trains as many steps as the three stages together.
-- **Ablations** (`ABLATION_SWITCHES`): `no_gate` (g ≡ 1), `no_mask` (m ≡ 1), `weak_parser`
+- **Ablations** (`plans.ABLATION_SWITCHES`): `no_gate` (g ≡ 1), `no_mask` (m ≡ 1), `weak_parser`
   (right-branching trees), `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
   runs the `gtca` plan. The `gtca` plan's result also reports its stage-2 checkpoint as the
   `stage2_only` variant (stages 1+2, no stage 3).
@@ -78,119 +78,19 @@ from flax import nnx
 from slm_jax import cli
 from slm_jax.gtca import ablations, evaluate, real_sets
 from slm_jax.gtca.backbone import (Backbone, hf_backbone, is_hf_checkpoint,  # noqa: F401
-                                   load_backbone, prepare_backbone,
-                                   prompt_words)
+                                   load_backbone, prepare_backbone)
 from slm_jax.gtca.branch import Gtca, GtcaConfig
 from slm_jax.gtca.forward import (combine, make_gtca_train_step, merge_models, partition,
                                  split_models)
 from slm_jax.gtca.mcqa_data import MCQA_SETS, SETS
+from slm_jax.gtca.plans import (  # noqa: F401  (re-exported: the CLI's vocabulary)
+    ABLATION_SWITCHES, ALPHA, METHODS, WARM_FRACTION, Settings, Stage, eval_alpha, plan, ramp)
 from slm_jax.gtca.prompts import PromptFormat, sentence_prompt
-from slm_jax.gtca.spans import K, span_tree
+from slm_jax.gtca.spans import span_tree
 from slm_jax.gtca.toy_task import ToyItem, filled, make_toy_task
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.train.finetune import backbone_check, fingerprints
 from slm_jax.train.loading import load_run
-
-METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
-ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
-    "none": ({}, "gold"),
-    "no_gate": ({"gate": "one"}, "gold"),
-    "no_mask": ({"use_update_mask": False}, "gold"),
-    "weak_parser": ({}, "weak"),
-    "random_trees": ({}, "random"),
-    "permuted_trees": ({}, "permuted"),
-}
-ALPHA = 0.15
-WARM_FRACTION = 0.1
-
-
-# ---- settings -------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  """Everything a run depends on (stored in result.json and every checkpoint's extra)."""
-  backbone: str
-  out: str
-  method: str = "gtca"
-  ablation: str = "none"
-  seed: int = 0
-  stage_steps: tuple[int, int, int] = (200, 200, 200)
-  batch_size: int = 16
-  lr: float = 1e-3
-  alpha: float = ALPHA
-  lora_rank: int = 8
-  lora_alpha: float = 16.0
-  lora_dropout: float = 0.05
-  k: int = K
-  task_seed: int = 0
-  train_items: int = 2000
-  dev_items: int = 200
-  test_items: int = 500
-  option_order: str = "random"
-  blimp_pairs: bool = True  # also score the test items as BLiMP-style minimal pairs
-  checkpoint_every: int = 100
-  log_every: int = 50
-  task: str = "toy"  # or a real MCQA set (`mcqa_data.MCQA_SETS`) read from data_root
-  data_root: str = ""
-  cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
-  n_options: int = 2  # option letters the backbone's prompt tokenizer has
-
-  def __post_init__(self):
-    problems = []
-    if self.task != "toy" and self.task not in MCQA_SETS:
-      problems.append(f"task {self.task!r} is not toy or one of {', '.join(MCQA_SETS)}")
-    if self.task != "toy" and (not self.data_root or not self.cache):
-      problems.append(f"task {self.task!r} needs data_root (its download) and cache")
-    if self.method not in METHODS:
-      problems.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
-    if self.ablation not in ABLATION_SWITCHES:
-      problems.append(f"ablation {self.ablation!r} is not one of {', '.join(ABLATION_SWITCHES)}")
-    if self.ablation != "none" and self.method != "gtca":
-      problems.append(f"ablation {self.ablation!r} applies to method gtca, not {self.method!r}")
-    if len(self.stage_steps) != 3 or min(self.stage_steps) < 1:
-      problems.append(f"stage_steps {self.stage_steps} must be three positive step counts")
-    if self.batch_size < 1 or self.lr <= 0 or self.alpha < 0:
-      problems.append("batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
-    if problems:
-      raise ValueError("gtca.train settings: " + "; ".join(problems))
-
-  @property
-  def name(self) -> str:
-    """The row of the result tables: the method, or the ablation of the gtca plan."""
-    return self.method if self.ablation == "none" else self.ablation
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-  name: str
-  trainable: str  # forward.trainable_mask groups: "lora", "gtca", "lora,gtca"
-  steps: int
-  alpha: Callable[[int], float]  # step (0-based) -> α
-
-
-def ramp(alpha: float, steps: int, fraction: float = WARM_FRACTION) -> Callable[[int], float]:
-  """α at 0-based step s: alpha · min(1, (s + 1) / ⌈fraction · steps⌉) (linear warm-up)."""
-  warm = max(1, math.ceil(fraction * steps))
-  return lambda step: alpha * min(1.0, (step + 1) / warm)
-
-
-def plan(settings: Settings) -> list[Stage]:
-  """The stages of a method (module docstring)."""
-  s1, s2, s3 = settings.stage_steps
-  total, a = s1 + s2 + s3, settings.alpha
-  if settings.method == "backbone":
-    return []
-  if settings.method == "lora_only":
-    return [Stage("lora", "lora", total, lambda _: 0.0)]
-  if settings.method == "direct_joint":
-    return [Stage("joint", "lora,gtca", total, lambda _: a)]
-  return [Stage("lora", "lora", s1, lambda _: 0.0), Stage("gtca", "gtca", s2, ramp(a, s2)),
-          Stage("joint", "lora,gtca", s3, lambda _: a)]
-
-
-def eval_alpha(settings: Settings) -> float:
-  """α at evaluation: 0 for methods without a trained branch."""
-  return 0.0 if settings.method in ("backbone", "lora_only") else settings.alpha
-
 
 def digest_line(prints: dict[str, tuple[int, int]]) -> str:
   """One sha256 over the frozen arrays' digests (what a checkpoint records)."""
