@@ -31,6 +31,7 @@ from flax import nnx
 from slm_jax.model.attention import AttentionFn, SelfAttention
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.layers import RMSNorm, SwiGLU, dense
+from slm_jax.model.loss import loss_and_metrics
 from slm_jax.structure import RowMetadata
 
 # attend(layer, q_BTHK, k_BSGK, v_BSGK, meta, attention) -> o_BTHK (see the module docstring).
@@ -122,6 +123,13 @@ class Decoder(nnx.Module):
                attend: LayerAttention | None = None, side: LayerSide | None = None,
                observe: LayerSide | None = None) -> jax.Array:
     return self.logits(self.hidden(self.embed(tokens_BT), meta, attend, side, observe))
+
+  def loss_sums(self, batch: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """(loss_sum, sums) of the train/eval step for a batch (`Batch.as_dict()`: tokens, meta,
+    targets): the next-token NLL over its targets (`loss.loss_and_metrics`)."""
+    logits_BTV = self(batch["tokens"], batch["meta"])
+    _, sums = loss_and_metrics(logits_BTV, batch["tokens"], batch["targets"], batch["meta"].kind)
+    return sums["loss_sum"], sums
 
 
 def _abstract_params(config: ModelConfig) -> dict[str, int]:

@@ -15,19 +15,12 @@ import optax
 from flax import nnx
 
 from slm_jax.model.lora import dropout_rng
-from slm_jax.model.loss import loss_and_metrics
 from slm_jax.train.optimizer import trainable_mask
-from slm_jax.structure import RowMetadata
 
 def _sums(graphdef, params, batch):
-  """batch: `Batch.as_dict()` on device — tokens [B, T], meta (`RowMetadata`), targets."""
-  model = nnx.merge(graphdef, params)
-  if hasattr(model, "loss_sums"):  # a model that owns its loss (the Pushdown reference)
-    return model.loss_sums(batch)
-  meta: RowMetadata = batch["meta"]
-  logits_BTV = model(batch["tokens"], meta)
-  _, sums = loss_and_metrics(logits_BTV, batch["tokens"], batch["targets"], meta.kind)
-  return sums["loss_sum"], sums
+  """batch: `Batch.as_dict()` on device — tokens [B, T], meta (`RowMetadata`), targets. The
+  model owns its objective (`Decoder.loss_sums`, `PushdownLM.loss_sums`)."""
+  return nnx.merge(graphdef, params).loss_sums(batch)
 
 
 def _split(tree: Any, mask: Any, keep: bool) -> Any:
