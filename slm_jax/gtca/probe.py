@@ -493,11 +493,11 @@ def _load(args):
     run = load_run(args.workdir)
     return run.model, run.tokenizer.encode_word, run.tokenizer.bos_id, pathlib.Path(
         args.workdir).name
-  from slm_jax.hf.load import load_model  # pylint: disable=import-outside-toplevel
+  from slm_jax.gtca.backbone import frozen_model  # pylint: disable=import-outside-toplevel
   from slm_jax.hf.tokenizer import CheckpointTokenizer  # pylint: disable=import-outside-toplevel
   from slm_jax.tokenizer_bases import ptb_unescape  # pylint: disable=import-outside-toplevel
   tokenizer = CheckpointTokenizer(args.hf)
-  model = load_model(args.hf, compute_dtype="float32")
+  model = frozen_model(args.hf)
   return (model, lambda word: tokenizer.encode(" " + ptb_unescape(word)), tokenizer.bos_id,
           pathlib.Path(args.hf).name)
 
