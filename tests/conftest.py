@@ -1,5 +1,5 @@
-"""The test run's shared compilation cache, and the collection order for the two xdist workers
-(`-n 2 --dist loadfile`, pyproject addopts).
+"""The test run's XLA flags (tests/xla_env.py) and shared compilation cache, and the collection
+order for the two xdist workers (`-n 2 --dist loadfile`, pyproject addopts).
 
 loadfile hands whole files to the workers in collection order, so a long file collected last
 runs alone at the end while the other worker idles. The files that take longest on 2 cores
@@ -13,6 +13,10 @@ import shutil
 import tempfile
 
 import jax
+
+from tests import xla_env
+
+xla_env.use_test_flags()  # before any test starts JAX's backend (tests/xla_env.py)
 
 # One JAX persistent compilation cache per test run, shared by both xdist workers and by the
 # subprocesses tests start (they inherit the environment): most tests build the same tiny

@@ -17,13 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests import xla_env
 from tests.test_hf_import import hf_logits, make_hf_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CHILD = textwrap.dedent("""
     import json, os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     sys.path.insert(0, {root!r})
     import jax, jax.numpy as jnp, numpy as np
     from slm_jax.hf import load, safetensors_io
@@ -59,7 +59,7 @@ def test_import_reads_slices_into_shards(tmp_path):
   np.save(tmp_path / "ids.npy", ids)
   script = tmp_path / "child.py"
   script.write_text(_CHILD.format(root=ROOT))
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = xla_env.child_env(devices=4)
   done = subprocess.run([sys.executable, str(script), str(folder), str(tmp_path / "ids.npy"),
                          str(tmp_path / "out.npy")], capture_output=True, text=True, env=env,
                         timeout=600)

@@ -23,6 +23,7 @@ from slm_jax.data.documents import prepare
 from slm_jax.data.loader import Batch
 from slm_jax.structure import RowMetadata
 from slm_jax.train import trainer
+from tests import xla_env
 from tests.test_train import SMALL, losses, small_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -55,9 +56,9 @@ def _start_pair(workdir: pathlib.Path, data: pathlib.Path, logs: pathlib.Path, r
              f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in settings.items()]
   processes = []
   for index in range(2):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = xla_env.child_env(devices=2)
     env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-               JAX_PROCESS_ID=str(index), XLA_FLAGS="--xla_force_host_platform_device_count=2")
+               JAX_PROCESS_ID=str(index))
     log = (logs / f"run{run}-process{index}.log").open("w")
     processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
                                       stderr=subprocess.STDOUT))

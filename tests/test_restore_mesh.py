@@ -6,7 +6,6 @@ shape is a clear `CheckpointMismatchError`, and stays where it is."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from flax import nnx
 from slm_jax.model.decoder import Decoder
 from slm_jax.train import checkpointing, trainer
 from slm_jax.train.checkpointing import CheckpointMismatchError, Checkpointer
+from tests import xla_env
 from tests.test_train import losses, small_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -29,7 +29,6 @@ OVERRIDES = {"train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2}
 _CHILD = textwrap.dedent("""
     import hashlib, json, os, pathlib, sys
     devices, fsdp, workdir = int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={{devices}}"
     sys.path.insert(0, {root!r})
     import jax
     import numpy as np
@@ -74,7 +73,7 @@ _CHILD = textwrap.dedent("""
 def _child(tmp_path, devices: int, fsdp: int, workdir: pathlib.Path) -> dict:
   script = tmp_path / "child.py"
   script.write_text(_CHILD.format(root=str(ROOT), overrides=OVERRIDES))
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = xla_env.child_env(devices=devices)
   done = subprocess.run([sys.executable, str(script), str(devices), str(fsdp), str(workdir)],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]

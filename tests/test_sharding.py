@@ -5,7 +5,6 @@ puts them, checkpoints sharded state and resumes from it."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 from slm_jax import config_builder
 from slm_jax.train import sharding, trainer
+from tests import xla_env
 from tests.test_train import losses, small_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -49,7 +49,6 @@ def test_config_validation_names_mesh_keys():
 
 _CHILD = textwrap.dedent("""
     import json, os, pathlib, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     sys.path.insert(0, {root!r})
     import jax
     from slm_jax.train import sharding, trainer
@@ -83,7 +82,7 @@ def _child(tmp_path, workdir, fsdp: int, steps: int, overrides: dict | None = No
            ) -> tuple[dict, str]:
   script = tmp_path / "child.py"
   script.write_text(_CHILD.format(root=str(ROOT)))
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = xla_env.child_env(devices=4)
   done = subprocess.run([sys.executable, str(script), str(workdir), str(fsdp), str(steps),
                          json.dumps(overrides or {})],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
