@@ -31,5 +31,5 @@ def test_ci_runs_the_readme_test_command():
 
 def test_both_readme_commands_start_from_a_fresh_venv():
   for command in _readme_commands()[:2]:
-    assert command.startswith("python3 -m venv .venv && .venv/bin/pip install --no-compile -r "
+    assert command.startswith("python3 -m venv .venv && .venv/bin/pip install -r "
                               "requirements.txt -e ")
