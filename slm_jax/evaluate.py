@@ -492,6 +492,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
     start = time.time()
     sg = evaluate_syntaxgym(scorer, data["sg_dir"], max_items=args.max_items,
                             suites=args.sg_suites, tree_scoring=args.tree_scoring,
+                            progress=cli.Progress("  sg", unit="suites", every=0),
                             **beam_options(args))
     entry["sg"] = _sg_summary(sg)
     entry["timing_s"]["sg"] = round(time.time() - start, 2)

@@ -271,3 +271,13 @@ def test_tree_shuffle_is_scored_on_terminals_only():
     np.testing.assert_allclose(g, np.cumsum(w))
   with pytest.raises(ValueError, match="tree_scoring"):
     prefix_logprob_fn(scorer, tree_scoring="full")
+
+
+def test_progress_is_reported_after_each_suite(tmp_path):
+  folder = tmp_path / "json"
+  write_suite(folder, "number_toy", ITEMS, PREDICTIONS[:1])
+  write_suite(folder, "npi_toy", ITEMS[:2], PREDICTIONS[:1])
+  calls = []
+  evaluate_syntaxgym(toy_prefix, folder, suites=["number_toy", "npi_toy"],
+                     progress=lambda done, total: calls.append((done, total)))
+  assert calls == [(0, 2), (1, 2), (2, 2)]

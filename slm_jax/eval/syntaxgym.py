@@ -352,12 +352,16 @@ def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None =
 def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
                        max_items: int | None = None, suites: str | SequenceT[str] | None = None,
                        base: float = 2.0, circuits_path: str | None = None,
-                       tree_scoring: str = "joint", **beam_options) -> dict:
+                       tree_scoring: str = "joint",
+                       progress: Callable[[int, int], None] | None = None,
+                       **beam_options) -> dict:
   """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the headline SG, the suite mean.
 
   `scorer_or_beam_fn`: a `Scorer` (tree models → beam search with `beam_options`, read as
   `tree_scoring`), a `BeamSearcher`, or a prefix function `sentences -> [log p̃(x≤w)]`.
   `suites`: `hu31` (None, the default), `paper32`, or suite names (`sg_aggregate`).
+  `progress(done, total)` is called with the suites done, at the start and after each suite
+  (`cli.Progress` prints the rate and ETA: a tree model's beam at b = 300 takes minutes a suite).
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
   from slm_jax.eval.scorer import Scorer  # pylint: disable=g-import-not-at-top
@@ -377,10 +381,15 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   available = sorted(p.stem for p in suites_dir.glob("*.json"))
   names, label = sg_aggregate.select_suites(available, suites) if available else ([], "")
   results = {}
-  for suite in load_suites(suites_dir, names):
+  loaded = load_suites(suites_dir, names)
+  if progress:
+    progress(0, len(loaded))
+  for suite in loaded:
     result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
     result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
     results[suite.name] = result
+    if progress:
+      progress(len(results), len(loaded))
     _LOG.info("SyntaxGym %s: %d/%d items correct", suite.name, result["correct"],
               result["items"])
   summary = sg_aggregate.aggregate({n: r["item_correct"] for n, r in results.items()}, tags,
