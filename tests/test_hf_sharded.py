@@ -23,7 +23,7 @@ from tests.test_hf_import import hf_logits, make_hf_model  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CHILD = textwrap.dedent("""
-    import json, os, sys
+    import json, sys
     sys.path.insert(0, {root!r})
     import jax, jax.numpy as jnp, numpy as np
     from slm_jax.hf import load, safetensors_io

@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 OVERRIDES = {"train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2}
 
 _CHILD = textwrap.dedent("""
-    import hashlib, json, os, pathlib, sys
+    import hashlib, json, pathlib, sys
     devices, fsdp, workdir = int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
     sys.path.insert(0, {root!r})
     import jax

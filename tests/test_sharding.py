@@ -48,7 +48,7 @@ def test_config_validation_names_mesh_keys():
 
 
 _CHILD = textwrap.dedent("""
-    import json, os, pathlib, sys
+    import json, pathlib, sys
     sys.path.insert(0, {root!r})
     import jax
     from slm_jax.train import sharding, trainer

@@ -15,25 +15,22 @@ import os
 FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
 
 
-def test_flags() -> list[str]:
+def fast_flags() -> list[str]:
   """The flags every test process compiles with (none when SLM_TEST_FAST_XLA=0)."""
   return list(FAST_COMPILE) if os.environ.get("SLM_TEST_FAST_XLA", "1") == "1" else []
-
-
-test_flags.__test__ = False  # a helper, not a test
 
 
 def use_test_flags() -> None:
   """Adds the test flags to this process's XLA_FLAGS (before JAX starts its backend)."""
   flags = os.environ.get("XLA_FLAGS", "").split()
-  os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in test_flags() if f not in flags])
+  os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in fast_flags() if f not in flags])
 
 
 def child_env(devices: int | None = None) -> dict[str, str]:
   """The environment for a process a test starts: the test flags, plus `devices` forced host
   CPU devices when given (any XLA_FLAGS of this process beyond those are left out)."""
   env = dict(os.environ)
-  flags = test_flags()
+  flags = fast_flags()
   if devices is not None:
     flags.append(f"--xla_force_host_platform_device_count={devices}")
   env["XLA_FLAGS"] = " ".join(flags)
