@@ -10,7 +10,7 @@ import pytest
 from slm_jax import cli
 from slm_jax.parser import corpus, train
 from slm_jax.parser.api import load_parser
-from slm_jax.parser.config import CONFIGS, named_config
+from slm_jax.parser.config import CONFIGS, TINY, named_config
 
 TREES = """(ROOT (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))
 (S (NP the dog) (VP barked (PP at (NP the cat))) .)
@@ -47,6 +47,9 @@ def test_train_resume_and_export(tmp_path, treebank, capsys):
   summary = json.loads((tmp_path / "work" / "summary.json").read_text())
   assert summary["stop"] == "reached 2 epochs"
   assert summary["data"]["train_sentences"] == 18
+  # Only the first tree has a POS layer (3 copies); the skeletal ones are counted as untagged.
+  assert summary["data"]["untagged_sentences"] == 15 and summary["data"]["pos_tags"] == 4
+  assert "tag loss" in out
   assert [h["epoch"] for h in summary["history"]] == [0, 1]
   assert 0 <= summary["dev"]["f1"] <= 100
   parser = load_parser(export)
@@ -90,3 +93,66 @@ def test_real_gum_split_is_complete_apart_from_reddit():
   for split in ("train", "dev", "test"):
     files, missing = corpus.gum_split_files(split, gum)
     assert files and all(name.startswith("GUM_reddit_") for name in missing)
+
+
+def test_pos_tags_come_from_the_raw_trees_preterminals(tmp_path, treebank):
+  trees, tags = corpus.read_tagged_sentences([treebank])
+  assert trees == corpus.read_sentences([treebank])  # the same normalized trees
+  assert tags[0] == ["DT", "NN", "VBD", "."]
+  assert tags[1:6] == [None] * 5  # skeletal trees: words under phrase labels, no POS layer
+  # A tree whose POS layer does not cover every word has no tags either.
+  mixed = tmp_path / "mixed.ptb"
+  mixed.write_text("(S (NP (DT the) dog) (VP (VBD-X barked)))\n(S (NP-SBJ (PRP it)) (VP (VBZ is)))\n")
+  assert corpus.read_tagged_sentences([mixed])[1] == [None, ["PRP", "VBZ"]]
+
+
+def test_learning_rate_schedules():
+  import dataclasses
+  cosine = dataclasses.replace(TINY, schedule="cosine", max_epochs=2, warmup_steps=4)
+  steps_per_epoch = 10
+  lr = [train.learning_rate(cosine, {"step": s, "lr_scale": 1.0}, steps_per_epoch)
+        for s in range(2 * steps_per_epoch)]
+  peak = cosine.learning_rate
+  assert lr[:4] == pytest.approx([peak * k / 4 for k in (1, 2, 3, 4)])  # warmup
+  assert all(a >= b for a, b in zip(lr[3:], lr[4:]))  # then never rising
+  end = train.learning_rate(cosine, {"step": 2 * steps_per_epoch, "lr_scale": 1.0}, steps_per_epoch)
+  assert end == pytest.approx(peak * cosine.final_lr_fraction)
+  plateau = dataclasses.replace(TINY, schedule="plateau", warmup_steps=1)
+  assert train.learning_rate(plateau, {"step": 50, "lr_scale": 0.25}, 10) == pytest.approx(
+      plateau.learning_rate * 0.25)
+  with pytest.raises(ValueError, match="schedule must be"):
+    dataclasses.replace(TINY, schedule="linear")
+
+
+def test_the_pos_head_learns_and_is_not_saved():
+  import jax
+  import numpy as np
+  import optax
+  from flax import nnx
+  from slm_jax.parser.labels import LabelVocab, binarize
+  from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
+  from slm_jax.parser.vocab import Vocab
+  from slm_jax.parser.weights import model_arrays
+  from slm_jax.trees import Tree
+  sentences = [["the", "cat", "sat"], ["a", "dog", "ran"]]
+  tags = [np.array([1, 2, 3], np.int32), np.array([1, 2, 3], np.int32)]
+  gold = [Tree("S", (Tree("NP", tuple(w[:2])), Tree("VP", (w[2],)))) for w in sentences]
+  vocab, labels = Vocab.from_sentences(sentences, 1), LabelVocab.from_trees(gold)
+  examples = [train.Example(w, binarize(t, labels, "right"), g)
+              for w, t, g in zip(sentences, gold, tags)]
+  rngs = nnx.Rngs(params=0, dropout=0)
+  scorer = SpanScorer(TINY.model, len(vocab.words), len(vocab.chars), len(labels), rngs)
+  graphdef, params, rest = nnx.split(TrainedParser(scorer, PosTagger(TINY.model, 4, rngs)),
+                                     nnx.Param, ...)
+  tx = optax.adamw(1.0)
+  opt_state = tx.init(params)
+  step = train.make_step(graphdef, tx, tag_weight=1.0)
+  batch = train.encode_batch(examples, 8, [0, 1], 2, vocab, TINY, None, np.random.default_rng(0))
+  first = None
+  for k in range(30):
+    params, opt_state, (_, tag_loss) = step(params, rest, opt_state, batch, 0.02,
+                                            jax.random.key(k))
+    first = float(tag_loss) if first is None else first
+  assert float(tag_loss) < 0.5 * first
+  saved = model_arrays(nnx.merge(graphdef, params, rest).scorer)
+  assert saved and not any("tagger" in name for name in saved)

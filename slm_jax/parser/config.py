@@ -63,12 +63,27 @@ class TrainConfig:
   max_epochs: int = 60
   eval_every: int = 0  # steps between dev evaluations; 0 = once per epoch
   patience: int = 6  # evaluations without a better dev F1 before stopping
-  lr_decay: float = 0.5  # learning rate × this after `decay_patience` evaluations without gain
+  # "plateau": the learning rate × `lr_decay` after `decay_patience` evaluations without gain;
+  # "cosine": warmup, then a cosine from `learning_rate` to `final_lr_fraction` × it over
+  # `max_epochs` epochs (a run continued with a larger max_epochs follows the new curve).
+  schedule: str = "plateau"
+  lr_decay: float = 0.5
   decay_patience: int = 2
+  final_lr_fraction: float = 0.02
+  # Weight of the auxiliary POS-tagging loss (per word, beside the CRF NLL); 0 = no tagging head.
+  # Needs POS preterminals in the training trees (GUM's and PTB's have them; sentences without
+  # are tagged by nothing and counted).
+  tag_weight: float = 0.0
   checkpoint_every_s: float = 300.0  # also checkpointed after every evaluation
   max_minutes: float = 0.0  # stop (checkpointed, resumable) after this wall time; 0 = no limit
   log_every: int = 10
   seed: int = 0
+
+  def __post_init__(self):
+    if self.schedule not in ("plateau", "cosine"):
+      raise ValueError(f"schedule must be 'plateau' or 'cosine', got {self.schedule!r}")
+    if self.tag_weight < 0:
+      raise ValueError(f"tag_weight must be ≥ 0, got {self.tag_weight}")
 
 
 TINY = TrainConfig(
@@ -76,8 +91,8 @@ TINY = TrainConfig(
                       layers=1, heads=2, ff_dim=32, mlp_dim=16, dropout=0.1, max_words=160),
     learning_rate=5e-3, warmup_steps=5, batch_words=120, buckets=(8, 16, 32, 64),
     max_train_words=64, min_word_count=1, max_epochs=3, patience=2, log_every=2,
-    checkpoint_every_s=1e9)
-DEFAULT = TrainConfig()
+    checkpoint_every_s=1e9, tag_weight=0.5)
+DEFAULT = TrainConfig(schedule="cosine", max_epochs=20, tag_weight=0.5)
 GPU = TrainConfig(
     model=ModelConfig(char_filters=256, word_dim=300, hidden=400, layers=3, mlp_dim=500),
     batch_words=3000, max_train_words=304, max_epochs=100, patience=8)

@@ -13,11 +13,13 @@ import re
 from typing import Sequence
 
 from slm_jax import cli, ptb
+from slm_jax.kinds import PTB_LABELS
 from slm_jax.trees import Tree
 
 GUM_SPLITS = ("train", "dev", "test", "test2")
 _HEADING = re.compile(r"^##\s+(\S+)\s*$", re.M)
 _ITEM = re.compile(r"^\s*\*\s+(\S+)\s*$", re.M)
+PTB_LABEL_SET = frozenset(PTB_LABELS)
 
 
 def gum_split_names(splits_md: str) -> dict[str, list[str]]:
@@ -49,12 +51,69 @@ def read_sentences(paths: Sequence[str | pathlib.Path],
   return [tree for document in documents for tree in document]
 
 
+def pos_tags(raw: Tree) -> list[str]:
+  """The preterminal labels of a raw (unnormalized) tree, in word order; a word that is not
+  under a one-word preterminal gets "" (no tag)."""
+  tags: list[str] = []
+  stack: list = [raw]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, str):
+      tags.append("")
+    elif len(node.children) == 1 and isinstance(node.children[0], str):
+      tags.append(ptb.strip_function_tags(node.label))
+    else:
+      stack.extend(reversed(node.children))
+  return tags
+
+
+def read_tagged_sentences(paths: Sequence[str | pathlib.Path],
+                          report: ptb.ReadReport | None = None
+                          ) -> tuple[list[Tree], list[list[str] | None]]:
+  """`read_sentences` plus each sentence's POS tags from its raw tree (None where the file has
+  no POS layer, i.e. normalization kept the words under phrase labels, or the words differ)."""
+  documents = ptb.read_documents([str(p) for p in paths], sentences=True, normalize=None,
+                                 report=report)
+  trees, tags = [], []
+  for document in documents:
+    for raw in document:
+      tree = ptb.normalize_tree(raw, ptb.NormalizeOptions(), report)
+      if tree is None:
+        continue
+      words = tree.leaves()
+      tagged = pos_tags(raw)
+      trees.append(tree)
+      tags.append(tagged if raw.leaves() == words and all(tagged) and _has_pos_layer(raw)
+                  else None)
+  return trees, tags
+
+
+def _has_pos_layer(raw: Tree) -> bool:
+  """Whether the raw tree's one-word nodes are POS preterminals, not phrase labels."""
+  labels = [ptb.strip_function_tags(n.label) for n in raw.subtrees()
+            if len(n.children) == 1 and isinstance(n.children[0], str)]
+  return bool(labels) and not any(label in PTB_LABEL_SET for label in labels)
+
+
+def _split_paths(spec: str | None, split: str, gum: str | None
+                 ) -> tuple[list[str | pathlib.Path], str, list[str]]:
+  if spec:
+    paths = [p for p in spec.split(",") if p]
+    return paths, ",".join(paths), []
+  files, missing = gum_split_files(split, gum)
+  return files, f"GUM {split} ({len(files)} documents)", missing
+
+
 def resolve(spec: str | None, split: str, gum: str | None) -> tuple[list[Tree], str, list[str]]:
   """Trees of a `--train`/`--dev`/`--test` flag (comma-separated files/folders), or of the GUM
   split when the flag is empty; also a description and the missing GUM documents."""
-  report = ptb.ReadReport()
-  if spec:
-    paths = [p for p in spec.split(",") if p]
-    return read_sentences(paths, report), ",".join(paths), []
-  files, missing = gum_split_files(split, gum)
-  return read_sentences(files, report), f"GUM {split} ({len(files)} documents)", missing
+  paths, name, missing = _split_paths(spec, split, gum)
+  return read_sentences(paths, ptb.ReadReport()), name, missing
+
+
+def resolve_tagged(spec: str | None, split: str, gum: str | None
+                   ) -> tuple[list[Tree], list[list[str] | None], str, list[str]]:
+  """`resolve` with each tree's POS tags (`read_tagged_sentences`)."""
+  paths, name, missing = _split_paths(spec, split, gum)
+  trees, tags = read_tagged_sentences(paths, ptb.ReadReport())
+  return trees, tags, name, missing

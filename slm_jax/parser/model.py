@@ -13,7 +13,7 @@ not O(N²·D·H). Then LayerNorm, ReLU, dropout and a linear map to the L − 1 
 s(i, j, ∅) = 0 (so every binarization of a tree scores the same; see `crf`).
 
 Legend: B sentences, T = N + 2 tokens, C characters, F = N + 1 fenceposts, D encoder width,
-H MLP width, L labels (0 = ∅).
+H MLP width, L labels (0 = ∅), G POS tags (training's auxiliary head only).
 """
 
 from __future__ import annotations
@@ -118,8 +118,15 @@ class SpanScorer(nnx.Module):
 
   def __call__(self, word_ids_BT: jax.Array, char_ids_BTC: jax.Array,
                lengths_B: jax.Array) -> jax.Array:
+    return self.span_scores(self.encode(word_ids_BT, char_ids_BTC, lengths_B))
+
+  def encode(self, word_ids_BT: jax.Array, char_ids_BTC: jax.Array,
+             lengths_B: jax.Array) -> jax.Array:
+    """The encoder's output over `<s> w1 … wn </s>`, `h_BTD` (D = 2 × hidden)."""
     x_BTD = jnp.concatenate([self.chars(char_ids_BTC), self.words(word_ids_BT)], axis=-1)
-    h_BTD = self.encoder(self.dropout(x_BTD), lengths_B + 2)
+    return self.encoder(self.dropout(x_BTD), lengths_B + 2)
+
+  def span_scores(self, h_BTD: jax.Array) -> jax.Array:
     half = self.cfg.hidden
     forward_BFD = h_BTD[:, :-1, :half]  # f_k = forward state after word k (k = 0: <s>)
     backward_BFD = h_BTD[:, 1:, half:]  # b_{k+1} = backward state at the token after fence k
@@ -130,3 +137,25 @@ class SpanScorer(nnx.Module):
     labels_BFFL = self.out(hidden_BFFH)
     empty_BFF1 = jnp.zeros(labels_BFFL.shape[:-1] + (1,), labels_BFFL.dtype)
     return jnp.concatenate([empty_BFF1, labels_BFFL], axis=-1)
+
+
+class PosTagger(nnx.Module):
+  """Training-only auxiliary head: POS tag logits of each word from the encoder output (GUM's
+  constituency trees were parsed from gold POS tags, so predicting them shapes the encoder). Not
+  part of a saved parser."""
+
+  def __init__(self, cfg: ModelConfig, num_tags: int, rngs: nnx.Rngs):
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+    self.out = nnx.Linear(2 * cfg.hidden, num_tags, rngs=rngs)
+
+  def __call__(self, h_BTD: jax.Array) -> jax.Array:
+    """`tag_logits_BNG` for words 1..N (G tags); `<s>` and `</s>` dropped."""
+    return self.out(self.dropout(h_BTD[:, 1:-1]))
+
+
+class TrainedParser(nnx.Module):
+  """What training optimizes: the span scorer and, when `tag_weight` > 0, the POS head."""
+
+  def __init__(self, scorer: SpanScorer, tagger: PosTagger | None):
+    self.scorer = scorer
+    self.tagger = tagger

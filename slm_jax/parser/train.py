@@ -7,9 +7,11 @@ official split (`../shared/data/gum/splits.md`: train / dev / test). Training se
 training data's unary chains) are built from the training trees and saved in the workdir.
 
 Loop: batches of `batch_words` padded words, one shape per length bucket (seeded shuffles per epoch),
-AdamW (optax; warmup, global-norm clipping, the learning rate halved when dev F1 stalls), CRF NLL
-of the right-binarized gold tree per word. A progress line every `log_every` steps (step, epoch,
-loss, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or every
+AdamW (optax; warmup, global-norm clipping, then the config's `schedule`: halved when dev F1 stalls,
+or a cosine over `max_epochs`), CRF NLL of the right-binarized gold tree per word, plus (with
+`tag_weight` > 0) a POS-tagging loss on the encoder from the training trees' preterminals (a
+training-only head; the exported parser has no tagger and reads words only). A progress line every
+`log_every` steps (step, epoch, losses, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or every
 `eval_every` steps); the best model is exported (safetensors, `weights.save_parser`) to
 `WORKDIR/best` and, at the end, to `--export`. Orbax checkpoints (params, optimizer state, epoch,
 position, history) after each evaluation and every `checkpoint_every_s`; a killed run resumes
@@ -39,9 +41,9 @@ from slm_jax import cli
 from slm_jax.parser import crf, evalb
 from slm_jax.parser.api import Parser, load_parser
 from slm_jax.parser.config import TrainConfig, named_config
-from slm_jax.parser.corpus import resolve
+from slm_jax.parser.corpus import resolve, resolve_tagged
 from slm_jax.parser.labels import LabelVocab, binarize
-from slm_jax.parser.model import SpanScorer
+from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
 from slm_jax.parser.vocab import Vocab, padded_length
 from slm_jax.parser.weights import save_parser
 
@@ -50,6 +52,12 @@ from slm_jax.parser.weights import save_parser
 class Example:
   words: list[str]
   gold_P3: np.ndarray  # the 2n − 1 (i, j, label) rows of the right binarization
+  tags_N: np.ndarray | None = None  # POS tag ids (1..G − 1) for the auxiliary head, if known
+
+
+def tag_vocabulary(tags: list[list[str] | None]) -> list[str]:
+  """Index 0 is "no tag" (masked out of the loss); the training data's tags after it, sorted."""
+  return [""] + sorted({tag for sentence in tags if sentence for tag in sentence})
 
 
 def make_batches(examples: list[Example], cfg: TrainConfig, epoch: int
@@ -79,12 +87,15 @@ def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int,
   P = 2 * N - 1
   gold_BP3 = np.zeros((rows, P, 3), np.int32)
   valid_BP = np.zeros((rows, P), bool)
+  tags_BN = np.zeros((rows, N), np.int32)  # 0 = no tag (padding, untagged sentences)
   for b, example in enumerate(chosen):
     gold_BP3[b, :len(example.gold_P3)] = example.gold_P3
     valid_BP[b, :len(example.gold_P3)] = True
+    if example.tags_N is not None:
+      tags_BN[b, :len(example.tags_N)] = example.tags_N
   real_B = np.arange(rows) < len(chosen)
   return tuple(map(jnp.asarray, (word_ids_BT, char_ids_BTC, lengths_B, gold_BP3, valid_BP,
-                                 real_B)))
+                                 real_B, tags_BN)))
 
 
 def rows_for(N: int, cfg: TrainConfig) -> int:
@@ -92,29 +103,50 @@ def rows_for(N: int, cfg: TrainConfig) -> int:
   return max(1, cfg.batch_words // N)
 
 
-def make_step(graphdef, tx):
+def make_step(graphdef, tx, tag_weight: float):
+  """One jitted AdamW step of a `TrainedParser`: CRF NLL per word, plus `tag_weight` × the POS
+  cross-entropy per tagged word; returns (params, opt_state, (CRF loss, tag loss))."""
+
   @jax.jit
   def step(params, rest, opt_state, batch, lr, key):
-    word_ids, char_ids, lengths, gold, valid, real = batch
+    word_ids, char_ids, lengths, gold, valid, real, tags_BN = batch
     words = jnp.maximum(jnp.sum(jnp.where(real, lengths, 0)), 1)
     model = nnx.merge(graphdef, params, rest)
     nnx.reseed(model, dropout=key)
 
     def loss_fn(model):
-      scores = model(word_ids, char_ids, lengths)
-      per_sentence = crf.nll(scores, lengths, gold, valid)
-      return jnp.sum(jnp.where(real, per_sentence, 0.0)) / words
+      h_BTD = model.scorer.encode(word_ids, char_ids, lengths)
+      per_sentence = crf.nll(model.scorer.span_scores(h_BTD), lengths, gold, valid)
+      span_loss = jnp.sum(jnp.where(real, per_sentence, 0.0)) / words
+      if model.tagger is None:
+        return span_loss, (span_loss, jnp.zeros(()))
+      tagged_BN = tags_BN > 0
+      per_word = optax.softmax_cross_entropy_with_integer_labels(model.tagger(h_BTD), tags_BN)
+      tag_loss = (jnp.sum(jnp.where(tagged_BN, per_word, 0.0))
+                  / jnp.maximum(jnp.sum(tagged_BN), 1))
+      return span_loss + tag_weight * tag_loss, (span_loss, tag_loss)
 
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    (_, losses), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
     updates, opt_state = tx.update(grads, opt_state, params)
     updates = jax.tree.map(lambda u: lr * u, updates)
-    return optax.apply_updates(params, updates), opt_state, loss
+    return optax.apply_updates(params, updates), opt_state, losses
 
   return step
 
 
+def learning_rate(cfg: TrainConfig, meta: dict, steps_per_epoch: int) -> float:
+  """The step's learning rate: linear warmup, then the plateau scale or the cosine."""
+  warmup = min(1.0, (meta["step"] + 1) / cfg.warmup_steps)
+  if cfg.schedule == "plateau":
+    return cfg.learning_rate * meta["lr_scale"] * warmup
+  total = max(cfg.max_epochs * steps_per_epoch - cfg.warmup_steps, 1)
+  progress = min(max(meta["step"] - cfg.warmup_steps, 0) / total, 1.0)
+  low = cfg.final_lr_fraction
+  return cfg.learning_rate * warmup * (low + (1 - low) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def evaluate(graphdef, params, rest, vocab, labels, trees) -> evalb.Score:
-  model = nnx.merge(graphdef, params, rest)
+  model = nnx.merge(graphdef, params, rest).scorer
   parser = Parser(model, vocab, labels)
   return evalb.score_trees(trees, parser.parse([t.leaves() for t in trees]))
 
@@ -167,12 +199,13 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   log = Log(workdir / "train_log.txt")
   started = time.time()
-  train_trees, train_name, missing = resolve(args.train, "train", args.gum)
+  train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
   dev_trees, dev_name, dev_missing = resolve(args.dev, "dev", args.gum)
   test_spec = args.test or (None if args.train else "")
   test_trees, test_name, _ = (resolve(test_spec, "test", args.gum) if test_spec is not None
                               else ([], "", []))
   long = [t for t in train_trees if len(t.leaves()) > cfg.max_train_words]
+  kept_tags = [g for t, g in zip(train_trees, train_tags) if len(t.leaves()) <= cfg.max_train_words]
   kept = [t for t in train_trees if len(t.leaves()) <= cfg.max_train_words]
   if not kept or not dev_trees:
     raise cli.CliError(f"no training ({len(kept)}) or dev ({len(dev_trees)}) sentences")
@@ -180,26 +213,33 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   if vocab_path.is_file():  # a resumed run keeps its vocabularies
     saved = json.loads(vocab_path.read_text(encoding="utf-8"))
     vocab, labels = Vocab.from_json(saved["vocab"]), LabelVocab.from_json(saved["labels"])
+    tag_names = saved.get("tags", [""])
   else:
     vocab = Vocab.from_sentences([t.leaves() for t in kept], cfg.min_word_count)
     labels = LabelVocab.from_trees(kept)
-    vocab_path.write_text(json.dumps({"vocab": vocab.to_json(), "labels": labels.to_json()},
-                                     ensure_ascii=False), encoding="utf-8")
-  examples = [Example(t.leaves(), binarize(t, labels, "right")) for t in kept]
+    tag_names = tag_vocabulary(kept_tags)
+    vocab_path.write_text(json.dumps({"vocab": vocab.to_json(), "labels": labels.to_json(),
+                                      "tags": tag_names}, ensure_ascii=False), encoding="utf-8")
+  tag_ids = {tag: k for k, tag in enumerate(tag_names)}
+  examples = [Example(t.leaves(), binarize(t, labels, "right"),
+                      None if g is None else np.array([tag_ids.get(x, 0) for x in g], np.int32))
+              for t, g in zip(kept, kept_tags)]
   data = {"train": train_name, "dev": dev_name, "test": test_name,
           "train_sentences": len(kept), "train_words": sum(len(e.words) for e in examples),
           "skipped_long": len(long), "missing_documents": missing + dev_missing,
+          "untagged_sentences": sum(g is None for g in kept_tags), "pos_tags": len(tag_names) - 1,
           "dev_sentences": len(dev_trees), "test_sentences": len(test_trees),
           "words": len(vocab.words), "chars": len(vocab.chars), "labels": len(labels)}
   log(f"data: {json.dumps(data)}")
 
-  model = SpanScorer(cfg.model, len(vocab.words), len(vocab.chars), len(labels),
-                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed))
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  rngs = nnx.Rngs(params=cfg.seed, dropout=cfg.seed)
+  scorer = SpanScorer(cfg.model, len(vocab.words), len(vocab.chars), len(labels), rngs)
+  tagger = PosTagger(cfg.model, len(tag_names), rngs) if cfg.tag_weight > 0 else None
+  graphdef, params, rest = nnx.split(TrainedParser(scorer, tagger), nnx.Param, ...)
   tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
                    optax.adamw(1.0, weight_decay=cfg.weight_decay))
   opt_state = tx.init(params)
-  step_fn = make_step(graphdef, tx)
+  step_fn = make_step(graphdef, tx, cfg.tag_weight)
   manager = ocp.CheckpointManager((workdir / "checkpoints").resolve(),
                                   options=ocp.CheckpointManagerOptions(max_to_keep=2))
   meta = {"step": 0, "epoch": 0, "position": 0, "lr_scale": 1.0, "best_f1": -1.0,
@@ -227,16 +267,17 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   while stop_reason is None and meta["epoch"] < cfg.max_epochs:
     batches = make_batches(examples, cfg, meta["epoch"])
     eval_every = cfg.eval_every or len(batches)
-    window_loss, window_words, window_start = 0.0, 0, time.time()
+    window_loss, window_tag, window_words, window_start = 0.0, 0.0, 0, time.time()
     while meta["position"] < len(batches):
       N, indices = batches[meta["position"]]
       rng = np.random.default_rng([cfg.seed, meta["epoch"], meta["position"], 1])
       batch = encode_batch(examples, N, indices, rows_for(N, cfg), vocab, cfg, keep_W, rng)
-      lr = cfg.learning_rate * meta["lr_scale"] * min(1.0, (meta["step"] + 1) / cfg.warmup_steps)
+      lr = learning_rate(cfg, meta, len(batches))
       key = jax.random.fold_in(jax.random.key(cfg.seed), meta["step"])
-      params, opt_state, loss = step_fn(params, rest, opt_state, batch, lr, key)
+      params, opt_state, (loss, tag_loss) = step_fn(params, rest, opt_state, batch, lr, key)
       words = sum(len(examples[k].words) for k in indices)
       window_loss += float(loss) * words
+      window_tag += float(tag_loss) * words
       window_words += words
       meta["step"] += 1
       meta["position"] += 1
@@ -246,10 +287,11 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
         elapsed = time.time() - window_start
         rate = window_words / max(elapsed, 1e-9)
         left = sum(len(examples[k].words) for _, ix in batches[meta["position"]:] for k in ix)
+        tag = f" tag loss {window_tag / window_words:.4f}" if cfg.tag_weight > 0 else ""
         log(f"step {meta['step']} epoch {meta['epoch']} ({meta['position']}/{len(batches)}) "
-            f"loss {window_loss / window_words:.4f} lr {lr:.2e} {rate:,.0f} words/s "
+            f"loss {window_loss / window_words:.4f}{tag} lr {lr:.2e} {rate:,.0f} words/s "
             f"epoch ETA {left / max(rate, 1e-9):.0f}s")
-        window_loss, window_words, window_start = 0.0, 0, time.time()
+        window_loss, window_tag, window_words, window_start = 0.0, 0.0, 0, time.time()
       meta["train_seconds"] = base_seconds + time.time() - session_start
       evaluated = meta["position"] % eval_every == 0 or meta["position"] == len(batches)
       if evaluated:
@@ -259,11 +301,11 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
                                 "seconds": round(meta["train_seconds"], 1)})
         if improved:
           meta.update(best_f1=score.f1, best_epoch=meta["epoch"], bad_evals=0)
-          save_parser(workdir / "best", nnx.merge(graphdef, params, rest), vocab, labels,
+          save_parser(workdir / "best", nnx.merge(graphdef, params, rest).scorer, vocab, labels,
                       {"dev_f1": score.f1, "step": meta["step"]})
         else:
           meta["bad_evals"] += 1
-          if meta["bad_evals"] % cfg.decay_patience == 0:
+          if cfg.schedule == "plateau" and meta["bad_evals"] % cfg.decay_patience == 0:
             meta["lr_scale"] *= cfg.lr_decay
         log(f"eval step {meta['step']} epoch {meta['epoch']}: dev F1 {score.f1:.2f} "
             f"(P {score.precision:.2f} R {score.recall:.2f} exact {score.exact_match:.2f}) "
