@@ -215,6 +215,15 @@ def strip_function_tags(label: str) -> str:
   return label
 
 
+def is_pos_label(label: str) -> bool:
+  """A POS tag, not a phrase label: `(NN cat)` is a preterminal, `(NP cat)` a one-word phrase.
+
+  The 26 phrase labels never serve as POS tags, so already-normalized skeletal trees (no POS)
+  read back unchanged while raw PTB/GUM trees lose their POS layer.
+  """
+  return strip_function_tags(label) not in _PTB_LABEL_SET
+
+
 class _Normalizer:
   """Applies NormalizeOptions bottom-up, one node at a time, as nodes close."""
 
@@ -233,12 +242,7 @@ class _Normalizer:
     return hit
 
   def is_pos(self, label: str) -> bool:
-    """A POS tag, not a phrase label: `(NN cat)` is a preterminal, `(NP cat)` a one-word phrase.
-
-    The 26 phrase labels never serve as POS tags, so already-normalized skeletal trees (no POS)
-    read back unchanged while raw PTB/GUM trees lose their POS layer.
-    """
-    return strip_function_tags(label) not in _PTB_LABEL_SET
+    return is_pos_label(label)
 
   def phrase_label(self, label: str, at: int | None) -> str:
     hit = self._phrase_cache.get(label)

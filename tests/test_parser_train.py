@@ -104,6 +104,10 @@ def test_pos_tags_come_from_the_raw_trees_preterminals(tmp_path, treebank):
   mixed = tmp_path / "mixed.ptb"
   mixed.write_text("(S (NP (DT the) dog) (VP (VBD-X barked)))\n(S (NP-SBJ (PRP it)) (VP (VBZ is)))\n")
   assert corpus.read_tagged_sentences([mixed])[1] == [None, ["PRP", "VBZ"]]
+  # Empty elements (-NONE-) are dropped by normalization, and their slots take no tag.
+  traces = tmp_path / "traces.ptb"
+  traces.write_text("(S (NP-SBJ (-NONE- *-1)) (VP (VBD left)) (. .))\n")
+  assert corpus.read_tagged_sentences([traces])[1] == [["VBD", "."]]
 
 
 def test_learning_rate_schedules():

@@ -13,13 +13,11 @@ import re
 from typing import Sequence
 
 from slm_jax import cli, ptb
-from slm_jax.kinds import PTB_LABELS
 from slm_jax.trees import Tree
 
 GUM_SPLITS = ("train", "dev", "test", "test2")
 _HEADING = re.compile(r"^##\s+(\S+)\s*$", re.M)
 _ITEM = re.compile(r"^\s*\*\s+(\S+)\s*$", re.M)
-PTB_LABEL_SET = frozenset(PTB_LABELS)
 
 
 def gum_split_names(splits_md: str) -> dict[str, list[str]]:
@@ -52,15 +50,19 @@ def read_sentences(paths: Sequence[str | pathlib.Path],
 
 
 def pos_tags(raw: Tree) -> list[str]:
-  """The preterminal labels of a raw (unnormalized) tree, in word order; a word that is not
-  under a one-word preterminal gets "" (no tag)."""
+  """The POS tags of a raw (unnormalized) tree, one per word that normalization keeps (empty
+  elements, `-NONE-`, are skipped as the normalizer drops them); "" for a word whose node is not
+  a POS preterminal (`ptb.is_pos_label`), e.g. a skeletal tree's `(NP cats)` or `(NP the dog)`."""
   tags: list[str] = []
   stack: list = [raw]
   while stack:
     node = stack.pop()
     if isinstance(node, str):
       tags.append("")
-    elif len(node.children) == 1 and isinstance(node.children[0], str):
+    elif node.label == "-NONE-":
+      continue
+    elif (len(node.children) == 1 and isinstance(node.children[0], str)
+          and ptb.is_pos_label(node.label)):
       tags.append(ptb.strip_function_tags(node.label))
     else:
       stack.extend(reversed(node.children))
@@ -70,8 +72,8 @@ def pos_tags(raw: Tree) -> list[str]:
 def read_tagged_sentences(paths: Sequence[str | pathlib.Path],
                           report: ptb.ReadReport | None = None
                           ) -> tuple[list[Tree], list[list[str] | None]]:
-  """`read_sentences` plus each sentence's POS tags from its raw tree (None where the file has
-  no POS layer, i.e. normalization kept the words under phrase labels, or the words differ)."""
+  """`read_sentences` plus each sentence's POS tags from its raw tree; None where some kept word
+  has no POS preterminal (no POS layer) or the tags do not line up with the normalized words."""
   documents = ptb.read_documents([str(p) for p in paths], sentences=True, normalize=None,
                                  report=report)
   trees, tags = [], []
@@ -80,19 +82,10 @@ def read_tagged_sentences(paths: Sequence[str | pathlib.Path],
       tree = ptb.normalize_tree(raw, ptb.NormalizeOptions(), report)
       if tree is None:
         continue
-      words = tree.leaves()
       tagged = pos_tags(raw)
       trees.append(tree)
-      tags.append(tagged if raw.leaves() == words and all(tagged) and _has_pos_layer(raw)
-                  else None)
+      tags.append(tagged if all(tagged) and len(tagged) == len(tree.leaves()) else None)
   return trees, tags
-
-
-def _has_pos_layer(raw: Tree) -> bool:
-  """Whether the raw tree's one-word nodes are POS preterminals, not phrase labels."""
-  labels = [ptb.strip_function_tags(n.label) for n in raw.subtrees()
-            if len(n.children) == 1 and isinstance(n.children[0], str)]
-  return bool(labels) and not any(label in PTB_LABEL_SET for label in labels)
 
 
 def _split_paths(spec: str | None, split: str, gum: str | None

@@ -11,11 +11,11 @@ AdamW (optax; warmup, global-norm clipping, then the config's `schedule`: halved
 or a cosine over `max_epochs`), CRF NLL of the right-binarized gold tree per word, plus (with
 `tag_weight` > 0) a POS-tagging loss on the encoder from the training trees' preterminals (a
 training-only head; the exported parser has no tagger and reads words only). A progress line every
-`log_every` steps (step, epoch, losses, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or every
-`eval_every` steps); the best model is exported (safetensors, `weights.save_parser`) to
-`WORKDIR/best` and, at the end, to `--export`. Orbax checkpoints (params, optimizer state, epoch,
-position, history) after each evaluation and every `checkpoint_every_s`; a killed run resumes
-where the last checkpoint left it. Early stopping after `patience` evaluations without a better dev
+`log_every` steps (step, epoch, losses, words/s, ETA). Dev labelled F1 (evalb,
+`slm_jax.parser.evalb`) once per epoch (or every `eval_every` steps); the best model is exported
+(safetensors, `weights.save_parser`) to `WORKDIR/best` and, at the end, to `--export`. Orbax
+checkpoints (params, optimizer state, epoch, position, history) after each evaluation and every
+`checkpoint_every_s`; a killed run resumes where the last checkpoint left it. Early stopping after `patience` evaluations without a better dev
 F1. `WORKDIR/summary.json` holds the data counts, the history and the final scores;
 `WORKDIR/train_log.txt` the progress lines.
 """
@@ -204,9 +204,10 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   test_spec = args.test or (None if args.train else "")
   test_trees, test_name, _ = (resolve(test_spec, "test", args.gum) if test_spec is not None
                               else ([], "", []))
-  long = [t for t in train_trees if len(t.leaves()) > cfg.max_train_words]
-  kept_tags = [g for t, g in zip(train_trees, train_tags) if len(t.leaves()) <= cfg.max_train_words]
-  kept = [t for t in train_trees if len(t.leaves()) <= cfg.max_train_words]
+  fits = [len(t.leaves()) <= cfg.max_train_words for t in train_trees]
+  long = [t for t, ok in zip(train_trees, fits) if not ok]
+  kept = [t for t, ok in zip(train_trees, fits) if ok]
+  kept_tags = [g for g, ok in zip(train_tags, fits) if ok]
   if not kept or not dev_trees:
     raise cli.CliError(f"no training ({len(kept)}) or dev ({len(dev_trees)}) sentences")
   vocab_path = workdir / "vocabularies.json"
