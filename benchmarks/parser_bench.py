@@ -7,8 +7,10 @@ is absent. Rows:
   parse        `Parser.parse` (encoder + Viterbi CKY + debinarization), sentences/s
   proposals    `Parser.proposals_batch` with K samples each (exact CRF samples, dedupe, sort),
                sentences/s, on the first `--proposal-sentences`
-  train step   one jitted CRF-NLL training step (forward + backward + AdamW), words/s, per bucket
-               (padded length N, batch_words // N sentences)
+  train step   one jitted training step of one scorer (the default config's: CRF NLL + the POS
+               head at `tag_weight`, forward + backward + AdamW), words/s, per bucket (padded
+               length N, batch_words // N sentences); for an ensemble, of its first member
+               (members train one after another)
 Compilation is excluded (one warm-up call per shape); the best of `--repeats` is reported. No timed
 assertions anywhere: this prints a table.
 """
@@ -32,6 +34,7 @@ from flax import nnx  # noqa: E402
 from slm_jax.parser import labels as label_lib  # noqa: E402
 from slm_jax.parser.api import load_parser  # noqa: E402
 from slm_jax.parser.config import DEFAULT  # noqa: E402
+from slm_jax.parser.model import Ensemble, PosTagger, TrainedParser  # noqa: E402
 from slm_jax.parser.corpus import gum_split_files, read_sentences  # noqa: E402
 from slm_jax.parser.train import Example, encode_batch, make_step, rows_for  # noqa: E402
 from tests.shared_data import shared_data_dir  # noqa: E402
@@ -72,7 +75,9 @@ def main() -> int:
              for s in sentences]
     source = f"{len(sentences)} generated sentences"
   words = sum(map(len, sentences))
+  members = len(model.model.members) if isinstance(model.model, Ensemble) else 1
   print(f"{source}: {words} words, mean length {words / len(sentences):.1f}; "
+        f"model {model.source} ({members} member{'s' * (members > 1)}); "
         f"JAX {jax.__version__} on {jax.devices()[0].platform}")
 
   print("| measurement | size | time (s) | rate |")
@@ -90,13 +95,17 @@ def main() -> int:
         f"{len(few) / t_prop:,.2f} sentences/s (mean {distinct:.0f} distinct trees) |")
 
   cfg = DEFAULT
-  net = model.model
+  scorer = model.model.members[0] if members > 1 else model.model
+  pos_tags = 47  # GUM train's 46 tags + "no tag"; every word gets tag 1 (same cost as real tags)
+  net = TrainedParser(scorer, PosTagger(scorer.cfg, pos_tags, nnx.Rngs(0)))
+  net.train()  # dropout on, as in training
   graphdef, params, rest = nnx.split(net, nnx.Param, ...)
   tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
                    optax.adamw(1.0, weight_decay=cfg.weight_decay))
-  step = make_step(graphdef, tx)
+  step = make_step(graphdef, tx, cfg.tag_weight)
   opt_state = tx.init(params)
-  examples = [Example(t.leaves(), label_lib.binarize(t, model.labels)) for t in trees]
+  examples = [Example(t.leaves(), label_lib.binarize(t, model.labels),
+                      np.ones(len(t.leaves()), np.int32)) for t in trees]
   keep = np.ones(len(model.vocab.words), np.float32)
   for N in (int(n) for n in args.train_buckets.split(",")):
     chosen = [k for k, e in enumerate(examples) if len(e.words) <= N][:rows_for(N, cfg)]

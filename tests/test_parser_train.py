@@ -58,6 +58,31 @@ def test_train_resume_and_export(tmp_path, treebank, capsys):
   assert (export / "train_log.txt").is_file() and (export / "summary.json").is_file()
 
 
+@pytest.mark.slow  # two tiny trainings (compilation)
+def test_an_ensemble_trains_its_members_resumes_and_exports(tmp_path, treebank, capsys):
+  export = tmp_path / "export"
+  assert run(tmp_path, treebank, "--members=2", "--max_epochs=1", f"--export={export}") == 0
+  out = capsys.readouterr().out
+  assert "member 0 of 2: training" in out and "(seed 1)" in out
+  work = tmp_path / "work"
+  from safetensors.numpy import load_file
+  a, b = (load_file(str(work / f"member{k}" / "best" / "model.safetensors")) for k in range(2))
+  assert any(not (a[name] == b[name]).all() for name in a)
+  summary = json.loads((work / "summary.json").read_text())
+  assert summary["stop"] == "ensemble of 2 members" and len(summary["members"]) == 2
+  assert 0 <= summary["dev"]["f1"] <= 100 and "empty_bias" in summary
+  config = json.loads((export / "config.json").read_text())
+  assert config["members"] == 2 and "empty_bias" in config
+  for name in ("member0_train_log.txt", "member1_summary.json", "train_log.txt"):
+    assert (export / name).is_file()
+  assert load_parser(export).parse([["the", "cat", "sat", "."]])[0].leaves() == [
+      "the", "cat", "sat", "."]
+  # Run again: both members are finished, so nothing is trained; the ensemble is rebuilt.
+  assert run(tmp_path, treebank, "--members=2", "--max_epochs=1") == 0
+  out = capsys.readouterr().out
+  assert out.count("finished earlier") == 2 and "loss" not in out.replace("tag loss", "")
+
+
 def test_bad_flags_are_one_error_line(tmp_path, treebank, capsys):
   assert run(tmp_path, treebank, "--split=ptb") == cli.EXIT_USAGE
   assert "only named split is 'gum'" in capsys.readouterr().err

@@ -11,7 +11,9 @@ span set, which determines the SPEC §1 tree), adds the unbiased Viterbi tree, d
 while fewer than k are distinct (at most `rounds` rounds; a sentence whose CRF mass sits on fewer
 trees gets fewer than k), and returns them best first by log p(tree) under the CRF (the labelled
 binary tree's probability; every binarization of a tree scores the same since s(·, ·, ∅) = 0).
-All trees are debinarized and normalized per SPEC §1.
+All trees are debinarized and normalized per SPEC §1. A folder may hold an ensemble
+(`model.Ensemble`, e.g. the shipped model): everything above then runs on the members' mean span
+scores.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from flax import nnx
 
 from slm_jax.parser import crf
 from slm_jax.parser.labels import LabelVocab, debinarize, spans_key
-from slm_jax.parser.model import SpanScorer
+from slm_jax.parser.model import Ensemble, SpanScorer
 from slm_jax.parser.vocab import Vocab, padded_length
 from slm_jax.parser.weights import load_parts
 from slm_jax.ptb import normalize_tree
@@ -39,12 +41,12 @@ _SAMPLE_BUDGET = 1 << 24  # B · S · P · L label logits per sampling call
 
 
 @nnx.jit
-def _score(model: SpanScorer, word_ids_BT, char_ids_BTC, lengths_B):
+def _score(model: SpanScorer | Ensemble, word_ids_BT, char_ids_BTC, lengths_B):
   return model(word_ids_BT, char_ids_BTC, lengths_B)
 
 
 @nnx.jit
-def _viterbi(model: SpanScorer, word_ids_BT, char_ids_BTC, lengths_B, empty_bias):
+def _viterbi(model: SpanScorer | Ensemble, word_ids_BT, char_ids_BTC, lengths_B, empty_bias):
   scores_BFFL = model(word_ids_BT, char_ids_BTC, lengths_B)
   return crf.viterbi(scores_BFFL.at[..., 0].add(empty_bias), lengths_B)
 
@@ -58,7 +60,7 @@ class Proposal:
 class Parser:
   """A loaded chart parser (see the module docstring)."""
 
-  def __init__(self, model: SpanScorer, vocab: Vocab, labels: LabelVocab,
+  def __init__(self, model: SpanScorer | Ensemble, vocab: Vocab, labels: LabelVocab,
                batch_words: int = 2048, source: str = "<memory>", empty_bias: float = 0.0):
     model.eval()
     self.model = model

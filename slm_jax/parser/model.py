@@ -10,7 +10,8 @@ Klein 2018); fencepost k (between words k and k + 1, k = 0..n) is (f_k, b_{k+1})
 The label MLP's first layer is linear, so it is applied to the fenceposts once (g_k = W_f f_k −
 W_b b_k) and a span's pre-activation is g_j − g_i + bias: O(N·D·H) matmuls plus O(N²·H) adds,
 not O(N²·D·H). Then LayerNorm, ReLU, dropout and a linear map to the L − 1 non-∅ labels;
-s(i, j, ∅) = 0 (so every binarization of a tree scores the same; see `crf`).
+s(i, j, ∅) = 0 (so every binarization of a tree scores the same; see `crf`). An `Ensemble` of
+scorers trained alike scores spans by the members' mean (s(i, j, ∅) stays 0).
 
 Legend: B sentences, T = N + 2 tokens, C characters, F = N + 1 fenceposts, D encoder width,
 H MLP width, L labels (0 = ∅), G POS tags (training's auxiliary head only).
@@ -137,6 +138,27 @@ class SpanScorer(nnx.Module):
     labels_BFFL = self.out(hidden_BFFH)
     empty_BFF1 = jnp.zeros(labels_BFFL.shape[:-1] + (1,), labels_BFFL.dtype)
     return jnp.concatenate([empty_BFF1, labels_BFFL], axis=-1)
+
+
+class Ensemble(nnx.Module):
+  """Several span scorers trained alike (seeds differ) on one vocabulary and label set; scores
+  s(i, j, ℓ) are the members' mean (a product of experts, with the temperature of one member), so
+  Viterbi, sampling and K-best run on the ensemble exactly as on one scorer."""
+
+  def __init__(self, members: list[SpanScorer]):
+    if len(members) < 2:
+      raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
+    if any(m.cfg != members[0].cfg for m in members[1:]):
+      raise ValueError("ensemble members must share one ModelConfig")
+    self.cfg = members[0].cfg
+    self.members = nnx.List(members)
+
+  def __call__(self, word_ids_BT: jax.Array, char_ids_BTC: jax.Array,
+               lengths_B: jax.Array) -> jax.Array:
+    total_BFFL = self.members[0](word_ids_BT, char_ids_BTC, lengths_B)
+    for member in self.members[1:]:
+      total_BFFL = total_BFFL + member(word_ids_BT, char_ids_BTC, lengths_B)
+    return total_BFFL / len(self.members)
 
 
 class PosTagger(nnx.Module):

@@ -18,10 +18,17 @@ checkpoints (params, optimizer state, epoch, position, history) after each evalu
 `checkpoint_every_s`; a killed run resumes where the last checkpoint left it. Early stopping after `patience` evaluations without a better dev
 F1. `WORKDIR/summary.json` holds the data counts, the history and the final scores;
 `WORKDIR/train_log.txt` the progress lines.
+
+Ensembles (`members` > 1, the default config's 3; `--members` overrides): member K is an ordinary
+run in `WORKDIR/memberK` with seed `seed + K`, trained in turn (a member whose summary.json says
+it finished is used as it is, so a killed ensemble run resumes at the member it was in); then
+`ensemble.combine` averages their span scores into `WORKDIR/best`, the ∅ bias is tuned on dev,
+dev and test are scored, and `--export` receives the ensemble with each member's log and summary.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -38,7 +45,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.parser import crf, evalb
+from slm_jax.parser import crf, ensemble, evalb
 from slm_jax.parser.api import Parser, load_parser
 from slm_jax.parser.config import TrainConfig, named_config
 from slm_jax.parser.corpus import resolve, resolve_tagged
@@ -179,6 +186,10 @@ def main(argv=None) -> int:
   parser.add_argument("--eval_every", type=int, default=None, help="steps between dev "
                       "evaluations (default: the config's; 0 = once per epoch)")
   parser.add_argument("--export", default=None, help="folder for the final (best) model")
+  parser.add_argument("--seed", type=int, default=None, help="override the config's seed "
+                      "(initialization, batch order, dropout)")
+  parser.add_argument("--members", type=int, default=None, help="override the config's "
+                      "ensemble size (1 = a single parser)")
   args = parser.parse_args(argv)
   if args.split != "gum":
     raise cli.CliError(f"--split={args.split}: the only named split is 'gum'")
@@ -187,8 +198,12 @@ def main(argv=None) -> int:
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoder=args.encoder))
   overrides = {k: v for k, v in (("max_minutes", args.max_minutes),
                                  ("max_epochs", args.max_epochs),
-                                 ("eval_every", args.eval_every)) if v is not None}
+                                 ("eval_every", args.eval_every),
+                                 ("seed", args.seed),
+                                 ("members", args.members)) if v is not None}
   cfg = dataclasses.replace(cfg, **overrides)
+  if cfg.members > 1:
+    return train_ensemble(cfg, pathlib.Path(args.workdir), args)
   return train(cfg, pathlib.Path(args.workdir), args)
 
 
@@ -327,14 +342,61 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
         log(f"stopping at the {cfg.max_minutes:g}-minute limit (checkpointed; run again to "
             "resume)")
         if meta["best_f1"] >= 0:
-          finish(workdir, args, log, data, meta, f"time limit ({cfg.max_minutes:g} minutes; "
-                 "resumable)", dev_trees, test_trees, started)
+          finish(workdir, args, log, run_summary(data, meta, f"time limit ({cfg.max_minutes:g} "
+                 "minutes; resumable)"), dev_trees, test_trees, started)
         return cli.EXIT_INCOMPLETE
       if stop_reason or epoch_end:
         break
   if stop_reason is None:
     stop_reason = f"reached {cfg.max_epochs} epochs"
-  return finish(workdir, args, log, data, meta, stop_reason, dev_trees, test_trees, started)
+  return finish(workdir, args, log, run_summary(data, meta, stop_reason), dev_trees, test_trees,
+                started)
+
+
+def run_summary(data: dict, meta: dict, stop_reason: str) -> dict:
+  return {"stop": stop_reason, "data": data, "best_epoch": meta["best_epoch"],
+          "steps": meta["step"], "train_seconds": round(meta["train_seconds"], 1),
+          "history": meta["history"]}
+
+
+def member_finished(folder: pathlib.Path) -> bool:
+  """A member run that ended (epochs reached or early stop), not one cut by `max_minutes`."""
+  path = folder / "summary.json"
+  if not (path.is_file() and (folder / "best").is_dir()):
+    return False
+  return not json.loads(path.read_text(encoding="utf-8"))["stop"].startswith("time limit")
+
+
+def train_ensemble(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
+  """`cfg.members` runs in WORKDIR/memberK (seed + K), then their ensemble (module docstring)."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  log = Log(workdir / "train_log.txt")
+  started = time.time()
+  member_args = argparse.Namespace(**{**vars(args), "export": None})
+  folders = [workdir / f"member{k}" for k in range(cfg.members)]
+  for k, folder in enumerate(folders):
+    if member_finished(folder):
+      log(f"member {k} of {cfg.members}: finished earlier ({folder / 'summary.json'}); used as is")
+      continue
+    log(f"member {k} of {cfg.members}: training in {folder} (seed {cfg.seed + k})")
+    code = train(dataclasses.replace(cfg, seed=cfg.seed + k, members=1), folder, member_args)
+    if code != 0:
+      log(f"member {k} stopped with exit code {code}; run again to resume the ensemble")
+      return code
+  dev_trees, _, _ = resolve(args.dev, "dev", args.gum)
+  test_spec = args.test or (None if args.train else "")
+  test_trees = resolve(test_spec, "test", args.gum)[0] if test_spec is not None else []
+  ensemble.combine([folder / "best" for folder in folders], workdir / "best")
+  members = [json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+             for folder in folders]
+  log("members' dev F1 (own ∅ bias): " + ", ".join(
+      f"{m['dev']['f1']:.2f}" for m in members) + "; test F1: " + ", ".join(
+      f"{m['test']['f1']:.2f}" for m in members if "test" in m))
+  summary = {"stop": f"ensemble of {cfg.members} members", "members": members,
+             "train_seconds": round(sum(m["train_seconds"] for m in members), 1)}
+  extra_files = {f"member{k}_{name}": folder / name for k, folder in enumerate(folders)
+                 for name in ("train_log.txt", "summary.json")}
+  return finish(workdir, args, log, summary, dev_trees, test_trees, started, extra_files)
 
 
 EMPTY_BIAS_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
@@ -354,11 +416,12 @@ def tune_empty_bias(parser: Parser, dev_trees, log) -> tuple[float, dict[str, fl
   return best, results
 
 
-def finish(workdir, args, log, data, meta, stop_reason, dev_trees, test_trees, started) -> int:
+def finish(workdir, args, log, summary, dev_trees, test_trees, started,
+           extra_files: dict[str, pathlib.Path] | None = None) -> int:
+  """Tunes the ∅ bias of WORKDIR/best on dev, scores dev and test, writes summary.json and copies
+  the model, summary and log (and `extra_files`, {exported name: path}) to `--export`."""
+  stop_reason = summary["stop"]
   best = load_parser(workdir / "best")
-  summary = {"stop": stop_reason, "data": data, "best_epoch": meta["best_epoch"],
-             "steps": meta["step"], "train_seconds": round(meta["train_seconds"], 1),
-             "history": meta["history"]}
   bias, by_bias = tune_empty_bias(best, dev_trees, log)
   summary["empty_bias"] = {"chosen": bias, "dev_f1": by_bias}
   config_path = workdir / "best" / "config.json"
@@ -380,6 +443,8 @@ def finish(workdir, args, log, data, meta, stop_reason, dev_trees, test_trees, s
       shutil.copy2(f, export / f.name)
     shutil.copy2(workdir / "summary.json", export / "summary.json")
     shutil.copy2(workdir / "train_log.txt", export / "train_log.txt")
+    for name, path in (extra_files or {}).items():
+      shutil.copy2(path, export / name)
     log(f"exported the best model to {export}")
   log(f"{stop_reason}; summary in {workdir / 'summary.json'}")
   return 0
