@@ -198,3 +198,42 @@ def test_cli_on_a_checkpoint_folder_uses_its_chat_template_bos_and_context(setup
     sentence = tree.root.children[0]
     texts = [prompt.text[a:b] for a, b in prompt.offsets_T2]
     assert "".join(texts[sentence.start:sentence.end]) == "The cats chase the mice."
+
+
+SURFACE = {"-LRB-": "(", "-RRB-": ")", "``": '"', "''": '"'}
+PUNCTUATED = [
+    ("q-quote", {"question": 'Why didn\'t the "old" dog (a beagle) bark?',
+                 "options": ["it slept", "it left"]}),
+    ("s-bracket", {"sentence": 'She said "we can\'t stay" (not today).'}),
+    ("m-context", {"context": "The dog (Rex) won't eat.", "question": 'Who said "no"?',
+                   "options": ["Rex", "Anna"]}),
+]
+
+
+@pytest.mark.slow  # ~13 s on the shared 2 cores (parser load + JAX compile)
+def test_the_shipped_parser_builds_aligned_trees_for_quotes_brackets_and_contractions(tmp_path):
+  """gtca.cache with `slm_jax.parser.api.load_parser()` (the shipped GUM model): no errors, and
+  every parser word's tokens spell that word (quotes, brackets, `n't` included)."""
+  from slm_jax.parser import api  # pylint: disable=import-outside-toplevel
+  tok = prompts.TextTokenizer(tiny_tokenizer(), bos_id=0, name="tiny")
+  fmt = prompts.PromptFormat(bos=True)
+  with gcache.ParseCache(tmp_path / "c.sqlite", IDENTITY, writable=True) as cache:
+    report = gcache.build_cache(PUNCTUATED, tok, cache, fmt, api.load_parser)
+    assert (report.errors, report.parsed) == (0, 3), report.messages
+    for example, record in PUNCTUATED:
+      prompt = fmt.prompt(record, tok, example)
+      tree = cache.get(prompt.ids_T, example)
+      texts = [prompt.text[a:b] for a, b in prompt.offsets_T2]
+      fields = "".join(prompt.field_text(f) + " " for f in prompt.parse_fields)
+      spelled = []
+      for sentence in tree.root.children:
+        if sentence.label in (spans.OPTIONS, spans.ANSWER):
+          continue
+        for node in (n for n in spans.SpanTree(sentence, 0).nodes() if not n.children):
+          joined = "".join(texts[node.start:node.end])
+          surface = SURFACE.get(node.label, node.label)
+          assert surface in joined, (example, node.label, joined)
+          spelled.append(surface)
+      # Every non-space character of the parse fields is some word's, in order.
+      assert "".join(spelled) == "".join(fields.split()), (example, spelled)
+      assert "n't" in spelled and "(" in spelled and ")" in spelled

@@ -66,6 +66,7 @@ def test_hf_backbone_imports_the_checkpoint_with_adapters(checkpoint):
   got = gtca_backbone.load_backbone(checkpoint, seed=1, lora_rank=4)
   assert got.added_words == () and got.decoder.config.lora_rank == 4
   assert got.text_tokenizer.bos_id == 1
+  assert got.context == 128 == gtca_backbone.backbone_context(checkpoint)  # max_position_embeddings
   ids, _ = got.text_tokenizer.encode(" A")
   assert got.letter_ids[0] == int(ids[0]) and len(set(got.letter_ids)) == 2
   plain = load_model(checkpoint, compute_dtype="float32")

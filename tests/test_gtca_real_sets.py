@@ -17,7 +17,7 @@ from slm_jax.data.rows import RowDataError
 from slm_jax.downstream import tasks
 from slm_jax.gtca import backbone as gbackbone
 from slm_jax.gtca import cache as gcache
-from slm_jax.gtca import evaluate, mcqa_data, real_sets, train
+from slm_jax.gtca import evaluate, mcqa_data, prompts, real_sets, train
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
 from tests.gtca_fixtures import write_gtca_fixtures
@@ -197,6 +197,49 @@ def test_cache_cli_counts_truncation_and_empty_questions(root, tiny, tmp_path, c
   code, out, err = build_cache(capsys, tmp_path / "bad", workdir, "mmlu", tmp_path / "m.sqlite")
   assert code == cli.EXIT_INCOMPLETE and "errors 1" in out
   assert "empty question" in err and "test.jsonl:0" in err
+
+
+def test_a_workdir_backbone_truncates_to_its_seq_len_by_default(root, tiny, tmp_path, capsys,
+                                                                 monkeypatch):
+  """A workdir's data.seq_len is its context (the decoder has no position table): without
+  --max_len the cache builder, and training through the cache, cut every too-long prompt from
+  the left so prompt + answer letter ≤ seq_len, and count it; an explicit --max_len wins."""
+  from slm_jax.config_builder import build, validate  # pylint: disable=import-outside-toplevel
+  from slm_jax.train import loading  # pylint: disable=import-outside-toplevel
+  _, model, tokenizer = tiny
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  tokenizer.save(workdir)
+  config = build("terminal", "tiny")
+  config.data.seq_len = 16
+  (workdir / "config.json").write_text(validate(config).to_json())
+  assert gbackbone.backbone_context(workdir) == 16
+  assert gbackbone.backbone_context(tiny[0]) is None  # a tokenizer alone: no known context
+  fake = lambda path, *a, **k: types.SimpleNamespace(  # noqa: E731
+      model=model, tokenizer=tokenizer, cfg=loading.run_config(path)[0])
+  monkeypatch.setattr(gbackbone, "load_run", fake)
+  backbone = gbackbone.load_backbone(workdir, n_options=4)
+  assert backbone.context == 16
+  examples = mcqa_data.load_set("hellaswag", root).labeled()
+  full = [len(prompts.PromptFormat(bos=True).prompt(x.record(), backbone.text_tokenizer))
+          for x in examples]
+  assert min(full) > 16  # every prompt is too long for the context
+  for extra, limit in (((), 16), (("--max_len=12",), 12)):
+    out = tmp_path / f"h{limit}.sqlite"
+    code, stdout, _ = build_cache(capsys, root, workdir, "hellaswag", out, *extra)
+    assert code == 0 and f"truncated {len(examples)}" in stdout, stdout
+    cache, fmt = real_sets.open_cache(out, backbone.text_tokenizer)
+    assert fmt.max_len == limit
+    tally = collections.Counter()
+    with cache:  # every row is a cache hit and fits
+      rows = real_sets.encode_cached(examples, backbone, cache, fmt, counts=tally)
+    assert tally["truncated"] == len(examples)
+    for row, example in zip(rows, examples):
+      uncut = prompts.PromptFormat(bos=True).prompt(example.record(), backbone.text_tokenizer)
+      assert len(row.ids_T) == limit  # prompt + answer letter, not one more
+      assert row.ids_T[:-1].tolist() == uncut.ids_T[-(limit - 1):].tolist()  # cut on the left
+      assert row.ids_T[-1] == backbone.letter_ids[example.answer]
+      assert row.tree.n_tokens == limit - 1
 
 
 def test_a_cache_of_another_prompt_tokenizer_is_refused_naming_the_fix(root, tiny, tmp_path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import pytest
@@ -103,10 +104,20 @@ def test_left_truncation_is_counted_and_the_tree_follows(tok):
   assert "Which" not in leaves and "chase" in leaves and "animals" in leaves
   texts = token_texts(cut)
   assert "".join(texts[slice(*leaves["chase"])]).strip() == "chase"
-  fmt = prompts.PromptFormat(max_len=24)
+  # A PromptFormat's max_len bounds the row: 24 = 23 prompt tokens + the answer letter.
+  fmt = prompts.PromptFormat(max_len=25)
   assert fmt.prompt({"id": "t", "question": QUESTION, "options": ["cats", "dogs"]},
                     tok).truncated == cut.truncated
   assert prompts.PromptFormat.from_meta(fmt.to_meta()) == fmt
+  # A cache written before answer_tokens existed cut MCQA prompts to max_len itself.
+  old = prompts.PromptFormat.from_meta({"prompt_format": json.dumps(
+      {"max_len": 24, "chat": False, "bos": False})})
+  assert old.answer_tokens == 0 and len(old.prompt(
+      {"id": "t", "question": QUESTION, "options": ["cats", "dogs"]}, tok)) == 24
+  with pytest.raises(prompts.PromptError, match="example t: max_len 1 leaves no room"):
+    prompts.PromptFormat(max_len=1).prompt(
+        {"id": "t", "question": QUESTION, "options": ["cats", "dogs"]}, tok)
+  assert len(prompts.PromptFormat(max_len=5).prompt({"id": "s", "sentence": QUESTION}, tok)) == 5
 
 
 def test_chat_template_shifts_the_fields(tok):

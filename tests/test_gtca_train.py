@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 
@@ -161,3 +162,20 @@ def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeyp
   (out / "result.json").unlink()
   with pytest.raises(Exception, match="another backbone"):
     train.run(settings, lines.append, backbone=train.prepare_backbone(other, tokenizer), task=task)
+
+
+def test_toy_rows_are_cut_from_the_left_to_the_backbone_context(tiny, task):
+  """A backbone's context bounds the whole row: the prompt is cut from the left so prompt +
+  answer letter ≤ context, and the cut rows are counted."""
+  model, tokenizer = tiny
+  items = task.splits["test"]
+  free = train.encode_items(items, train.prepare_backbone(model, tokenizer), "gold", 0)
+  limit = min(len(e.ids_T) for e in free) - 3
+  tally = collections.Counter()
+  cut = train.encode_items(items, train.prepare_backbone(model, tokenizer, context=limit),
+                           "gold", 0, tally)
+  assert tally["truncated"] == len(items)
+  for a, b in zip(free, cut):
+    assert len(b.ids_T) == limit and b.ids_T[-1] == a.ids_T[-1]  # the letter is kept
+    assert b.ids_T[:-1].tolist() == a.ids_T[:-1][-(limit - 1):].tolist()
+    assert b.tree.n_tokens == limit - 1

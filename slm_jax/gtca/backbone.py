@@ -16,6 +16,15 @@ its `tokenizer.json` (BOS, chat template) is the prompt tokenizer, nothing is ap
 sub-word vocabulary spells every prompt word) and the option letters must be one token each
 (" A", " B", …). `load_backbone(source)` takes either kind; `is_hf_checkpoint` tells them apart
 (a folder with `config.json` and no slm_jax tokenizer spec).
+
+**Context** (`Backbone.context`, `backbone_context`): the most tokens a row may have; prompts are
+cut from the left to fit it, answer letter included (`prompts.PromptFormat`). A Hugging Face
+checkpoint: its `max_position_embeddings`. A slm_jax workdir: its `data.seq_len`. The slm_jax
+decoder has no position table (RoPE at the row's positions, no positional embedding or other
+per-position parameter; `model.rope_original_max_position` only shapes Llama-3 frequency
+scaling), so nothing in the model itself caps a row; the training row length is the longest
+context the model has ever seen, the limit its positions are trained for. Unknown (None, no
+truncation): a bare tokenizer.json, a workdir folder without `config.json`.
 """
 
 from __future__ import annotations
@@ -87,6 +96,21 @@ class Backbone:
   pad_id: int
   added_words: tuple[str, ...]
   source: str
+  context: int | None = None  # the most tokens of a row (module docstring); None: unknown
+
+
+def backbone_context(source: str | pathlib.Path) -> int | None:
+  """The context of a backbone source without loading it (module docstring): a Hugging Face
+  folder's `max_position_embeddings`, a slm_jax workdir's `data.seq_len`, else None."""
+  path = pathlib.Path(source)
+  if not path.is_dir() or not (path / "config.json").is_file():
+    return None
+  if is_hf_checkpoint(path):
+    from slm_jax.hf.config import read_config  # pylint: disable=import-outside-toplevel
+    value = read_config(path).get("max_position_embeddings")
+    return int(value) if value else None
+  from slm_jax.train.loading import run_config  # pylint: disable=import-outside-toplevel
+  return int(run_config(path)[0].data.seq_len)
 
 
 def _flat(tree: Any) -> dict[str, Any]:
@@ -95,7 +119,7 @@ def _flat(tree: Any) -> dict[str, Any]:
 
 def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lora_rank: int = 8,
                      lora_alpha: float = 16.0, lora_dropout: float = 0.05, n_options: int = 2,
-                     source: str = "") -> Backbone:
+                     source: str = "", context: int | None = None) -> Backbone:
   """`model` rebuilt with LoRA adapters and one frozen embedding row per prompt word
   (`prompt_words(n_options)`) its word vocabulary lacks (module docstring); every loaded array
   is copied bit for bit."""
@@ -147,7 +171,7 @@ def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lor
       raise RuntimeError(f"backbone {source}: {name} was not copied bit for bit")
   text_tokenizer, _ = word_prompt_tokenizer(tokenizer, n_options, source)
   letters = letter_ids(text_tokenizer, n_options, source)
-  return Backbone(decoder, text_tokenizer, letters, tokenizer.pad_id, added, source)
+  return Backbone(decoder, text_tokenizer, letters, tokenizer.pad_id, added, source, context)
 
 
 def letter_ids(text_tokenizer: TextTokenizer, n_options: int, source: str) -> tuple[int, ...]:
@@ -184,7 +208,9 @@ def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8
   hf = read_config(folder)
   pad = next((int(hf[k]) for k in ("pad_token_id", "eos_token_id")
               if isinstance(hf.get(k), int)), 0)  # rows are masked: any id in range pads
-  return Backbone(decoder, text_tokenizer, letters, pad, (), source)
+  context = hf.get("max_position_embeddings")
+  return Backbone(decoder, text_tokenizer, letters, pad, (), source,
+                  int(context) if context else None)
 
 
 def load_backbone(source: str | pathlib.Path, **kwargs) -> Backbone:
@@ -193,7 +219,9 @@ def load_backbone(source: str | pathlib.Path, **kwargs) -> Backbone:
   if is_hf_checkpoint(source):
     return hf_backbone(source, **kwargs)
   run = load_run(source)
-  return prepare_backbone(run.model, run.tokenizer, source=str(source), **kwargs)
+  cfg = getattr(run, "cfg", None)  # the training config: data.seq_len is the context
+  context = int(cfg.data.seq_len) if cfg is not None else None
+  return prepare_backbone(run.model, run.tokenizer, source=str(source), context=context, **kwargs)
 
 
 def frozen_model(source: str | pathlib.Path) -> Decoder:

@@ -4,8 +4,8 @@
 (`cache_key`). **Value** = the `spans.SpanTree` JSON (chunk ranges and the m_t = 0 ranges).
 **Meta** table: the identity the values depend on — `tokenizer` (sha256 of the tokenizer's JSON),
 `parser` (sha256 of the parser folder's files, or `given` for trees supplied in the data),
-`prompt_format` (`prompts.PromptFormat`: max_len, chat template, BOS) — plus `backbone` and
-`format` for information. Opening a cache with a different value for any identity key the caller
+`prompt_format` (`prompts.PromptFormat`: max_len, chat template, BOS, answer tokens) — plus
+`backbone` and `format` for information. Opening a cache with a different value for any identity key the caller
 gives is refused (`StaleCacheError`); readers pass at least the tokenizer, and can rebuild the
 prompt format the cache was built with by `PromptFormat.from_meta(cache.meta)`.
 `ParseCache.get(ids, example)` on a miss raises `CacheMissError` naming the example: a run never
@@ -29,6 +29,10 @@ run, whose prompt tokenizer is the word vocabulary plus the prompt words of `--o
 `slm_jax.gtca.backbone` gives the trainer. Without `--parser` the shipped GUM parser is loaded,
 only if some record has no tree; `right_branching` / `random` are the weak-parser and random-tree
 ablations' parsers (no model; a random tree is drawn from a seed of the sentence's words).
+`--max_len` (default: the backbone's context, `slm_jax.gtca.backbone.backbone_context` — a
+checkpoint's `max_position_embeddings`, a workdir's `data.seq_len`; 0: no limit; an explicit
+value wins over the context) bounds a row: MCQA prompts are cut from the left to max_len − 1
+tokens so the answer letter still fits, sentence prompts to max_len.
 `--shard=i/n` takes the records with index ≡ i (mod n) and writes
 `cache.shard-0000i-of-0000n.sqlite` beside `--out` (n = 1: `--out` itself);
 `--merge` joins all n shard files into `--out` (refused while a shard is missing or the shards'
@@ -373,9 +377,14 @@ def read_records(path: str | pathlib.Path, index: int, count: int,
   return out
 
 
-def _max_len(backbone: pathlib.Path, flag: int | None) -> int | None:
+def _max_len(backbone: pathlib.Path, flag: int | None, workdir: bool = False) -> int | None:
+  """The row limit: an explicit --max_len (0: none), else the backbone's context — a
+  workdir's data.seq_len, a checkpoint folder's max_position_embeddings (`backbone_context`)."""
   if flag is not None:
     return flag or None  # 0: no limit
+  if workdir:
+    from slm_jax.gtca.backbone import backbone_context  # pylint: disable=g-import-not-at-top
+    return backbone_context(backbone)
   config = backbone / "config.json" if backbone.is_dir() else None
   if config is not None and config.is_file():
     value = json.loads(config.read_text()).get("max_position_embeddings")
@@ -432,8 +441,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="parser folder (default: the shipped GUM), or right_branching / "
                       "random (the weak-parser / random-tree ablations)")
   parser.add_argument("--max_len", type=int, default=None,
-                      help="left-truncate prompts to N tokens (default: the backbone's "
-                      "max_position_embeddings; 0: never) — the trainer must use the same")
+                      help="left-truncate so a row (prompt + answer letter) has at most N "
+                      "tokens (default: the backbone's context — a checkpoint's "
+                      "max_position_embeddings, a workdir's data.seq_len; 0: never); an "
+                      "explicit N wins, larger or smaller — the trainer reads it from the cache")
   parser.add_argument("--chat_template", choices=("auto", "on", "off"), default="auto",
                       help="wrap prompts in the backbone's chat template (auto: if it has one)")
   parser.add_argument("--bos", action="store_true", help="prepend the backbone's BOS token")
@@ -460,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = TextTokenizer.load(backbone)
   chat = args.chat_template == "on" or (args.chat_template == "auto"
                                         and tokenizer.chat_template is not None)
-  fmt = PromptFormat(max_len=_max_len(backbone, args.max_len), chat=chat, bos=args.bos)
+  fmt = PromptFormat(max_len=_max_len(backbone, args.max_len, bool(args.workdir)), chat=chat,
+                     bos=args.bos)
   factory, parser_id = _parser_of(args.parser, records)
   identity = {"tokenizer": tokenizer.identity, **fmt.to_meta(), "parser": parser_id}
   out = shard_path(args.out, index, count)

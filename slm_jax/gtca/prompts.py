@@ -22,9 +22,15 @@ through the end of the last option line: header, option lines and the newlines b
 1 elsewhere (zero-width tokens such as a prepended BOS get 1).
 
 An example longer than `max_len` tokens is truncated from the left (as the paper does):
-`Prompt.truncated` counts the dropped tokens (0 when none). The cache key is computed from the
-truncated ids, so the builder and the trainer must use the same `PromptFormat`; the cache stores
-it (`PromptFormat.to_meta`) and readers rebuild it with `PromptFormat.from_meta`.
+`Prompt.truncated` counts the dropped tokens (0 when none). `PromptFormat.max_len` bounds the
+whole row the model reads: an MCQA prompt is always followed by its answer letter (the training
+target, the scored token), so `PromptFormat` keeps at most `max_len − answer_tokens` prompt
+tokens (`answer_tokens` = 1) and prompt + letter ≤ max_len; a sentence prompt has nothing after it
+and keeps `max_len`. (The bare `mcqa_prompt` / `sentence_prompt` take `max_len` as the prompt's
+own limit.) The cache key is computed from the truncated ids, so the builder and the trainer must
+use the same `PromptFormat`; the cache stores it (`PromptFormat.to_meta`) and readers rebuild it
+with `PromptFormat.from_meta` (a cache written before `answer_tokens` existed reads as 0, the way
+it was built).
 """
 
 from __future__ import annotations
@@ -142,19 +148,33 @@ def overlapping(offsets_T2: np.ndarray, start: int, end: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class PromptFormat:
-  """How records become token ids: left truncation to `max_len` (None: never), the backbone's
-  chat template or plain text, a BOS id prepended or not. Stored in the parse cache's meta."""
+  """How records become token ids: left truncation so that a row — the prompt and, after an
+  MCQA prompt, its `answer_tokens` answer-letter tokens — has at most `max_len` tokens (None:
+  never), the backbone's chat template or plain text, a BOS id prepended or not. Stored in the
+  parse cache's meta."""
 
   max_len: int | None = None
   chat: bool = False
   bos: bool = False
+  answer_tokens: int = 1  # tokens appended after an MCQA prompt (its answer letter)
 
   def to_meta(self) -> dict[str, str]:
     return {"prompt_format": json.dumps(dataclasses.asdict(self), sort_keys=True)}
 
   @classmethod
   def from_meta(cls, meta: Mapping[str, str]) -> "PromptFormat":
-    return cls(**json.loads(meta["prompt_format"]))
+    # A cache written before `answer_tokens` existed truncated prompts to max_len itself.
+    return cls(**{"answer_tokens": 0, **json.loads(meta["prompt_format"])})
+
+  def prompt_limit(self, kind: str, example_id: str = "?") -> int | None:
+    """The most prompt tokens of a `kind` prompt (MCQA: room left for the answer letter)."""
+    if self.max_len is None:
+      return None
+    limit = self.max_len - (self.answer_tokens if kind == MCQA else 0)
+    if limit < 1:
+      raise PromptError(f"example {example_id}: max_len {self.max_len} leaves no room for a "
+                        f"prompt before its {self.answer_tokens} answer token(s)")
+    return limit
 
   def prompt(self, record: Mapping[str, Any], tokenizer: TextTokenizer,
              example_id: str | None = None) -> Prompt:
@@ -173,7 +193,8 @@ class PromptFormat:
       bos_id = tokenizer.bos_id
     if "sentence" in record:
       return sentence_prompt(str(record["sentence"]), tokenizer, example_id=example_id,
-                             max_len=self.max_len, chat_template=template, bos_id=bos_id)
+                             max_len=self.prompt_limit(SENTENCE, example_id),
+                             chat_template=template, bos_id=bos_id)
     if "question" not in record or "options" not in record:
       raise PromptError(f"example {example_id}: a record needs `question` and `options` (MCQA) "
                         f"or `sentence` (BLiMP/CoLA); it has {sorted(record)}")
@@ -183,7 +204,8 @@ class PromptFormat:
                         f"{type(options).__name__}")
     return mcqa_prompt(str(record["question"] or ""), [str(o) for o in options], tokenizer,
                        context=str(record.get("context") or ""), example_id=example_id,
-                       max_len=self.max_len, chat_template=template, bos_id=bos_id)
+                       max_len=self.prompt_limit(MCQA, example_id), chat_template=template,
+                       bos_id=bos_id)
 
 
 def _finish(example_id: str, kind: str, content: str, fields: dict[str, Any],

@@ -100,10 +100,13 @@ def digest_line(prints: dict[str, tuple[int, int]]) -> str:
 
 # ---- data ----------------------------------------------------------------------------------------
 def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
-                 seed: int) -> list[evaluate.Encoded]:
+                 seed: int, counts: collections.Counter | None = None) -> list[evaluate.Encoded]:
   """Prompt + answer-letter rows and span trees of toy items under `tree_source`; the random
-  and permuted sources draw from `SeedSequence([seed, split stream, item index])`."""
-  fmt = PromptFormat(bos=True, chat=backbone.text_tokenizer.chat_template is not None)
+  and permuted sources draw from `SeedSequence([seed, split stream, item index])`. A row is cut
+  from the left to the backbone's context, letter included (`counts["truncated"]` counts them)."""
+  counts = collections.Counter() if counts is None else counts
+  fmt = PromptFormat(max_len=backbone.context, bos=True,
+                     chat=backbone.text_tokenizer.chat_template is not None)
   streams = {"train": 0, "dev": 1, "test": 2}
   out = []
   for item in items:
@@ -112,6 +115,7 @@ def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
         [seed, streams.get(item.split, 3), item.index]))
     prompt = fmt.prompt({"question": item.question, "options": list(item.options)},
                         backbone.text_tokenizer, example_id)
+    counts["truncated"] += prompt.truncated > 0
     tree = span_tree(prompt, [ablations.question_tree(item.tree, tree_source, rng)])
     if tree_source == "permuted":
       tree = ablations.permute_leaves(tree, rng)
@@ -134,7 +138,7 @@ def encode_pairs(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
       rng = np.random.default_rng(np.random.SeedSequence([seed, 10 + item.index, option]))
       prompt = sentence_prompt(" ".join(words), backbone.text_tokenizer,
                                example_id=f"{item.split}:{item.index}:{option}",
-                               bos_id=backbone.text_tokenizer.bos_id)
+                               max_len=backbone.context, bos_id=backbone.text_tokenizer.bos_id)
       span = span_tree(prompt, [ablations.question_tree(tree, tree_source, rng)])
       if tree_source == "permuted":
         span = ablations.permute_leaves(span, rng)
@@ -300,9 +304,14 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   mcfg = backbone.decoder.config
   gtca = Gtca(GtcaConfig.from_model(mcfg, k=settings.k, **options), rngs=nnx.Rngs(settings.seed + 1))
   if settings.task == "toy":
-    data = {split: encode_items(items, backbone, source, settings.seed)
-            for split, items in task.splits.items()}
-    counts = task.counts
+    counts = {split: dict(c) for split, c in task.counts.items()}
+    data = {}
+    for split, items in task.splits.items():
+      tally: collections.Counter = collections.Counter()
+      data[split] = encode_items(items, backbone, source, settings.seed, tally)
+      counts.setdefault(split, {})["truncated"] = tally["truncated"]
+    log("truncated from the left: " + ", ".join(f"{split} {c.get('truncated', 0)}"
+                                                for split, c in counts.items()))
   else:
     data, counts = real_data(settings, backbone, task, source)
     log("truncated from the left: " + ", ".join(f"{split} {c['truncated']}"
