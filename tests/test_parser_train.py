@@ -83,6 +83,17 @@ def test_an_ensemble_trains_its_members_resumes_and_exports(tmp_path, treebank, 
   assert out.count("finished earlier") == 2 and "loss" not in out.replace("tag loss", "")
 
 
+def test_a_member_cut_by_the_time_limit_is_not_finished(tmp_path):
+  meta = {"best_epoch": 0, "step": 3, "train_seconds": 1.0, "history": []}
+  folder = tmp_path / "member0"
+  (folder / "best").mkdir(parents=True)
+  assert not train.member_finished(tmp_path / "absent")
+  for resumable, finished in ((True, False), (False, True)):
+    summary = train.run_summary({}, meta, "some reason", resumable=resumable)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert train.member_finished(folder) is finished
+
+
 def test_bad_flags_are_one_error_line(tmp_path, treebank, capsys):
   assert run(tmp_path, treebank, "--split=ptb") == cli.EXIT_USAGE
   assert "only named split is 'gum'" in capsys.readouterr().err

@@ -43,7 +43,7 @@ from slm_jax.gtca.toy_task import LETTERS, SLOT
 from slm_jax.model.config import LORA_TARGETS
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer
-from slm_jax.train.loading import load_run
+from slm_jax.train.loading import load_run, run_config
 from slm_jax.train.sharding import path_string
 
 
@@ -109,7 +109,6 @@ def backbone_context(source: str | pathlib.Path) -> int | None:
     from slm_jax.hf.config import read_config  # pylint: disable=import-outside-toplevel
     value = read_config(path).get("max_position_embeddings")
     return int(value) if value else None
-  from slm_jax.train.loading import run_config  # pylint: disable=import-outside-toplevel
   return int(run_config(path)[0].data.seq_len)
 
 
@@ -208,9 +207,7 @@ def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8
   hf = read_config(folder)
   pad = next((int(hf[k]) for k in ("pad_token_id", "eos_token_id")
               if isinstance(hf.get(k), int)), 0)  # rows are masked: any id in range pads
-  context = hf.get("max_position_embeddings")
-  return Backbone(decoder, text_tokenizer, letters, pad, (), source,
-                  int(context) if context else None)
+  return Backbone(decoder, text_tokenizer, letters, pad, (), source, backbone_context(folder))
 
 
 def load_backbone(source: str | pathlib.Path, **kwargs) -> Backbone:
@@ -219,9 +216,8 @@ def load_backbone(source: str | pathlib.Path, **kwargs) -> Backbone:
   if is_hf_checkpoint(source):
     return hf_backbone(source, **kwargs)
   run = load_run(source)
-  cfg = getattr(run, "cfg", None)  # the training config: data.seq_len is the context
-  context = int(cfg.data.seq_len) if cfg is not None else None
-  return prepare_backbone(run.model, run.tokenizer, source=str(source), context=context, **kwargs)
+  return prepare_backbone(run.model, run.tokenizer, source=str(source),
+                          context=backbone_context(source), **kwargs)
 
 
 def frozen_model(source: str | pathlib.Path) -> Decoder:

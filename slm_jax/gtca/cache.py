@@ -377,19 +377,13 @@ def read_records(path: str | pathlib.Path, index: int, count: int,
   return out
 
 
-def _max_len(backbone: pathlib.Path, flag: int | None, workdir: bool = False) -> int | None:
+def _max_len(backbone: pathlib.Path, flag: int | None) -> int | None:
   """The row limit: an explicit --max_len (0: none), else the backbone's context — a
   workdir's data.seq_len, a checkpoint folder's max_position_embeddings (`backbone_context`)."""
   if flag is not None:
     return flag or None  # 0: no limit
-  if workdir:
-    from slm_jax.gtca.backbone import backbone_context  # pylint: disable=g-import-not-at-top
-    return backbone_context(backbone)
-  config = backbone / "config.json" if backbone.is_dir() else None
-  if config is not None and config.is_file():
-    value = json.loads(config.read_text()).get("max_position_embeddings")
-    return int(value) if value else None
-  return None
+  from slm_jax.gtca.backbone import backbone_context  # pylint: disable=g-import-not-at-top
+  return backbone_context(backbone)
 
 
 def _records(args, index: int, count: int, bad_lines: list[str]):
@@ -471,8 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = TextTokenizer.load(backbone)
   chat = args.chat_template == "on" or (args.chat_template == "auto"
                                         and tokenizer.chat_template is not None)
-  fmt = PromptFormat(max_len=_max_len(backbone, args.max_len, bool(args.workdir)), chat=chat,
-                     bos=args.bos)
+  fmt = PromptFormat(max_len=_max_len(backbone, args.max_len), chat=chat, bos=args.bos)
   factory, parser_id = _parser_of(args.parser, records)
   identity = {"tokenizer": tokenizer.identity, **fmt.to_meta(), "parser": parser_id}
   out = shard_path(args.out, index, count)

@@ -207,6 +207,14 @@ def main(argv=None) -> int:
   return train(cfg, pathlib.Path(args.workdir), args)
 
 
+def scoring_sets(args) -> tuple[tuple, tuple]:
+  """(trees, name, missing documents) of the dev set and of the test set: `--test`, or GUM test
+  when training on the GUM split, or none (`[]`) when `--train` is given without `--test`."""
+  test_spec = args.test or (None if args.train else "")
+  test = resolve(test_spec, "test", args.gum) if test_spec is not None else ([], "", [])
+  return resolve(args.dev, "dev", args.gum), test
+
+
 def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   workdir.mkdir(parents=True, exist_ok=True)
   # Compiled steps are cached on disk, so a resumed run does not compile every bucket again.
@@ -215,10 +223,7 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   log = Log(workdir / "train_log.txt")
   started = time.time()
   train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
-  dev_trees, dev_name, dev_missing = resolve(args.dev, "dev", args.gum)
-  test_spec = args.test or (None if args.train else "")
-  test_trees, test_name, _ = (resolve(test_spec, "test", args.gum) if test_spec is not None
-                              else ([], "", []))
+  (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(args)
   fits = [len(t.leaves()) <= cfg.max_train_words for t in train_trees]
   long = [t for t, ok in zip(train_trees, fits) if not ok]
   kept = [t for t, ok in zip(train_trees, fits) if ok]
@@ -343,7 +348,7 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
             "resume)")
         if meta["best_f1"] >= 0:
           finish(workdir, args, log, run_summary(data, meta, f"time limit ({cfg.max_minutes:g} "
-                 "minutes; resumable)"), dev_trees, test_trees, started)
+                 "minutes; resumable)", resumable=True), dev_trees, test_trees, started)
         return cli.EXIT_INCOMPLETE
       if stop_reason or epoch_end:
         break
@@ -353,10 +358,11 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
                 started)
 
 
-def run_summary(data: dict, meta: dict, stop_reason: str) -> dict:
-  return {"stop": stop_reason, "data": data, "best_epoch": meta["best_epoch"],
-          "steps": meta["step"], "train_seconds": round(meta["train_seconds"], 1),
-          "history": meta["history"]}
+def run_summary(data: dict, meta: dict, stop_reason: str, resumable: bool = False) -> dict:
+  """summary.json of one run; `resumable`: cut by `max_minutes`, to be continued."""
+  return {"stop": stop_reason, "resumable": resumable, "data": data,
+          "best_epoch": meta["best_epoch"], "steps": meta["step"],
+          "train_seconds": round(meta["train_seconds"], 1), "history": meta["history"]}
 
 
 def member_finished(folder: pathlib.Path) -> bool:
@@ -364,7 +370,7 @@ def member_finished(folder: pathlib.Path) -> bool:
   path = folder / "summary.json"
   if not (path.is_file() and (folder / "best").is_dir()):
     return False
-  return not json.loads(path.read_text(encoding="utf-8"))["stop"].startswith("time limit")
+  return not json.loads(path.read_text(encoding="utf-8")).get("resumable", False)
 
 
 def train_ensemble(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
@@ -383,9 +389,7 @@ def train_ensemble(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
     if code != 0:
       log(f"member {k} stopped with exit code {code}; run again to resume the ensemble")
       return code
-  dev_trees, _, _ = resolve(args.dev, "dev", args.gum)
-  test_spec = args.test or (None if args.train else "")
-  test_trees = resolve(test_spec, "test", args.gum)[0] if test_spec is not None else []
+  (dev_trees, _, _), (test_trees, _, _) = scoring_sets(args)
   ensemble.combine([folder / "best" for folder in folders], workdir / "best")
   members = [json.loads((folder / "summary.json").read_text(encoding="utf-8"))
              for folder in folders]
