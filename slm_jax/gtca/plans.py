@@ -74,6 +74,8 @@ class Settings:
       problems.append(f"ablation {self.ablation!r} applies to method gtca, not {self.method!r}")
     if len(self.stage_steps) != 3 or min(self.stage_steps) < 1:
       problems.append(f"stage_steps {self.stage_steps} must be three positive step counts")
+    if self.option_order not in ("random", "fixed"):
+      problems.append(f"option_order {self.option_order!r} is not random or fixed")
     if self.batch_size < 1 or self.lr <= 0 or self.alpha < 0:
       problems.append("batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
     if problems:

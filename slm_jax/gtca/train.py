@@ -1,6 +1,8 @@
 """GTCA training on a frozen backbone: the three stages, the baselines and the ablations (SPEC §10).
 
-`python -m slm_jax.gtca.train --backbone=RUN --out=DIR --method=gtca [--ablation=…] [--seed=S]`
+`python -m slm_jax.gtca.train --backbone=RUN --out=DIR --methods=gtca,… [--seeds=0,1,…]`, or
+`python -m slm_jax.gtca.train --config=FILE|toy [--lr=…|--config.lr=…]` (`slm_jax.gtca.run_config`:
+a sweep as code, every key validated before the first run starts; flags override the file).
 
 - **Backbone**: a slm_jax training workdir (`load_run`), e.g. a terminal model trained on the
   embedded corpus. Its word vocabulary lacks the prompt's words (`Question:`, `Options:`,
@@ -76,7 +78,7 @@ import optax
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.gtca import ablations, evaluate, real_sets
+from slm_jax.gtca import ablations, evaluate, real_sets, run_config
 from slm_jax.gtca.backbone import (Backbone, hf_backbone, is_hf_checkpoint,  # noqa: F401
                                    load_backbone, prepare_backbone)
 from slm_jax.gtca.branch import Gtca, GtcaConfig
@@ -363,9 +365,12 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
 
 # ---- a finished run, restored (evaluation on other sets, the probe) ------------------------------
 def make_tx(settings: Settings, stage: Stage) -> optax.GradientTransformation:
+  """AdamW, warm-up over 5% of the stage's steps (at least 1; none for a 1-step stage, which
+  optax's cosine part needs a step for), cosine decay to lr / 10."""
+  warmup = min(max(1, stage.steps // 20), stage.steps - 1)
   return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
-      optax.warmup_cosine_decay_schedule(0.0, settings.lr, max(1, stage.steps // 20),
-                                         stage.steps, settings.lr * 0.1), weight_decay=0.0))
+      optax.warmup_cosine_decay_schedule(0.0, settings.lr, warmup, stage.steps,
+                                         settings.lr * 0.1), weight_decay=0.0))
 
 
 def settings_of(result: dict) -> Settings:
@@ -425,86 +430,98 @@ def variant(name: str) -> tuple[str, str]:
                      f"{', '.join(METHODS + tuple(a for a in ABLATION_SWITCHES if a != 'none'))}")
 
 
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-  try:
-    return tuple(int(x) for x in text.split(",") if x.strip())
-  except ValueError:
-    raise cli.CliError(f"{flag}={text!r}: expected comma-separated integers") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--backbone", required=True,
+  base = run_config.defaults()
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=(
+      "--config=FILE|NAME (slm_jax.gtca.run_config) sets any of these keys; a flag, or "
+      "--config.KEY=VALUE, overrides the file. Packaged configs: "
+      + ", ".join(run_config.names())))
+  given = lambda key, text: f"{text} (default {base[key]!r})" if text else f"default {base[key]!r}"
+  parser.add_argument("--config", default=None,
+                      help="a GTCA train config (a file with get_config(), or a packaged name)")
+  parser.add_argument("--backbone", default=None,
                       help="slm_jax training workdir, or a Hugging Face checkpoint folder")
-  parser.add_argument("--out", required=True,
+  parser.add_argument("--out", default=None,
                       help="output folder: one run writes OUT/result.json; with several "
                       "--methods or --seeds each run writes OUT/NAME/seedS/result.json")
-  parser.add_argument("--methods", default="gtca",
-                      help=f"comma-separated: {', '.join(METHODS)} or an ablation "
-                      f"({', '.join(a for a in ABLATION_SWITCHES if a != 'none')})")
-  parser.add_argument("--seeds", default="0", help="comma-separated training seeds")
-  parser.add_argument("--stage_steps", default="200,200,200", help="steps of stages 1,2,3")
-  parser.add_argument("--batch_size", type=int, default=16)
-  parser.add_argument("--lr", type=float, default=1e-3)
-  parser.add_argument("--alpha", type=float, default=ALPHA)
-  parser.add_argument("--train_items", type=int, default=2000)
-  parser.add_argument("--dev_items", type=int, default=200)
-  parser.add_argument("--test_items", type=int, default=500)
-  parser.add_argument("--task_seed", type=int, default=0)
-  parser.add_argument("--option_order", choices=("random", "fixed"), default="random",
-                      help="toy options in a seeded order, or singular first (easier)")
-  parser.add_argument("--task", default="toy", choices=("toy", *MCQA_SETS),
-                      help="the embedded-grammar toy task, or a real MCQA set read from "
-                      "--data_root with its span trees from --cache")
-  parser.add_argument("--data_root", default="", help="the real set's Hugging Face download")
-  parser.add_argument("--cache", default="", help="the parse cache of the real set's prompts "
+  parser.add_argument("--methods", default=None,
+                      help=given("methods", f"comma-separated: {', '.join(METHODS)} or an ablation "
+                                 f"({', '.join(a for a in ABLATION_SWITCHES if a != 'none')})"))
+  parser.add_argument("--seeds", default=None, help=given("seeds", "comma-separated training seeds"))
+  parser.add_argument("--stage_steps", default=None, help=given("stage_steps", "steps of stages 1,2,3"))
+  parser.add_argument("--batch_size", type=int, default=None, help=given("batch_size", ""))
+  parser.add_argument("--lr", type=float, default=None, help=given("lr", ""))
+  parser.add_argument("--alpha", type=float, default=None, help=given("alpha", ""))
+  parser.add_argument("--train_items", type=int, default=None, help=given("train_items", ""))
+  parser.add_argument("--dev_items", type=int, default=None, help=given("dev_items", ""))
+  parser.add_argument("--test_items", type=int, default=None, help=given("test_items", ""))
+  parser.add_argument("--task_seed", type=int, default=None, help=given("task_seed", ""))
+  parser.add_argument("--option_order", choices=("random", "fixed"), default=None,
+                      help=given("option_order", "toy options in a seeded order, or singular "
+                                 "first (easier)"))
+  parser.add_argument("--task", default=None, choices=("toy", *MCQA_SETS),
+                      help=given("task", "the embedded-grammar toy task, or a real MCQA set read "
+                                 "from --data_root with its span trees from --cache"))
+  parser.add_argument("--data_root", default=None, help="the real set's Hugging Face download")
+  parser.add_argument("--cache", default=None, help="the parse cache of the real set's prompts "
                       "(python -m slm_jax.gtca.cache --task=… --workdir=BACKBONE)")
-  parser.add_argument("--log_every", type=int, default=50)
-  parser.add_argument("--jit_cache", default="",
+  parser.add_argument("--log_every", type=int, default=None, help=given("log_every", ""))
+  parser.add_argument("--jit_cache", default=None,
                       help="JAX persistent compilation cache folder (reused across runs)")
-  args = parser.parse_args(argv)
-  steps = _ints(args.stage_steps, "--stage_steps")
-  names = [n.strip() for n in args.methods.split(",") if n.strip()]
-  seeds = _ints(args.seeds, "--seeds")
-  if args.jit_cache:
-    jax.config.update("jax_compilation_cache_dir", args.jit_cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  args, rest = parser.parse_known_args(argv)
+  overrides = [r for r in rest if r.startswith("--config.")]
+  if len(overrides) != len(rest):
+    parser.error("unrecognized arguments: " + " ".join(r for r in rest if r not in overrides))
+  flags = {k: v for k, v in vars(args).items() if v is not None and k not in ("config", "debug")}
+  config = run_config.resolve(args.config, flags, overrides)
   log = lambda line: print(line, flush=True)
-  if args.task != "toy" and (not args.data_root or not args.cache):
-    raise cli.CliError(f"--task={args.task} needs --data_root (its download) and --cache (its "
+  log("config: " + " ".join(f"{k}={_shown(v)}" for k, v in config.items()))
+  if config.jit_cache:
+    jax.config.update("jax_compilation_cache_dir", config.jit_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  if config.task != "toy" and (not config.data_root or not config.cache):
+    raise cli.CliError(f"--task={config.task} needs --data_root (its download) and --cache (its "
                        "parse cache)")
-  hf = is_hf_checkpoint(args.backbone)
-  loaded = None if hf else load_run(args.backbone)
-  if args.task == "toy":
-    task, n_options = make_toy_task(args.train_items, args.dev_items, args.test_items,
-                                    args.task_seed, option_order=args.option_order), 2
-  else:
-    task = real_sets.load_real(args.task, args.data_root, args.train_items, args.dev_items,
-                               args.test_items)
-    n_options = SETS[args.task].n_options
+  n_options = 2 if config.task == "toy" else SETS[config.task].n_options
+  common = run_config.settings_kwargs(config)
+  names, seeds = config.methods, config.seeds
   single = len(names) == 1 and len(seeds) == 1
-  began, total = time.perf_counter(), len(names) * len(seeds)
-  for done, (seed, name) in enumerate([(s, n) for s in seeds for n in names]):
+  runs = []  # every run's Settings, validated before the first one starts
+  for seed, name in [(s, n) for s in seeds for n in names]:
     method, ablation = variant(name)
-    out = pathlib.Path(args.out) if single else pathlib.Path(args.out) / name / f"seed{seed}"
-    settings = Settings(args.backbone, str(out), method, ablation, seed, steps, args.batch_size,
-                        args.lr, args.alpha, task_seed=args.task_seed,
-                        train_items=args.train_items, dev_items=args.dev_items,
-                        test_items=args.test_items, option_order=args.option_order,
-                        log_every=args.log_every, task=args.task, data_root=args.data_root,
-                        cache=args.cache, n_options=n_options)
+    out = pathlib.Path(config.out) if single else pathlib.Path(config.out) / name / f"seed{seed}"
+    try:
+      runs.append((name, Settings(out=str(out), method=method, ablation=ablation, seed=seed,
+                                  n_options=n_options, **common)))
+    except ValueError as error:
+      raise cli.CliError(f"{error} (run {name} seed {seed})") from None
+  hf = is_hf_checkpoint(config.backbone)
+  loaded = None if hf else load_run(config.backbone)
+  if config.task == "toy":
+    task = make_toy_task(config.train_items, config.dev_items, config.test_items,
+                         config.task_seed, option_order=config.option_order)
+  else:
+    task = real_sets.load_real(config.task, config.data_root, config.train_items,
+                               config.dev_items, config.test_items)
+  began, total = time.perf_counter(), len(runs)
+  for done, (name, settings) in enumerate(runs):
+    out, seed = pathlib.Path(settings.out), settings.seed
     if (out / "result.json").exists():
       log(f"[{done + 1}/{total}] {name} seed {seed}: {out / 'result.json'} exists, skipped")
       continue
     lora = dict(seed=seed, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
                 lora_dropout=settings.lora_dropout, n_options=n_options)
-    backbone = (hf_backbone(args.backbone, **lora) if hf else
-                prepare_backbone(loaded.model, loaded.tokenizer, source=args.backbone, **lora))
+    backbone = (hf_backbone(config.backbone, **lora) if hf else
+                prepare_backbone(loaded.model, loaded.tokenizer, source=config.backbone, **lora))
     run(settings, log, backbone=backbone, task=task)
     elapsed = time.perf_counter() - began
     log(f"[{done + 1}/{total}] {name} seed {seed} done; {elapsed:.0f}s elapsed, ETA "
         f"{elapsed / (done + 1) * (total - done - 1):.0f}s")
   return 0
+
+
+def _shown(value) -> str:
+  return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""`gtca.train --config=…`: precedence, validation before anything runs, the packaged configs,
+and the CLI run end to end (one config, flags on top; the three chained stages with their
+printed frozen-backbone lines in the slow test)."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+from flax import nnx
+
+from slm_jax import cli
+from slm_jax.gtca import run_config, train
+from slm_jax.gtca import backbone as gbackbone
+from slm_jax.model.config import ModelConfig
+from slm_jax.model.decoder import Decoder
+from slm_jax.tokenizer import Tokenizer, WordVocab
+
+
+def _write(path, body: str):
+  path.write_text("import ml_collections\n\ndef get_config():\n"
+                  "  c = ml_collections.ConfigDict()\n" + body + "  return c\n")
+  return path
+
+
+def test_file_then_flags_then_overrides(tmp_path):
+  path = _write(tmp_path / "c.py", "  c.backbone = 'runs/b'\n  c.out = 'o'\n  c.lr = 3e-3\n"
+                "  c.seeds = (0, 1)\n  c.methods = 'gtca,lora_only'\n  c.lora_rank = 4\n")
+  config = run_config.resolve(str(path), {"lr": 5e-3, "stage_steps": "1,2,3"},
+                              ["--config.batch_size=8", "--config.seeds=3",
+                               "--config.blimp_pairs=false"])
+  assert config.backbone == "runs/b" and config.lr == 5e-3  # the flag beats the file
+  assert config.seeds == (3,) and config.methods == ("gtca", "lora_only")
+  assert config.stage_steps == (1, 2, 3) and config.batch_size == 8
+  assert config.lora_rank == 4 and config.blimp_pairs is False
+  assert config.alpha == train.ALPHA and config.option_order == "random"  # Settings' defaults
+  kwargs = run_config.settings_kwargs(config)
+  assert "seed" not in kwargs and "method" not in kwargs and kwargs["lora_rank"] == 4
+  settings = train.Settings(out="x", method="gtca", seed=3, **kwargs)
+  assert settings.stage_steps == (1, 2, 3) and settings.lr == 5e-3
+
+
+def test_unknown_keys_and_wrong_types_are_refused_naming_them(tmp_path):
+  path = _write(tmp_path / "bad.py", "  c.backbone = 'b'\n  c.out = 'o'\n  c.learning_rate = 1\n"
+                "  c.batch_size = 'big'\n  c.seeds = 'a,b'\n")
+  with pytest.raises(run_config.GtcaConfigError) as error:
+    run_config.resolve(str(path), {})
+  text = str(error.value)
+  assert f"{path}: unknown key 'learning_rate'" in text
+  assert "batch_size='big'" in text and f"{path}: seeds='a,b' is not a comma-separated list" in text
+  with pytest.raises(run_config.GtcaConfigError, match=r"unknown key 'stage_step'; did you mean "
+                                                       r"stage_steps\?"):
+    run_config.resolve(None, {"backbone": "b", "out": "o"}, ["--config.stage_step=1,1,1"])
+  with pytest.raises(run_config.GtcaConfigError, match="lr='fast' is not a float"):
+    run_config.resolve(None, {"backbone": "b", "out": "o"}, ["--config.lr=fast"])
+  with pytest.raises(run_config.GtcaConfigError, match=r"backbone is required"):
+    run_config.resolve(None, {"out": "o"})
+  with pytest.raises(run_config.GtcaConfigError, match="no packaged GTCA config of that name"):
+    run_config.resolve("no_such_config", {})
+  broken = tmp_path / "broken.py"
+  broken.write_text("def get_config():\n  return 1 / 0\n")
+  with pytest.raises(run_config.GtcaConfigError, match=f"{broken}: cannot run"):
+    run_config.resolve(str(broken), {})
+
+
+@pytest.mark.parametrize("name", run_config.names())
+def test_every_packaged_config_builds_its_runs(name):
+  config = run_config.resolve(name, {})
+  assert config.methods and config.seeds
+  for method in config.methods:
+    base, ablation = train.variant(method)
+    train.Settings(out="x", method=base, ablation=ablation, seed=0,
+                   **run_config.settings_kwargs(config))
+  assert set(run_config.names()) >= {"toy", "mmlu_qwen"}
+
+
+# ---- the CLI ---------------------------------------------------------------------------------
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+  """A word-level backbone behind a patched `load_run` (no trained workdir needed)."""
+  tokenizer = Tokenizer(WordVocab(["<unk>", "the", ".", "is", "are", "keys", "key"]))
+  model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=2,
+                              n_heads=2, mlp_ratio=2), rngs=nnx.Rngs(0))
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  monkeypatch.setattr(train, "load_run", fake)
+  monkeypatch.setattr(gbackbone, "load_run", fake)
+  folder = tmp_path / "backbone"
+  folder.mkdir()
+  return folder
+
+
+def _config(tmp_path, workdir, methods: str):
+  return _write(tmp_path / "run.py", f"  c.backbone = {str(workdir)!r}\n"
+                f"  c.out = {str(tmp_path / 'runs')!r}\n  c.methods = {methods!r}\n"
+                "  c.seeds = (0, 1)\n  c.train_items = 8\n  c.dev_items = 2\n"
+                "  c.test_items = 4\n  c.blimp_pairs = False\n  c.stage_steps = (1, 1, 1)\n"
+                "  c.batch_size = 2\n  c.log_every = 1\n")
+
+
+def test_the_cli_runs_a_config_with_flags_on_top(tmp_path, workdir, capsys):
+  path = _config(tmp_path, workdir, "backbone")
+  assert train.main([f"--config={path}", "--seeds=1", "--config.task_seed=2"]) == 0
+  printed = capsys.readouterr().out
+  assert "config: " in printed and "seeds=1 " in printed and "task_seed=2 " in printed
+  assert not (tmp_path / "runs" / "backbone" / "seed0").exists()  # --seeds overrode (0, 1)
+  result = json.loads((tmp_path / "runs" / "result.json").read_text())  # one run: OUT itself
+  assert result["settings"]["task_seed"] == 2 and result["settings"]["train_items"] == 8
+  # every run is validated before the first starts: a bad method stops the sweep at once
+  with pytest.raises(cli.CliError, match="unknown method or ablation 'gtcaa'"):
+    train.main([f"--config={path}", "--methods=backbone,gtcaa"])
+  assert not (tmp_path / "runs" / "backbone").exists()
+  with pytest.raises(cli.CliError, match="option_order 'sorted'"):
+    train.main([f"--config={path}", "--config.option_order=sorted"])
+  with pytest.raises(SystemExit):  # an argument that is neither a flag nor --config.KEY=VALUE
+    train.main([f"--config={path}", "--nonsense=1"])
+
+
+@pytest.mark.slow  # the three stages compiled once each on 2 cores (~40 s)
+def test_the_cli_chains_three_stages_and_prints_the_frozen_check(tmp_path, workdir, capsys):
+  path = _config(tmp_path, workdir, "gtca")
+  assert train.main([f"--config={path}", "--seeds=0"]) == 0
+  printed = capsys.readouterr().out.splitlines()
+  for stage in ("1 (lora)", "2 (gtca)", "3 (joint)"):
+    line = next(x for x in printed if x.startswith(f"stage {stage} backbone: "))
+    assert "bitwise equal to the loaded ones" in line, line
+  result = json.loads((tmp_path / "runs" / "result.json").read_text())
+  assert [s["stage"] for s in result["stages"]] == ["lora", "gtca", "joint"]
+  assert (tmp_path / "runs" / "stage2_only" / "result.json").is_file()
+  for directory in ("stage1_lora", "stage2_gtca", "stage3_joint"):
+    assert (tmp_path / "runs" / directory / "1").is_dir()
