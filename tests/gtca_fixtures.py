@@ -11,7 +11,10 @@
 - `cola/`: GLUE `nyu-mll/glue` `cola/{train,validation,test}-00000-of-00001.parquet`
   (`sentence`, `label`, `idx`; test labels −1);
 - `mmlu/`, `hellaswag/`, `winogrande/` (and the other downstream tasks): the downstream fixtures
-  (`tests.downstream_fixtures.write_fixtures`) plus MMLU's `all/auxiliary_train` split.
+  (`tests.downstream_fixtures.write_fixtures`) plus MMLU's `all/auxiliary_train` split;
+- `blimp/`: BLiMP's own layout (`<UID>.jsonl`, one pair per line with every field the release
+  has), `BLIMP_PARADIGMS` × `rows` pairs; `adjunct_island`'s good sentences repeat
+  `regular_plural_subject_verb_agreement_1`'s (BLiMP repeats sentences across paradigms too).
 """
 
 from __future__ import annotations
@@ -24,6 +27,39 @@ from tests.downstream_fixtures import HUB_SHARD, PEOPLE, THINGS, _cycle, _mmlu, 
 
 CLOTH_FILES = {"train": "train", "validation": "valid", "test": "test"}
 VERBS = ("carried", "painted", "borrowed", "cleaned", "dropped", "found")
+# UID -> (field, linguistics_term, good and bad sentence of pair i); words of the tests' vocabulary
+BLIMP_PARADIGMS = {
+    "regular_plural_subject_verb_agreement_1": (
+        "morphology", "subject_verb_agreement",
+        lambda who, thing: (f"{who} was early .", f"{who} were early .")),
+    "determiner_noun_agreement_1": (
+        "morphology", "determiner_noun_agreement",
+        lambda who, thing: (f"{who} carried the {thing} home .",
+                            f"{who} carried a the {thing} home .")),
+    "adjunct_island": (
+        "syntax", "island_effects",
+        lambda who, thing: (f"{who} was early .", f"{who} early was .")),
+}
+BLIMP_WHO, BLIMP_THINGS = ("Anna", "Brian", "Carla", "Dmitri"), ("kettle", "bicycle", "ladder")
+
+
+def blimp_pair(uid: str, i: int) -> dict:
+  """Pair i of paradigm `uid` as a line of BLiMP's release."""
+  field, term, make = BLIMP_PARADIGMS[uid]
+  good, bad = make(_cycle(BLIMP_WHO, i), _cycle(BLIMP_THINGS, i))
+  return {"sentence_good": good, "sentence_bad": bad, "field": field, "linguistics_term": term,
+          "UID": uid, "simple_LM_method": True, "one_prefix_method": False,
+          "two_prefix_method": False, "lexically_identical": False, "pairID": str(i)}
+
+
+def write_blimp(folder: str | pathlib.Path, rows: int = 3) -> pathlib.Path:
+  """`rows` pairs of every paradigm of `BLIMP_PARADIGMS` as `folder/<UID>.jsonl`."""
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  for uid in BLIMP_PARADIGMS:
+    (folder / f"{uid}.jsonl").write_text("".join(json.dumps(blimp_pair(uid, i)) + "\n"
+                                                 for i in range(rows)))
+  return folder
 
 
 def cloth_question(i: int) -> dict:
@@ -80,4 +116,5 @@ def write_gtca_fixtures(root: str | pathlib.Path, rows: int = 4) -> dict[str, pa
     _parquet(root / "cola" / f"cola/{split}-{HUB_SHARD}.parquet",
              [cola_row(i, labeled) for i in range(n)])
   out["cola"] = root / "cola"
+  out["blimp"] = write_blimp(root / "blimp")
   return out

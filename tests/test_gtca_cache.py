@@ -237,3 +237,30 @@ def test_the_shipped_parser_builds_aligned_trees_for_quotes_brackets_and_contrac
       # Every non-space character of the parse fields is some word's, in order.
       assert "".join(spelled) == "".join(fields.split()), (example, spelled)
       assert "n't" in spelled and "(" in spelled and ")" in spelled
+
+
+def test_cli_caches_two_pairs_per_paradigm_of_the_shared_blimp(tmp_path, capsys):
+  """`--task=blimp --limit=2` on the real BLiMP release (../shared/data/blimp): both sentences of
+  the first 2 pairs of all 67 paradigms, counted (a repeated sentence would be a duplicate)."""
+  from slm_jax.gtca import mcqa_data  # pylint: disable=import-outside-toplevel
+  from slm_jax.tokenizer import make_tokenizer  # pylint: disable=import-outside-toplevel
+  from tests.shared_data import require_shared  # pylint: disable=import-outside-toplevel
+  blimp = require_shared("blimp")
+  pairs = mcqa_data.load_set("blimp", blimp, limit=2)
+  sentences = [s.sentence for pair in pairs.examples for s in pair.sentences()]
+  workdir = tmp_path / "workdir"  # a word vocabulary spelling every sentence (no unknown words)
+  workdir.mkdir()
+  make_tokenizer("word", words=sorted({w for s in sentences for w in s.split()})).save(workdir)
+  distinct = len({tuple(s.split()) for s in sentences})
+  args = ("--task=blimp", f"--data_root={blimp}", f"--workdir={workdir}", "--bos", "--limit=2",
+          "--parser=right_branching", f"--out={tmp_path / 'blimp.sqlite'}")
+  code, out, err = run_cli(capsys, *args)
+  assert code == cli.EXIT_OK, err
+  assert len(pairs.paradigms) == 67 and len(sentences) == 268
+  assert "blimp all: 67 paradigms, 134 pairs, 268 sentences (good and bad of every pair)" in out
+  assert (f"examples 268, parsed {distinct}, cached already 0, duplicates {268 - distinct}, "
+          "truncated 0, errors 0") in out, out
+  with gcache.ParseCache(tmp_path / "blimp.sqlite", {}) as cache:
+    assert len(cache) == distinct and cache.meta["parser"] == "right_branching"
+  code, out, _ = run_cli(capsys, *args)  # a rerun finds every sentence
+  assert code == cli.EXIT_OK and "parsed 0, cached already 268, duplicates 0" in out, out

@@ -142,6 +142,11 @@ def test_mean_sd_and_tables(tmp_path):
   assert "**72.00 ± 2.83**" in lines[-1]
   ablation = evaluate.ablation_table(results, metrics=("toy", "drift"))
   assert "**0.020 ± 0.014**" in ablation  # lower drift is better
+  # the toy's BLiMP-style pairs and the real BLiMP are two columns, never one
+  both = evaluate.report({"gtca": {"blimp": [60.0], evaluate.REAL_BLIMP: [70.0, 72.0]},
+                          "lora_only": {"blimp": [50.0]}})
+  assert "| Method | BLiMP(-style pairs)↑ | BLiMP (67 paradigms)↑ | n |" in both
+  assert "| GTCA | **60.00** | 71.00 ± 1.41 | 2 |" in both and "| LoRA-only | 50.00 | – | 1 |" in both
   for i, (name, seed) in enumerate([("gtca", 0), ("gtca", 1), ("lora_only", 0)]):
     path = tmp_path / name / f"seed{seed}"
     path.mkdir(parents=True)

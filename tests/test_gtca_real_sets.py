@@ -1,6 +1,7 @@
-"""GTCA's real sets (CLOTH, MMLU, HellaSwag, WinoGrande, CoLA) from tiny files in their Hugging
-Face layouts (tests/gtca_fixtures.py): readers, bad input, and the real CLIs at tiny scale —
-the parse cache builder, training, evaluation of a finished run (CoLA as MCC) and the tables."""
+"""GTCA's real sets (CLOTH, MMLU, HellaSwag, WinoGrande, CoLA, BLiMP) from tiny files in their own
+layouts (tests/gtca_fixtures.py): readers, bad input, and the real CLIs at tiny scale — the
+parse cache builder, training, evaluation of a finished run (CoLA as MCC, BLiMP's pairs) and the
+tables."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import collections
 import json
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -17,10 +20,14 @@ from slm_jax.data.rows import RowDataError
 from slm_jax.downstream import tasks
 from slm_jax.gtca import backbone as gbackbone
 from slm_jax.gtca import cache as gcache
-from slm_jax.gtca import evaluate, mcqa_data, prompts, real_sets, train
+from slm_jax.gtca import ablations, evaluate, mcqa_data, prompts, real_sets, spans, train
+from slm_jax.gtca.branch import Gtca, GtcaConfig
+from slm_jax.gtca.forward import gtca_logits, merge_models, split_models
+from slm_jax.gtca.spans import chunk_batch
+from slm_jax.hf.scoring import plain_rows
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
-from tests.gtca_fixtures import write_gtca_fixtures
+from tests.gtca_fixtures import BLIMP_PARADIGMS, write_blimp, write_gtca_fixtures
 
 pytest.importorskip("tokenizers")
 
@@ -167,7 +174,7 @@ def test_threshold_maximizes_mcc_on_the_fitting_scores():
 def test_cache_cli_builds_every_set_from_its_hub_layout(root, tiny, tmp_path, capsys):
   workdir = tiny[0]
   for name, spec in mcqa_data.SETS.items():
-    for split in (spec.train_split, spec.eval_split):
+    for split in filter(None, (spec.train_split, spec.eval_split)):  # BLiMP: no training split
       code, out, err = build_cache(capsys, root, workdir, name, tmp_path / f"{name}.sqlite",
                                    f"--split={split}")
       assert code == 0, err
@@ -282,6 +289,186 @@ def test_tree_sources_on_cached_trees(root, tiny, tmp_path, capsys):
     assert p.ids_T[-1] == letters[p.answer] and p.letter_ids == letters
 
 
+# ---- BLiMP -----------------------------------------------------------------------------------
+def test_blimp_is_read_by_the_project_reader_as_pairs_of_two_sentences(root, tmp_path):
+  from slm_jax.eval.blimp import load_blimp  # pylint: disable=import-outside-toplevel
+  split = mcqa_data.load_set("blimp", root)  # the parent of blimp/ finds it too
+  assert split.split == "all" and len(split.files) == 3
+  assert split.counts == {"rows": 9, "examples": 9, "unlabeled": 0, "pairs": 9, "paradigms": 3}
+  assert split.summary() == "blimp all: 9 pairs of 3 paradigms in 3 files"
+  direct = load_blimp(root / "blimp")
+  assert [p.uid for p in split.paradigms] == [p.uid for p in direct] == sorted(BLIMP_PARADIGMS)
+  assert [(x.good, x.bad) for x in split.examples] == [
+      pair for p in direct for pair in zip(p.good, p.bad)]
+  first = split.examples[0]
+  assert first.source == "adjunct_island:0" and split.labeled() == split.examples
+  good, bad = first.sentences()
+  assert (good.source, good.record()) == ("adjunct_island:0:good",
+                                          {"id": "adjunct_island:0:good", "sentence": first.good})
+  assert (bad.source, bad.sentence, bad.label) == ("adjunct_island:0:bad", first.bad, 0)
+  assert mcqa_data.load_set("blimp", root / "blimp", limit=2).counts["pairs"] == 6  # per paradigm
+  with pytest.raises(RowDataError, match="blimp has one split, 'all'.*not 'train'"):
+    mcqa_data.load_set("blimp", root, "train")
+  bad_folder = write_blimp(tmp_path / "bad")
+  path = bad_folder / "adjunct_island.jsonl"
+  path.write_text(path.read_text() + '{"sentence_good": "x", "UID": "adjunct_island"}\n')
+  with pytest.raises(ValueError, match=r"adjunct_island\.jsonl:4: not a BLiMP record"):
+    mcqa_data.load_set("blimp", bad_folder)
+  with pytest.raises(FileNotFoundError, match="no BLiMP"):
+    mcqa_data.load_set("blimp", tmp_path / "bad" / "none")
+  with pytest.raises(ValueError, match="blimp is not a multiple-choice set.*--task=blimp"):
+    real_sets.load_real("blimp", root, 4, 2, 4)
+
+
+def test_cache_cli_builds_both_sentences_of_every_blimp_pair(root, tiny, tmp_path, capsys):
+  workdir = tiny[0]
+  code, out, err = build_cache(capsys, root / "blimp", workdir, "blimp", tmp_path / "b.sqlite")
+  assert code == 0, err
+  assert "blimp all: 3 paradigms, 9 pairs, 18 sentences (good and bad of every pair)" in out
+  # adjunct_island's 3 good sentences are regular_plural…'s: counted, stored once
+  assert ("examples 18, parsed 15, cached already 0, duplicates 3, truncated 0, errors 0"
+          in out), out
+  text_tokenizer = gbackbone.workdir_prompt_tokenizer(workdir, 2)
+  cache, fmt = real_sets.open_cache(tmp_path / "b.sqlite", text_tokenizer, 2)
+  with cache:
+    assert len(cache) == 15 and cache.meta["parser"] == "right_branching" and fmt.bos
+    for pair in mcqa_data.load_set("blimp", root).examples:
+      for sentence in pair.sentences():
+        prompt = fmt.prompt(sentence.record(), text_tokenizer)
+        words = sentence.sentence.split()
+        want = spans.span_tree(prompt, [ablations.right_branching(words)])
+        assert cache.get(prompt.ids_T, sentence.source) == want
+  code, out, _ = build_cache(capsys, root, workdir, "blimp", tmp_path / "blocks.sqlite",
+                             "--block=4")  # a repeat in a later block is a duplicate too
+  assert code == 0 and "parsed 15, cached already 0, duplicates 3," in out, out
+  code, out, _ = build_cache(capsys, root, workdir, "blimp", tmp_path / "one.sqlite", "--limit=1",
+                             "--max_len=5")
+  assert code == 0 and "3 paradigms, 3 pairs, 6 sentences" in out, out
+  # BOS + 4 words fit; determiner_noun_agreement_1's longer pair is cut from the left
+  assert "examples 6, parsed 5, cached already 0, duplicates 1, truncated 2" in out, out
+  code, _, err = build_cache(capsys, root, workdir, "blimp", tmp_path / "x.sqlite", "--split=test")
+  assert code == cli.EXIT_USAGE and "blimp has one split, 'all'" in err
+  bad = write_blimp(tmp_path / "bad")
+  (bad / "determiner_noun_agreement_1.jsonl").write_text('{"sentence_good": "a"}\nnot json\n')
+  code, _, err = build_cache(capsys, bad, workdir, "blimp", tmp_path / "x.sqlite")
+  assert code == cli.EXIT_USAGE and "determiner_noun_agreement_1.jsonl:1: not a BLiMP" in err
+
+
+@pytest.fixture(scope="module")
+def branch_run(tiny) -> tuple:
+  """What `train.restore_run` returns for a finished GTCA run of the tiny backbone (α = 0.15): its
+  branch's parameters drawn at random (scale 0.5), so that the branch moves every score."""
+  _, model, tokenizer = tiny
+  k = 8
+  backbone = gbackbone.prepare_backbone(model, tokenizer, n_options=2)
+  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=k), rngs=nnx.Rngs(1))
+  graphdefs, params = split_models(backbone.decoder, gtca)
+  leaves, treedef = jax.tree.flatten(params["gtca"])
+  keys = jax.random.split(jax.random.key(3), len(leaves))
+  params["gtca"] = jax.tree.unflatten(treedef, [
+      x + 0.5 * jax.random.normal(key, x.shape, x.dtype) for x, key in zip(leaves, keys)])
+  settings = types.SimpleNamespace(k=k, n_options=2, name="gtca", seed=0)
+  return settings, backbone, gtca, graphdefs, params, 0.15
+
+
+def _direct_blimp(restored, root, cache_path) -> tuple[dict, np.ndarray]:
+  """BLiMP's metrics computed without `real_sets`: every sentence (duplicates too) in one
+  forward pass of the decoder + branch (`forward.gtca_logits`), summed log-probs after the first token, read off position by
+  position, and the mean of per-paradigm accuracies."""
+  settings, backbone, _, graphdefs, params, alpha = restored
+  n_layers = backbone.decoder.config.n_layers
+  split = mcqa_data.load_set("blimp", root)
+  sentences = [s for pair in split.examples for s in pair.sentences()]
+  with gcache.ParseCache(cache_path, {}) as cache:
+    fmt = prompts.PromptFormat.from_meta(cache.meta)
+    ids = [fmt.prompt(s.record(), backbone.text_tokenizer).ids_T for s in sentences]
+    trees = [cache.get(x) for x in ids]
+  width = max(map(len, ids))
+  tokens, meta = plain_rows(ids, width, len(ids))
+  chunks = chunk_batch(trees, n_layers, width, settings.k)
+  forward = jax.jit(lambda p, *x: gtca_logits(*merge_models(graphdefs, p), *x, alpha))
+  logits = forward(params, tokens, meta, chunks)
+  logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)), np.float64)
+  sums = [sum(logp[n, t - 1, x[t]] for t in range(1, len(x))) for n, x in enumerate(ids)]
+  scores = np.asarray(sums).reshape(-1, 2)
+  right = scores[:, 0] > scores[:, 1]
+  per = collections.defaultdict(list)
+  for pair, hit in zip(split.examples, right):
+    per[split.paradigms[pair.paradigm].uid].append(hit)
+  accuracy = {uid: 100 * np.mean(hits) for uid, hits in per.items()}
+  fields = collections.defaultdict(list)
+  for uid, acc in accuracy.items():
+    fields[BLIMP_PARADIGMS[uid][0]].append(acc)
+  metrics = {"blimp_real": np.mean(list(accuracy.values())),
+             **{f"blimp_real_{f}": np.mean(v) for f, v in fields.items()}}
+  return metrics, scores
+
+
+def test_blimp_scores_of_a_run_equal_a_direct_computation(root, tiny, branch_run, tmp_path,
+                                                          capsys):
+  """score_run on BLiMP (the branch live at α = 0.15, trees from the cache) gives the accuracies
+  an independent eager computation gives; α = 0 gives the backbone's, and they differ."""
+  assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite")[0] == 0
+  got = {}
+  for alpha in (0.0, 0.15):
+    restored = (*branch_run[:5], alpha)
+    out = real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", log=lambda _: None)
+    want, scores = _direct_blimp(restored, root, tmp_path / "b.sqlite")
+    assert set(out["metrics"]) == set(want) == {"blimp_real", "blimp_real_morphology",
+                                                 "blimp_real_syntax"}
+    for name, value in want.items():
+      assert out["metrics"][name] == pytest.approx(value), name
+    assert out["counts"]["pairs"] == {"pairs": 9, "sentences": 18, "unique_sentences": 15,
+                                      "ties": 0, "nonfinite_pairs": 0}
+    assert out["counts"]["eval"]["paradigms"] == 3 and out["counts"]["truncated"] == 0
+    paradigms = out["breakdown"]["paradigms"]
+    assert sorted(paradigms) == sorted(BLIMP_PARADIGMS) and {
+        v["pairs"] for v in paradigms.values()} == {3}
+    got[alpha] = (out["metrics"], scores)
+  assert np.abs(got[0.15][1] - got[0.0][1]).min() > 1e-3  # the branch moved every score
+  assert (got[0.15][1][:, 0] > got[0.15][1][:, 1]).tolist() != (
+      got[0.0][1][:, 0] > got[0.0][1][:, 1]).tolist()  # … and some verdicts: α is applied
+
+
+def test_blimp_cache_miss_names_the_pair(root, tiny, branch_run, tmp_path, capsys):
+  assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite", "--limit=1")[0] == 0
+  restored = branch_run
+  out = real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", limit=1,
+                            log=lambda _: None)
+  assert out["counts"]["pairs"]["pairs"] == 3
+  with pytest.raises(gcache.CacheMissError, match=r"no span tree for example "
+                                                  r"adjunct_island:1:good \(5 tokens"):
+    real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", limit=2,
+                        log=lambda _: None)
+
+
+def test_evaluate_cli_adds_real_blimp_to_an_old_result_file(root, tiny, branch_run, tmp_path,
+                                                            capsys, monkeypatch):
+  """`--run --task=blimp` merges `blimp_real` (+ fields) into a result.json that has the toy's
+  `blimp` (left as it was), writes eval_blimp.json, and the tables show both, labelled apart."""
+  assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite")[0] == 0
+  restored = branch_run
+  monkeypatch.setattr(train, "restore_run", lambda run, log: restored)
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "result.json").write_text(json.dumps({"method": "gtca", "metrics": {"blimp": 61.0,
+                                                                              "toy": 70.0}}))
+  assert evaluate.main([f"--run={run}", "--task=blimp", f"--data_root={root / 'blimp'}",
+                        f"--cache={tmp_path / 'b.sqlite'}"]) == 0
+  result = json.loads((run / "result.json").read_text())
+  want, _ = _direct_blimp(restored, root, tmp_path / "b.sqlite")
+  assert result["metrics"]["blimp"] == 61.0 and result["metrics"]["toy"] == 70.0
+  assert result["metrics"]["blimp_real"] == pytest.approx(want["blimp_real"])
+  assert "blimp_real_syntax" in result["metrics"]
+  assert result["eval_counts"]["blimp"]["pairs"]["pairs"] == 9
+  saved = json.loads((run / "eval_blimp.json").read_text())
+  assert set(saved["breakdown"]["paradigms"]) == set(BLIMP_PARADIGMS)
+  assert "blimp_real " in capsys.readouterr().out
+  assert evaluate.main([f"--runs={run}"]) == 0
+  table = capsys.readouterr().out
+  assert "| Method | Toy MCQA↑ | BLiMP(-style pairs)↑ | BLiMP (67 paradigms)↑ | n |" in table
+
+
 # ---- training, evaluation and the tables through the CLIs -------------------------------------
 def _train(out, root, cache, *extra):
   return train.main([f"--out={out}", f"--data_root={root}", f"--cache={cache}",
@@ -291,7 +478,8 @@ def _train(out, root, cache, *extra):
 @pytest.mark.slow  # ~22 s: four decoders built and three scorers compiled on 2 cores
 def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys):
   """The backbone method (no training: the stages are tested in test_gtca_train.py) on
-  WinoGrande, scored from the cache; then the run scored on CoLA (MCC) and tabulated."""
+  WinoGrande, scored from the cache; then the run scored on CoLA (MCC) and BLiMP and
+  tabulated."""
   workdir = patched
   for split in ("train", "validation"):
     assert build_cache(capsys, root, workdir, "winogrande", tmp_path / "wino.sqlite",
@@ -316,10 +504,18 @@ def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys)
   assert -100 <= metrics["cola"] <= 100 and "cola_threshold" in metrics
   saved = json.loads((run / "eval_cola.json").read_text())
   assert saved["counts"]["eval"]["rows"] == 8 and saved["counts"]["fit"]["rows"] == 12
+  # BLiMP: the restored run's accuracy is the direct computation's
+  assert build_cache(capsys, root, workdir, "blimp", tmp_path / "blimp.sqlite")[0] == 0
+  assert evaluate.main([f"--run={run}", "--task=blimp", f"--data_root={root}",
+                        f"--cache={tmp_path / 'blimp.sqlite'}"]) == 0
+  metrics = json.loads((run / "result.json").read_text())["metrics"]
+  want, _ = _direct_blimp(train.restore_run(run, lambda _: None), root, tmp_path / "blimp.sqlite")
+  assert metrics["blimp_real"] == pytest.approx(want["blimp_real"]) and "cola" in metrics
   capsys.readouterr()
   assert evaluate.main([f"--runs={run}"]) == 0
   table = capsys.readouterr().out
-  assert "| Method | WinoGrande↑ | CoLA (MCC)↑ | n |" in table and "| Backbone |" in table
+  assert "| Method | WinoGrande↑ | BLiMP (67 paradigms)↑ | CoLA (MCC)↑ | n |" in table
+  assert "| Backbone |" in table
   # a cache built with another prompt tokenizer (4 letters) is refused, with the fix named
   assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola4.sqlite",
                      "--options=4")[0] == 0

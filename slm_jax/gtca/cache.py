@@ -21,11 +21,15 @@ Records: `--data` JSON lines, MCQA `{"id", "question", "options": [...], "contex
 `{"id", "sentence"}`, with an optional `tree` (PTB text, one tree per sentence of the context and
 question fields in order) used instead of parsing; `--task` one split (default: the evaluation
 split) of a real set in its Hugging Face layout (`slm_jax.gtca.mcqa_data`: cloth, mmlu,
-hellaswag, winogrande, cola), unlabeled rows counted and left out; `--ptb` PTB files as
-sentence records with their own trees (what the UUAS probe's GTCA switch reads). `--backbone`
-is a Hugging Face checkpoint (its tokenizer, BOS, chat template); `--workdir` a slm_jax training
-run, whose prompt tokenizer is the word vocabulary plus the prompt words of `--options` letters
-(default: the set's option count, else the records' largest, at least 2) — the one
+hellaswag, winogrande, cola), unlabeled rows counted and left out, or `--task=blimp`
+(`--data_root` = BLiMP's folder of `<UID>.jsonl`, read by `slm_jax.eval.blimp.load_blimp`; no
+`--split`; `--limit=N`: the first N pairs *per paradigm*): both sentences of every pair as
+sentence records (`UID:pair:good|bad`; BLiMP repeats sentences across pairs: counted as
+duplicates, stored once); `--ptb` PTB files as sentence records with their own trees (what the
+UUAS probe's GTCA switch reads). `--backbone` is a Hugging Face checkpoint (its tokenizer, BOS,
+chat template); `--workdir` a slm_jax training run, whose prompt tokenizer is the word
+vocabulary plus the prompt words of `--options` letters (default: the set's option count, else
+the records' largest, at least 2; BLiMP and CoLA: 2, so give the run's count) — the one
 `slm_jax.gtca.backbone` gives the trainer. Without `--parser` the shipped GUM parser is loaded,
 only if some record has no tree; `right_branching` / `random` are the weak-parser and random-tree
 ablations' parsers (no model; a random tree is drawn from a seed of the sentence's words).
@@ -40,7 +44,7 @@ identities differ). A rerun skips keys already present and counts them (`cached 
 killed run resumes; rows are committed every block. Progress goes to stderr (done/total, rate,
 ETA); at the end the counts: examples, parsed, cached already, duplicates (same ids as another
 record), truncated, errors (each kept example error is listed, and the exit code is 1), and for
-`--task` the rows read and the unlabeled rows left out.
+`--task` the rows read and the unlabeled rows left out (BLiMP: paradigms, pairs, sentences).
 """
 
 from __future__ import annotations
@@ -278,10 +282,10 @@ def build_cache(records: Sequence[tuple[str, Mapping[str, Any]]], tokenizer: Tex
       prompts.append((example, record, prompt, cache_key(prompt.ids_T)))
     present = cache.present(key for *_, key in prompts)
     for example, record, prompt, key in prompts:
-      if key in present:
-        report.cached += 1
-      elif key in seen:
+      if key in seen:  # stored by this run already (an earlier block): another record's ids
         report.duplicates += 1
+      elif key in present:
+        report.cached += 1
       else:
         seen.add(key)
         todo.append([example, record, prompt, key, None])
@@ -421,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--task", choices=tuple(SETS), help="a real set read from --data_root")
   parser.add_argument("--data_root", help="the set's Hugging Face download (or their parent)")
   parser.add_argument("--split", help="the split of --task (default: its evaluation split)")
-  parser.add_argument("--limit", type=int, default=0, help="only the first N examples (0: all)")
+  parser.add_argument("--limit", type=int, default=0,
+                      help="only the first N examples (blimp: N pairs per paradigm; 0: all)")
   parser.add_argument("--ptb", help="PTB files/folders (comma-separated): sentence records with "
                       "their own trees, for the UUAS probe's GTCA switch")
   parser.add_argument("--backbone", help="Hugging Face checkpoint folder or tokenizer.json")
@@ -477,8 +482,7 @@ def main(argv: list[str] | None = None) -> int:
   for message in bad_lines:
     report.error(message)
   if task_counts is not None:
-    print(f"{args.task} {task_counts['split']}: {task_counts['rows']} rows, "
-          f"{task_counts['examples']} examples, {task_counts['unlabeled']} unlabeled left out")
+    print(cache_records.task_summary(args.task, task_counts))
   print(f"{out}: {report.summary()}; {total} span trees in the cache")
   for message in report.messages:
     print(f"  {message}", file=sys.stderr)

@@ -5,7 +5,10 @@ parsers of the weak-parser and random-tree ablations.
 - `task_records`: the labeled examples of one split of a `slm_jax.gtca.mcqa_data` set as
   `(example id, record)` (the record `PromptFormat.prompt` reads; the id is the row's
   `file:row`, `file:row:blank` for a CLOTH passage), with the counts (rows, examples, unlabeled
-  left out) for the builder's report.
+  left out) for the builder's report (`task_summary`). BLiMP (read by
+  `slm_jax.eval.blimp.load_blimp`, `limit` = pairs per paradigm): both sentences of every pair
+  as sentence records, ids `UID:pair:good` / `UID:pair:bad`, counted as paradigms, pairs and
+  sentences.
 - `ptb_records`: every tree of PTB files/folders as a sentence record `{"sentence": words joined
   by spaces, "tree": the tree}` — the sentences the UUAS probe reads, read with the probe's
   normalization (POS preterminals kept), so its ids are the probe's ids.
@@ -27,7 +30,7 @@ import numpy as np
 from slm_jax import ptb
 from slm_jax.data import inputs
 from slm_jax.gtca import ablations
-from slm_jax.gtca.mcqa_data import load_set, set_of
+from slm_jax.gtca.mcqa_data import PAIRS, load_set, set_of
 from slm_jax.trees import Tree
 
 WEAK_PARSERS = ("right_branching", "random")
@@ -43,10 +46,22 @@ def task_records(name: str, root: str | pathlib.Path, split: str | None, limit: 
                                                           collections.Counter]:
   """(id, record) of the labeled examples of this shard, and the split's counts."""
   loaded = load_set(name, root, split, limit=limit)
-  records = [(x.source, x.record()) for x in loaded.labeled()]
+  examples = loaded.labeled()
+  if set_of(name).kind == PAIRS:  # both sentences of every pair
+    examples = [sentence for pair in examples for sentence in pair.sentences()]
+  records = [(x.source, x.record()) for x in examples]
   counts = collections.Counter(loaded.counts)
   counts["split"] = loaded.split  # type: ignore[assignment]
   return _shard(records, index, count), counts
+
+
+def task_summary(name: str, counts: collections.Counter) -> str:
+  """The builder's line about what a `--task` split held (of all shards)."""
+  if set_of(name).kind == PAIRS:
+    return (f"{name} {counts['split']}: {counts['paradigms']} paradigms, {counts['pairs']} pairs,"
+            f" {2 * counts['pairs']} sentences (good and bad of every pair)")
+  return (f"{name} {counts['split']}: {counts['rows']} rows, {counts['examples']} examples, "
+          f"{counts['unlabeled']} unlabeled left out")
 
 
 def ptb_records(paths: Sequence[str], index: int = 0, count: int = 1

@@ -5,7 +5,10 @@
   position, gathered at the letters' ids); a question is right iff its answer's score is strictly
   above every other option's (a tie is wrong, as BLiMP's ties are, SPEC §9).
 - **BLiMP**: summed log-likelihood of each sentence, right iff good > bad (`pair_accuracy`,
-  `slm_jax.eval.blimp.pair_verdicts`).
+  `slm_jax.eval.blimp.pair_verdicts`). Two metrics, never mixed: `blimp` is the toy task's
+  BLiMP-style pairs (`slm_jax.gtca.train`; older result.json files have only it), `blimp_real`
+  (`REAL_BLIMP`) the real BLiMP's 67 paradigms, the mean of per-paradigm accuracies, and
+  `blimp_real_<field>` (`slm_jax.gtca.real_sets.blimp_metrics`).
 - **CoLA**: Matthews correlation of binary predictions (`matthews_corrcoef`, ×100 in tables as the
   paper prints it).
 - **Option drift** (paper: 0.013 per token with the mask, 0.021 without): for every question
@@ -21,7 +24,8 @@ CLI: `python -m slm_jax.gtca.evaluate --runs=DIR [--runs=DIR …] [--out=FILE.md
 and seed), groups them by method and prints both tables (the columns some run measured).
 `python -m slm_jax.gtca.evaluate --run=DIR --task=SET --data_root=DOWNLOAD --cache=FILE` scores
 one finished run on a real set (CLOTH, MMLU, HellaSwag, WinoGrande by letter log-likelihood;
-CoLA as MCC, `slm_jax.gtca.real_sets`) and adds the metrics to its result.json.
+CoLA as MCC; BLiMP's pairs, `--limit` = pairs per paradigm; `slm_jax.gtca.real_sets`), writes
+DIR/eval_SET.json and adds the metrics (and the counts, under `eval_counts`) to its result.json.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ DISPLAY = {"backbone": "Backbone", "lora_only": "LoRA-only", "direct_joint": "Di
            "gtca": "GTCA", "no_gate": "w/o gate (g ≡ 1)", "no_mask": "w/o mask (m ≡ 1)",
            "stage2_only": "Stage 1+2 (no stage 3)", "weak_parser": "Weak parser",
            "random_trees": "Random trees", "permuted_trees": "Permuted trees"}
+REAL_BLIMP = "blimp_real"  # the real BLiMP's metric; "blimp": the toy's BLiMP-style pairs
 METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "toy_orc": "ORC↑",
-                "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑", "cola": "CoLA (MCC)↑",
+                "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",
+                REAL_BLIMP: "BLiMP (67 paradigms)↑", "cola": "CoLA (MCC)↑",
                 "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓"}
 LOWER_BETTER = {"drift"}
 
@@ -377,7 +383,7 @@ def collect(run_dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, list[
 
 
 MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mmlu", "hellaswag",
-                "winogrande", "blimp", "cola")
+                "winogrande", "blimp", REAL_BLIMP, "cola")
 
 
 def present(results: Mapping[str, Mapping[str, Sequence[float]]],
@@ -422,10 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="a folder searched for result.json files (repeatable), or one file")
   parser.add_argument("--out", default="", help="also write the tables to this Markdown file")
   parser.add_argument("--run", help="instead of --runs: score this finished run on --task")
-  parser.add_argument("--task", help="cloth, mmlu, hellaswag, winogrande or cola")
+  parser.add_argument("--task", help="cloth, mmlu, hellaswag, winogrande, cola or blimp")
   parser.add_argument("--data_root", help="the set's Hugging Face download")
   parser.add_argument("--cache", help="the parse cache of the set's prompts for the run's backbone")
-  parser.add_argument("--limit", type=int, default=0, help="first N evaluation rows (0: all)")
+  parser.add_argument("--limit", type=int, default=0,
+                      help="first N evaluation rows (blimp: N pairs per paradigm; 0: all)")
   parser.add_argument("--fit_limit", type=int, default=0,
                       help="CoLA: first N train rows fit the acceptability threshold (0: all)")
   args = parser.parse_args(argv)

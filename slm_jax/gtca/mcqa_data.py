@@ -1,13 +1,14 @@
-"""GTCA's real sets (SPEC §10): CLOTH, MMLU, HellaSwag, WinoGrande (MCQA) and CoLA
-(acceptability), read from local files in their Hugging Face layouts.
+"""GTCA's real sets (SPEC §10): CLOTH, MMLU, HellaSwag, WinoGrande (MCQA), CoLA
+(acceptability) and BLiMP (minimal pairs), read from local files in their own layouts.
 
 One reader per dataset in the project: MMLU, HellaSwag and WinoGrande are read by the downstream
 readers (`slm_jax.downstream.tasks.load_split`, which also locates the split in any layout the
 Hub serves) and converted from `TaskExample` (question, options, answer, group; a passage
-becomes the prompt's `Context:`). CLOTH and CoLA are GTCA's only, so their readers live here,
-built on the same `slm_jax.data.rows.RowReader` (errors name file, row and field) and the same
-split finder (`tasks.split_patterns` / `tasks.match_split`: a missing split names every
-pattern tried). docs/DOWNSTREAM_DATA.md has the `hf download` commands.
+becomes the prompt's `Context:`). BLiMP is read by the project's BLiMP reader
+(`slm_jax.eval.blimp.load_blimp`, errors name file:line). CLOTH and CoLA are GTCA's only, so
+their readers live here, built on the same `slm_jax.data.rows.RowReader` (errors name file, row
+and field) and the same split finder (`tasks.split_patterns` / `tasks.match_split`: a missing
+split names every pattern tried). docs/DOWNSTREAM_DATA.md has the `hf download` commands.
 
 Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation splits):
 - **CLOTH** `AndyChiang/cloth`, one row per question: `sentence` (the blank written `[MASK]`),
@@ -25,10 +26,17 @@ Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation
   HellaSwag's question is its cleaned context, WinoGrande's the sentence with its blank `_`.
 - **CoLA** GLUE `nyu-mll/glue` (`cola/{train,validation,test}-00000-of-00001.parquet`):
   `sentence`, `label` (1 acceptable, 0 unacceptable, −1 in the unlabeled test split).
+- **BLiMP** (`nyu-mll/blimp`, the release's `data/<UID>.jsonl` layout, `../shared/data/blimp`):
+  one pair per line (`sentence_good`, `sentence_bad`, `UID`, `field`, `linguistics_term`, …);
+  `root` is that folder or its parent (`root/blimp`). One split, `all` (evaluation only): every
+  paradigm, sorted by UID; `limit` is pairs **per paradigm** (BLiMP is 67 paradigms × 1,000
+  pairs). A `PairExample` (source `UID:pair`, pair = 0-based in file order) gives its two
+  sentences as `SentenceExample`s (`UID:pair:good`, `UID:pair:bad`), the records the parse
+  cache holds; `GtcaSplit.paradigms` keeps the paradigms (UID, field, term) for the metrics.
 
 Nothing is dropped silently: every split's `counts` has `rows`, `examples` and `unlabeled`
 (answer / label −1: kept in `examples`, never trained on or scored, and reported by the CLIs),
-and for CLOTH passages `blanks`.
+for CLOTH passages `blanks`, for BLiMP `paradigms` and `pairs` (= rows = examples).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from slm_jax.downstream.example import TaskExample
 from slm_jax.gtca.toy_task import SLOT  # the asked blank, as in the toy task
 
 McqaDataError = RowDataError
-MCQA, SENTENCE = "mcqa", "sentence"
+MCQA, SENTENCE, PAIRS = "mcqa", "sentence", "pairs"
 _BLANK = re.compile(r"(?<![\w])_(?![\w])")  # a CLOTH passage blank: `_` not inside a word
 
 
@@ -58,7 +66,7 @@ class GtcaSet:
   configs: tuple[str, ...]
   train_split: str
   eval_split: str
-  n_options: int  # option letters the prompt needs (CoLA: 0, it is scored as sentences)
+  n_options: int  # option letters the prompt needs (CoLA, BLiMP: 0, scored as sentences)
   kind: str = MCQA
   revision: str = "main"
   downstream: bool = False  # read by slm_jax.downstream.tasks
@@ -76,6 +84,7 @@ SETS: dict[str, GtcaSet] = {
     "winogrande": GtcaSet("allenai/winogrande", ("winogrande_xl",), "train", "validation", 2,
                           downstream=True),
     "cola": GtcaSet("nyu-mll/glue", ("cola",), "train", "validation", 0, SENTENCE),
+    "blimp": GtcaSet("nyu-mll/blimp", (), "", "all", 0, PAIRS),  # no training split
 }
 MCQA_SETS = tuple(name for name, s in SETS.items() if s.kind == MCQA)
 _CLOTH_FILES = {"train": "train", "validation": "valid", "test": "test"}
@@ -114,6 +123,21 @@ class SentenceExample:
     return {"id": self.source, "sentence": self.sentence}
 
 
+@dataclasses.dataclass(frozen=True)
+class PairExample:
+  """One BLiMP minimal pair of `GtcaSplit.paradigms[paradigm]`; the good sentence is right."""
+  good: str
+  bad: str
+  paradigm: int
+  source: str  # "UID:pair"
+  answer: int = 0  # every pair is labeled
+
+  def sentences(self) -> tuple[SentenceExample, SentenceExample]:
+    """The good and the bad sentence, sources `UID:pair:good` / `UID:pair:bad`."""
+    return (SentenceExample(self.good, 1, f"{self.source}:good"),
+            SentenceExample(self.bad, 0, f"{self.source}:bad"))
+
+
 @dataclasses.dataclass
 class GtcaSplit:
   """The examples of one split and what was counted reading them."""
@@ -122,11 +146,15 @@ class GtcaSplit:
   files: list[pathlib.Path]
   examples: list
   counts: collections.Counter
+  paradigms: list = dataclasses.field(default_factory=list)  # BLiMP: `eval.blimp.Paradigm`s
 
   def labeled(self) -> list:
     return [x for x in self.examples if x.answer >= 0]
 
   def summary(self) -> str:
+    if self.paradigms:
+      return (f"{self.name} {self.split}: {self.counts['pairs']} pairs of "
+              f"{self.counts['paradigms']} paradigms in {len(self.files)} files")
     return (f"{self.name} {self.split}: {self.counts['examples']} examples from "
             f"{self.counts['rows']} rows in {len(self.files)} files, {self.counts['unlabeled']} "
             "unlabeled (not used)")
@@ -198,13 +226,42 @@ def _from_task(example: TaskExample) -> McqaExample:
                      example.group, example.passage)
 
 
+# ---- BLiMP -----------------------------------------------------------------------------------
+def blimp_folder(root: str | pathlib.Path) -> pathlib.Path:
+  """The folder of BLiMP's `*.jsonl` files: `root` itself, or `root/blimp`."""
+  root = pathlib.Path(root)
+  if not any(root.glob("*.jsonl")) and any((root / "blimp").glob("*.jsonl")):
+    return root / "blimp"
+  return root
+
+
+def _load_pairs(name: str, root: str | pathlib.Path, split: str,
+                limit: int | None) -> GtcaSplit:
+  """BLiMP's pairs through the project's one reader (`limit`: pairs per paradigm)."""
+  from slm_jax.eval.blimp import load_blimp  # pylint: disable=import-outside-toplevel  (JAX)
+  if split != set_of(name).eval_split:
+    raise RowDataError(f"{name} has one split, {set_of(name).eval_split!r} (every pair of every "
+                       f"paradigm; a limit is pairs per paradigm), not {split!r}")
+  folder = blimp_folder(root)
+  paradigms = load_blimp(folder, limit)
+  examples = [PairExample(good, bad, p, f"{paradigm.uid}:{i}")
+              for p, paradigm in enumerate(paradigms)
+              for i, (good, bad) in enumerate(zip(paradigm.good, paradigm.bad))]
+  counts = collections.Counter(rows=len(examples), examples=len(examples), unlabeled=0,
+                               pairs=len(examples), paradigms=len(paradigms))
+  return GtcaSplit(name, split, sorted(folder.glob("*.jsonl")), examples, counts, paradigms)
+
+
 # ---- reading a split -------------------------------------------------------------------------
 def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
              limit: int | None = None, seed: int = 0) -> GtcaSplit:
   """Every example of one split (default: the evaluation split) of set `name` under `root`, in
-  file then row order; `limit` keeps the first ones (a CLOTH passage is cut at the limit)."""
+  file then row order; `limit` keeps the first ones (a CLOTH passage is cut at the limit;
+  BLiMP: the first `limit` pairs of every paradigm)."""
   spec = set_of(name)
   split = split or spec.eval_split
+  if spec.kind == PAIRS:
+    return _load_pairs(name, root, split, limit)
   if spec.downstream:
     loaded = tasks.load_split(name, root, split, limit)
     examples = [_from_task(x) for x in loaded.examples]

@@ -17,6 +17,16 @@ tree sources an ablation may use, and CoLA's Matthews correlation.
   log-likelihood / scored tokens, so length does not decide); a sentence is predicted acceptable
   iff its score is above a threshold, the one that maximizes MCC on the fitting split (CoLA's
   train rows); the reported MCC is that of the evaluation split, ×100 as the paper prints it.
+- **BLiMP** (`blimp_metrics`): both sentences of every pair scored by summed log-likelihood of
+  the tokens after the first (a cache built with `--bos` scores every word), the branch active at
+  the run's evaluation α with m ≡ 1 (a sentence prompt masks nothing), span trees from the cache;
+  identical token rows are scored once. A pair is right iff good > bad with both finite —
+  `slm_jax.eval.blimp.pair_verdicts`, so a tie is wrong exactly as in the non-GTCA BLiMP — and the
+  accuracies are that module's `summarize`: per paradigm, per field (`blimp_real_<field>`, the
+  field as BLiMP writes it) and overall (`blimp_real`) as the **mean over paradigms** of
+  per-paradigm accuracy (macro; the mean over pairs when every paradigm has as many pairs, as
+  BLiMP's 67 × 1,000 and any `--limit` below 1,000 do), ×100. `blimp_real`, not `blimp`: `blimp`
+  is the toy task's BLiMP-style pairs (`slm_jax.gtca.train`).
 """
 
 from __future__ import annotations
@@ -28,10 +38,11 @@ from typing import Sequence
 
 import numpy as np
 
+from slm_jax.eval.blimp import pair_verdicts, summarize
 from slm_jax.gtca import ablations, evaluate
 from slm_jax.gtca.backbone import Backbone
 from slm_jax.gtca.cache import ParseCache, StaleCacheError
-from slm_jax.gtca.mcqa_data import MCQA, SENTENCE, load_set, set_of
+from slm_jax.gtca.mcqa_data import MCQA, PAIRS, SENTENCE, GtcaSplit, load_set, set_of
 from slm_jax.gtca.prompts import PromptFormat, TextTokenizer
 
 WEAK_PARSERS = {"weak": "right_branching", "random": "random"}  # tree source -> cache parser
@@ -60,7 +71,7 @@ def load_real(name: str, root: str | pathlib.Path, train_items: int, dev_items: 
   spec = set_of(name)
   if spec.kind != MCQA:
     raise ValueError(f"{name} is not a multiple-choice set: it is evaluated, not trained on "
-                     "(python -m slm_jax.gtca.evaluate --run=DIR --task=cola)")
+                     f"(python -m slm_jax.gtca.evaluate --run=DIR --task={name})")
   wanted = None if train_items <= 0 else train_items + max(dev_items, 0)
   train_split = load_set(name, root, spec.train_split, limit=wanted, seed=seed)
   labeled = train_split.labeled()
@@ -164,6 +175,31 @@ def cola_mcc(scorer, params, fit_rows: Sequence[tuple], fit_labels: Sequence[int
   return {"cola": 100.0 * mcc, "cola_threshold": threshold}
 
 
+def blimp_metrics(scorer, params, split: GtcaSplit, tokenizer: TextTokenizer, cache: ParseCache,
+                  fmt: PromptFormat, alpha: float, *, n_layers: int, k: int,
+                  counts: collections.Counter | None = None) -> tuple[dict, dict, dict]:
+  """BLiMP's accuracies of one run (module docstring): metrics {`blimp_real`,
+  `blimp_real_<field>`}, counts {pairs, sentences, unique sentences, ties, non-finite pairs},
+  breakdown {terms, paradigms: accuracy (%), field, term, pairs}."""
+  sentences = [s for pair in split.examples for s in pair.sentences()]  # good, bad, good, …
+  rows = sentence_rows(sentences, tokenizer, cache, fmt, counts)
+  unique: dict[bytes, int] = {}  # token ids -> index of the first row with them
+  where_N = np.asarray([unique.setdefault(ids.tobytes(), n) for n, (ids, _) in enumerate(rows)],
+                       np.int64)
+  first, where_N = np.unique(where_N, return_inverse=True)
+  scores = evaluate.sentence_scores(scorer, params, [rows[i] for i in first], alpha,
+                                    n_layers=n_layers, k=k)
+  scores_P2 = scores[where_N].reshape(-1, 2)
+  correct, ties, nonfinite = pair_verdicts(scores_P2[:, 0], scores_P2[:, 1])
+  which = np.asarray([pair.paradigm for pair in split.examples], np.int64)
+  result = summarize(split.paradigms, correct, which)
+  metrics = {evaluate.REAL_BLIMP: result.overall,
+             **{f"{evaluate.REAL_BLIMP}_{f}": v for f, v in result.fields.items()}}
+  counted = {"pairs": len(correct), "sentences": len(rows), "unique_sentences": len(first),
+             "ties": ties, "nonfinite_pairs": nonfinite}
+  return metrics, counted, {"terms": result.terms, "paradigms": result.paradigms}
+
+
 def is_sentence_set(name: str) -> bool:
   return set_of(name).kind == SENTENCE
 
@@ -172,19 +208,25 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
               *, limit: int = 0, fit_limit: int = 0, log=print) -> dict:
   """The metrics of a restored run (`slm_jax.gtca.train.restore_run`) on one real set's
   evaluation split: MCQA accuracy (`name`, `name_<group>`) and, for branch methods, the option
-  drift; CoLA's MCC (`cola`, threshold fitted on `fit_limit` train rows). Returns
-  {"metrics", "counts"}."""
+  drift; CoLA's MCC (`cola`, threshold fitted on `fit_limit` train rows); BLiMP's accuracies
+  (`blimp_metrics`; `limit`: pairs per paradigm). Returns {"metrics", "counts"} and for BLiMP
+  "breakdown" (per-term and per-paradigm accuracies)."""
   settings, backbone, _, graphdefs, params, alpha = restored
   n_layers, k = backbone.decoder.config.n_layers, settings.k
   spec = set_of(name)
   cache, fmt = open_cache(cache_path, backbone.text_tokenizer, settings.n_options)
   counts: dict = {}
+  extra: dict = {}
   with cache:
     evaluated = load_set(name, root, spec.eval_split, limit=_limit(limit))
     counts["eval"] = {"split": evaluated.split, **evaluated.counts}
     log(evaluated.summary())
     tally: collections.Counter = collections.Counter()
-    if spec.kind == SENTENCE:
+    if spec.kind == PAIRS:
+      metrics, counts["pairs"], extra["breakdown"] = blimp_metrics(
+          evaluate.make_sequence_scorer(graphdefs), params, evaluated, backbone.text_tokenizer,
+          cache, fmt, alpha, n_layers=n_layers, k=k, counts=tally)
+    elif spec.kind == SENTENCE:
       fitted = load_set(name, root, spec.train_split, limit=_limit(fit_limit))
       counts["fit"] = {"split": fitted.split, **fitted.counts}
       log(fitted.summary() + " — fits the acceptability threshold")
@@ -206,4 +248,4 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
                                      width=width)
         metrics[f"{name}_drift"] = evaluate.option_drift(scores, off)
     counts["truncated"] = tally["truncated"]
-  return {"metrics": metrics, "counts": counts}
+  return {"metrics": metrics, "counts": counts, **extra}
