@@ -264,3 +264,79 @@ def test_cli_caches_two_pairs_per_paradigm_of_the_shared_blimp(tmp_path, capsys)
     assert len(cache) == distinct and cache.meta["parser"] == "right_branching"
   code, out, _ = run_cli(capsys, *args)  # a rerun finds every sentence
   assert code == cli.EXIT_OK and "parsed 0, cached already 268, duplicates 0" in out, out
+
+
+# ---- --parser=benepar (the parse extra), through a stand-in `benepar` module ------------------
+def _fake_benepar(monkeypatch, seen: list, wrong_leaves: bool = False):
+  """A `benepar` module with benepar's interface (InputSentence, Parser.parse_sents → trees with
+  `pformat`): each sentence as (TOP (S (NN w0) (VP (NN w1) …))) over its escaped words."""
+  import types
+
+  class InputSentence:
+    def __init__(self, words, space_after, escaped_words):
+      self.words, self.space_after, self.escaped_words = words, space_after, escaped_words
+
+  class Output:
+    def __init__(self, text):
+      self.text = text
+
+    def pformat(self, margin):
+      del margin
+      return self.text
+
+  class Parser:
+    def __init__(self, model, batch_size):
+      self.model = model
+
+    def parse_sents(self, sentences):
+      out = []
+      for s in sentences:
+        seen.append(list(s.words))
+        leaves = [f"(NN {w})" for w in s.escaped_words[::-1 if wrong_leaves else 1]]
+        out.append(Output(f"(TOP (S {leaves[0]} (VP {' '.join(leaves[1:])})))"))
+      return out
+
+  module = types.ModuleType("benepar")
+  module.InputSentence, module.Parser = InputSentence, Parser
+  monkeypatch.setitem(__import__("sys").modules, "benepar", module)
+
+
+BENEPAR_RECORDS = [{"id": "b1", "sentence": "Cats (quietly) chase mice."},
+                   {"id": "b2", "question": "Which cats chase mice?", "options": ["a", "b"]}]
+
+
+def test_cli_parses_with_benepar_when_it_is_installed(tmp_path, monkeypatch, capsys):
+  tokenizer_path = tmp_path / "tokenizer.json"
+  tiny_tokenizer().save(str(tokenizer_path))
+  data = tmp_path / "b.jsonl"
+  data.write_text("".join(json.dumps(r) + "\n" for r in BENEPAR_RECORDS))
+  seen: list = []
+  _fake_benepar(monkeypatch, seen)
+  out = tmp_path / "b.sqlite"
+  code, stdout, _ = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                            f"--out={out}", "--parser=benepar:fake_model")
+  assert code == 0 and "parsed 2" in stdout and "errors 0" in stdout, stdout
+  assert ["Cats", "(", "quietly", ")", "chase", "mice", "."] in seen  # raw words for its encoder
+  tok = prompts.TextTokenizer.load(tokenizer_path)
+  with gcache.ParseCache(out, {"tokenizer": tok.identity, "parser": "benepar:fake_model"}) as cache:
+    fmt = prompts.PromptFormat.from_meta(cache.meta)
+    prompt = fmt.prompt(BENEPAR_RECORDS[0], tok)
+    expected = parse_trees("(S Cats (VP -LRB- quietly -RRB- chase mice .))")  # TOP, tags dropped
+    assert cache.get(prompt.ids_T, example="b1") == spans.span_tree(prompt, expected)
+  # a tree over other words than the input is an error naming the example, not a silent tree
+  _fake_benepar(monkeypatch, seen, wrong_leaves=True)
+  code, stdout, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                                 f"--out={tmp_path / 'w.sqlite'}", "--parser=benepar:fake_model")
+  assert code == cli.EXIT_INCOMPLETE and "errors 2" in stdout
+  assert "example b1: the parser failed" in stderr and "leaves are not the input words" in stderr
+
+
+def test_benepar_without_the_parse_extra_says_how_to_install(tmp_path, monkeypatch, capsys):
+  monkeypatch.setitem(__import__("sys").modules, "benepar", None)  # import benepar fails
+  tokenizer_path = tmp_path / "tokenizer.json"
+  tiny_tokenizer().save(str(tokenizer_path))
+  data = tmp_path / "b.jsonl"
+  data.write_text(json.dumps(BENEPAR_RECORDS[0]) + "\n")
+  code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                            f"--out={tmp_path / 'b.sqlite'}", "--parser=benepar")
+  assert code == cli.EXIT_USAGE and "parse extra" in stderr and "pip install" in stderr

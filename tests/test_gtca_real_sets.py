@@ -247,6 +247,18 @@ def test_a_workdir_backbone_truncates_to_its_seq_len_by_default(root, tiny, tmp_
       assert row.ids_T[:-1].tolist() == uncut.ids_T[-(limit - 1):].tolist()  # cut on the left
       assert row.ids_T[-1] == backbone.letter_ids[example.answer]
       assert row.tree.n_tokens == limit - 1
+    assert real_sets.context_warning(fmt, backbone.context, out) is None
+  # --max_len=0 (no limit) against a 16-token context: warned once, every long row counted
+  out = tmp_path / "h0.sqlite"
+  assert build_cache(capsys, root, workdir, "hellaswag", out, "--max_len=0")[0] == 0
+  cache, fmt = real_sets.open_cache(out, backbone.text_tokenizer)
+  warning = real_sets.context_warning(fmt, backbone.context, out)
+  assert warning and "no row limit, above the backbone's context of 16 tokens" in warning
+  tally = collections.Counter()
+  with cache:
+    rows = real_sets.encode_cached(examples, backbone, cache, fmt, counts=tally)
+  assert tally["truncated"] == 0 and tally["over_context"] == len(examples)
+  assert [len(r.ids_T) for r in rows] == [n + 1 for n in full]  # prompt + letter, uncut
 
 
 def test_a_cache_of_another_prompt_tokenizer_is_refused_naming_the_fix(root, tiny, tmp_path,

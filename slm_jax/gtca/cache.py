@@ -14,7 +14,7 @@ continues silently without structure.
 CLI:
   python -m slm_jax.gtca.cache (--data=FILE.jsonl | --task=SET --data_root=DIR [--split=S]
       [--limit=N] | --ptb=FILES) (--backbone=HF_FOLDER|tokenizer.json | --workdir=RUN
-      [--options=N]) --out=cache.sqlite [--shard=i/n] [--parser=DIR|right_branching|random]
+      [--options=N]) --out=cache.sqlite [--shard=i/n] [--parser=DIR|benepar[:MODEL]|right_branching|random]
       [--max_len=N] [--chat_template=auto|on|off] [--bos] [--block=256]
   python -m slm_jax.gtca.cache --merge --out=cache.sqlite
 Records: `--data` JSON lines, MCQA `{"id", "question", "options": [...], "context"?}` or
@@ -32,7 +32,9 @@ vocabulary plus the prompt words of `--options` letters (default: the set's opti
 the records' largest, at least 2; BLiMP and CoLA: 2, so give the run's count) — the one
 `slm_jax.gtca.backbone` gives the trainer. Without `--parser` the shipped GUM parser is loaded,
 only if some record has no tree; `right_branching` / `random` are the weak-parser and random-tree
-ablations' parsers (no model; a random tree is drawn from a seed of the sentence's words).
+ablations' parsers (no model; a random tree is drawn from a seed of the sentence's words);
+`benepar[:MODEL]` is the Berkeley parser of the parse extra (`cache_records.BeneparWords`; the
+model is never downloaded here: a missing one says how to obtain it).
 `--max_len` (default: the backbone's context, `slm_jax.gtca.backbone.backbone_context` — a
 checkpoint's `max_position_embeddings`, a workdir's `data.seq_len`; 0: no limit; an explicit
 value wins over the context) bounds a row: MCQA prompts are cut from the left to max_len − 1
@@ -411,6 +413,9 @@ def _parser_of(arg: str | None, records) -> tuple[Callable[[], Any] | None, str]
     return (lambda: cache_records.WeakParser(arg)), arg
   if not any("tree" not in record for _, record in records):
     return None, GIVEN
+  if arg and (arg == "benepar" or arg.startswith("benepar:")):
+    parser = cache_records.BeneparWords(arg.partition(":")[2] or None)
+    return (lambda: parser), parser.identity
   from slm_jax.parser import api  # pylint: disable=import-outside-toplevel  (JAX: only to parse)
   parser_dir = pathlib.Path(arg) if arg else api.SHIPPED
   if not parser_dir.is_dir():
@@ -437,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--out", required=True, help="the SQLite cache (shards write beside it)")
   cli.add_shard_argument(parser, "records")
   parser.add_argument("--parser", default=None,
-                      help="parser folder (default: the shipped GUM), or right_branching / "
-                      "random (the weak-parser / random-tree ablations)")
+                      help="parser folder (default: the shipped GUM), benepar[:MODEL] (the "
+                      "parse extra; MODEL a name in NLTK_DATA or a path, default benepar_en3), "
+                      "or right_branching / random (the weak-parser / random-tree ablations)")
   parser.add_argument("--max_len", type=int, default=None,
                       help="left-truncate so a row (prompt + answer letter) has at most N "
                       "tokens (default: the backbone's context — a checkpoint's "

@@ -16,6 +16,11 @@ parsers of the weak-parser and random-tree ablations.
   (`ablations.random_bracketing` with a generator seeded by the sha256 of the sentence's words,
   so a rebuilt cache holds the same trees); it has the parser interface the builder calls
   (`max_words`, `parse(list of word lists) -> trees`).
+- `BeneparWords`: benepar (the `parse` extra; `slm_jax.parse.backends.BeneparBackend`, the
+  parse stage's own backend) behind the same interface: the builder's PTB words are unescaped
+  for benepar's encoder (`-LRB-` → `(`, `` `` `` → `"`), its output is read with SPEC §1
+  normalization (`TOP`, POS preterminals dropped, like our parser's trees), and a tree whose
+  leaves are not the input words is refused. Its identity (`benepar:<model>`) keys the cache.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ import numpy as np
 
 from slm_jax import ptb
 from slm_jax.data import inputs
+from slm_jax.parse import backends
+from slm_jax.parse.splitting import Sentence
+from slm_jax.tokenizer_bases import ptb_unescape
 from slm_jax.gtca import ablations
 from slm_jax.gtca.mcqa_data import PAIRS, load_set, set_of
 from slm_jax.trees import Tree
@@ -105,4 +113,34 @@ class WeakParser:
       else:
         seed = int.from_bytes(hashlib.sha256("\0".join(words).encode()).digest()[:8], "little")
         out.append(ablations.random_bracketing(list(words), np.random.default_rng(seed)))
+    return out
+
+
+class BeneparWords:
+  """benepar as the cache builder's parser (module docstring); `model` a name or a path."""
+
+  max_words = 1 << 20  # benepar cuts nothing; its encoder's own limit raises per sentence
+
+  def __init__(self, model: str | None = None):
+    self.backend = backends.BeneparBackend(model or backends.BENEPAR_DEFAULT_MODEL)
+    self.backend.load()  # a missing benepar or model fails here, before anything is built
+
+  @property
+  def identity(self) -> str:
+    return self.backend.identity
+
+  def parse(self, sentences: Sequence[Sequence[str]]) -> list[Tree]:
+    """Trees over exactly these (PTB-escaped) words; a failure raises, so the builder retries
+    the batch sentence by sentence and counts the one that fails."""
+    batch = [Sentence(tuple(ptb_unescape(w) for w in words), (True,) * len(words), tuple(words))
+             for words in sentences]
+    out = []
+    for words, result in zip(sentences, self.backend.parse(batch)):
+      if isinstance(result, backends.ParseFailure):
+        raise ValueError(f"benepar: {result.reason}")
+      trees = ptb.parse_trees(result, source="benepar output")
+      if len(trees) != 1 or trees[0].leaves() != list(words):
+        raise ValueError(f"benepar returned {len(trees)} tree(s) whose leaves are not the input "
+                         f"words {' '.join(words)[:80]!r}")
+      out.append(trees[0])
     return out

@@ -101,6 +101,18 @@ def open_cache(path: str | pathlib.Path, tokenizer: TextTokenizer,
   return cache, PromptFormat.from_meta(cache.meta)
 
 
+def context_warning(fmt: PromptFormat, context: int | None, path) -> str | None:
+  """A warning line when the cache's row limit is above the backbone's context (a cache built
+  with `--max_len=0` or a larger value, or for another backbone): such rows are scored as they
+  are, past the positions the backbone was trained for, and counted as `over_context`."""
+  if context is None or (fmt.max_len is not None and fmt.max_len <= context):
+    return None
+  limit = "no row limit" if fmt.max_len is None else f"max_len {fmt.max_len}"
+  return (f"warning: {path} was built with {limit}, above the backbone's context of {context} "
+          f"tokens: longer rows are used as they are (counted as over_context); rebuild it "
+          f"without --max_len to cut them from the left to the context")
+
+
 def check_tree_source(cache: ParseCache, tree_source: str) -> None:
   """`weak` / `random` need a cache of that parser; `gold` / `permuted` take any cache."""
   if tree_source not in WEAK_PARSERS:
@@ -128,6 +140,7 @@ def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt
     if tree_source == "permuted":
       tree = ablations.permute_leaves(tree, np.random.default_rng([seed, index]))
     ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[example.answer]]])
+    counts["over_context"] += backbone.context is not None and len(ids) > backbone.context
     out.append(evaluate.Encoded(ids, tree, backbone.letter_ids[:len(example.options)],
                                 example.answer, example.group, example.source))
   counts["encoded"] += len(out)
@@ -135,13 +148,16 @@ def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt
 
 
 def sentence_rows(examples: Sequence, tokenizer: TextTokenizer, cache: ParseCache,
-                  fmt: PromptFormat, counts: collections.Counter | None = None) -> list[tuple]:
-  """(ids_T, span tree) of sentence examples (CoLA), trees from the cache."""
+                  fmt: PromptFormat, counts: collections.Counter | None = None,
+                  context: int | None = None) -> list[tuple]:
+  """(ids_T, span tree) of sentence examples (CoLA, BLiMP), trees from the cache; rows longer
+  than `context` are counted (`over_context`)."""
   counts = collections.Counter() if counts is None else counts
   rows = []
   for example in examples:
     prompt = fmt.prompt(example.record(), tokenizer, example.source)
     counts["truncated"] += prompt.truncated > 0
+    counts["over_context"] += context is not None and len(prompt.ids_T) > context
     rows.append((prompt.ids_T.astype(np.int32), cache.get(prompt.ids_T, example.source)))
   return rows
 
@@ -177,12 +193,13 @@ def cola_mcc(scorer, params, fit_rows: Sequence[tuple], fit_labels: Sequence[int
 
 def blimp_metrics(scorer, params, split: GtcaSplit, tokenizer: TextTokenizer, cache: ParseCache,
                   fmt: PromptFormat, alpha: float, *, n_layers: int, k: int,
-                  counts: collections.Counter | None = None) -> tuple[dict, dict, dict]:
+                  counts: collections.Counter | None = None,
+                  context: int | None = None) -> tuple[dict, dict, dict]:
   """BLiMP's accuracies of one run (module docstring): metrics {`blimp_real`,
   `blimp_real_<field>`}, counts {pairs, sentences, unique sentences, ties, non-finite pairs},
   breakdown {terms, paradigms: accuracy (%), field, term, pairs}."""
   sentences = [s for pair in split.examples for s in pair.sentences()]  # good, bad, good, …
-  rows = sentence_rows(sentences, tokenizer, cache, fmt, counts)
+  rows = sentence_rows(sentences, tokenizer, cache, fmt, counts, context)
   unique: dict[bytes, int] = {}  # token ids -> index of the first row with them
   where_N = np.asarray([unique.setdefault(ids.tobytes(), n) for n, (ids, _) in enumerate(rows)],
                        np.int64)
@@ -217,6 +234,9 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
   cache, fmt = open_cache(cache_path, backbone.text_tokenizer, settings.n_options)
   counts: dict = {}
   extra: dict = {}
+  warning = context_warning(fmt, backbone.context, cache_path)
+  if warning:
+    log(warning)
   with cache:
     evaluated = load_set(name, root, spec.eval_split, limit=_limit(limit))
     counts["eval"] = {"split": evaluated.split, **evaluated.counts}
@@ -225,13 +245,15 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
     if spec.kind == PAIRS:
       metrics, counts["pairs"], extra["breakdown"] = blimp_metrics(
           evaluate.make_sequence_scorer(graphdefs), params, evaluated, backbone.text_tokenizer,
-          cache, fmt, alpha, n_layers=n_layers, k=k, counts=tally)
+          cache, fmt, alpha, n_layers=n_layers, k=k, counts=tally, context=backbone.context)
     elif spec.kind == SENTENCE:
       fitted = load_set(name, root, spec.train_split, limit=_limit(fit_limit))
       counts["fit"] = {"split": fitted.split, **fitted.counts}
       log(fitted.summary() + " — fits the acceptability threshold")
-      fit_rows = sentence_rows(fitted.labeled(), backbone.text_tokenizer, cache, fmt, tally)
-      eval_rows = sentence_rows(evaluated.labeled(), backbone.text_tokenizer, cache, fmt, tally)
+      fit_rows = sentence_rows(fitted.labeled(), backbone.text_tokenizer, cache, fmt, tally,
+                               backbone.context)
+      eval_rows = sentence_rows(evaluated.labeled(), backbone.text_tokenizer, cache, fmt, tally,
+                                backbone.context)
       scorer = evaluate.make_sequence_scorer(graphdefs)
       metrics = cola_mcc(scorer, params, fit_rows, [x.label for x in fitted.labeled()],
                          eval_rows, [x.label for x in evaluated.labeled()], alpha,
@@ -248,4 +270,5 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
                                      width=width)
         metrics[f"{name}_drift"] = evaluate.option_drift(scores, off)
     counts["truncated"] = tally["truncated"]
+    counts["over_context"] = tally["over_context"]
   return {"metrics": metrics, "counts": counts, **extra}

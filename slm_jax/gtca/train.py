@@ -268,10 +268,14 @@ def evaluate_params(scorers, params, data: dict, settings: Settings, n_layers: i
 
 
 def real_data(settings: Settings, backbone: Backbone, real: real_sets.RealData,
-              tree_source: str) -> tuple[dict, dict]:
-  """The encoded train / dev / test of a real set (trees from the parse cache) and the counts."""
+              tree_source: str, log: Callable[[str], None] = print) -> tuple[dict, dict]:
+  """The encoded train / dev / test of a real set (trees from the parse cache) and the counts
+  (rows cut from the left, rows over the backbone's context when the cache allowed them)."""
   cache, fmt = real_sets.open_cache(settings.cache, backbone.text_tokenizer,
                                     settings.n_options)
+  warning = real_sets.context_warning(fmt, backbone.context, settings.cache)
+  if warning:
+    log(warning)
   counts = {split: dict(c) for split, c in real.counts.items()}
   data = {}
   with cache:
@@ -280,6 +284,7 @@ def real_data(settings: Settings, backbone: Backbone, real: real_sets.RealData,
       data[split] = real_sets.encode_cached(examples, backbone, cache, fmt, tree_source,
                                             settings.seed, tally)
       counts[split]["truncated"] = tally["truncated"]
+      counts[split]["over_context"] = tally["over_context"]
   return data, counts
 
 
@@ -315,7 +320,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
     log("truncated from the left: " + ", ".join(f"{split} {c.get('truncated', 0)}"
                                                 for split, c in counts.items()))
   else:
-    data, counts = real_data(settings, backbone, task, source)
+    data, counts = real_data(settings, backbone, task, source, log)
     log("truncated from the left: " + ", ".join(f"{split} {c['truncated']}"
                                                 for split, c in counts.items()))
   width = evaluate.row_width([e for split in data.values() for e in split])
