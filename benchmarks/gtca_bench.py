@@ -15,6 +15,12 @@ Per step: seconds (median of `--repeats` runs of the AOT-compiled step, compile 
 compiled step's memory (`compiled.memory_analysis()`: arguments + outputs + temporaries − aliased
 (donated) bytes, and the temporaries alone), with ratios to stage 1 of the same scale, same run.
 CPU timings on a shared machine are noisy: compare within a table.
+
+  python benchmarks/gtca_bench.py --scales small --sweep_seqs 128,256,512,1024 --sweep_ks 16,32,64
+
+is the O(nK) check (the paper's overhead claim): at each row length n and chunk count K, stage 3
+minus stage 1 in step time and in compiled temporaries, each also divided by n·K (a constant
+column is O(nK); the backbone's own attention is O(n²)). `small` is d_model 512, 8 layers.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from slm_jax.hf.scoring import plain_rows  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 
 SHAPES = {"tiny": dict(d_model=128, n_layers=2, n_heads=4, mlp_ratio=4),
+          "small": dict(d_model=512, n_layers=8, n_heads=8, mlp_ratio=4),
           "1b": dict(d_model=2048, n_layers=16, n_heads=16, mlp_ratio=8)}
 STAGES = (("lora", "lora", False), ("gtca", "gtca", True), ("lora+gtca", "lora,gtca", True))
 GIB = 2 ** 30
@@ -71,27 +78,34 @@ def _rebuild(start, end, last, mask) -> Chunks:
   return chunks
 
 
-def bench_scale(scale: str, args) -> list[list]:
+def build(scale: str, args, k: int = 64):
+  """(model config, graphdefs, params) of a random backbone at `scale` with a K-chunk branch."""
   mconfig = ModelConfig(vocab_size=args.vocab if scale != "tiny" else 512, **SHAPES[scale],
                         compute_dtype=jnp.float32, param_dtype=jnp.float32,
                         attention_impl="xla", lora_rank=args.lora_rank, lora_alpha=16.0)
-  started = time.perf_counter()
   decoder = Decoder(mconfig, rngs=nnx.Rngs(0))
-  gtca = Gtca(GtcaConfig.from_model(mconfig), rngs=nnx.Rngs(1))
+  gtca = Gtca(GtcaConfig.from_model(mconfig, k=k), rngs=nnx.Rngs(1))
   graphdefs, params = forward.split_models(decoder, gtca)
-  del decoder, gtca
-  build = time.perf_counter() - started
-  B, T = args.batch, args.seq
-  ids = np.random.default_rng(0).integers(1, mconfig.vocab_size, (B, T))
-  tokens, meta = plain_rows(list(ids), T, B)
-  batch = {"tokens": jnp.asarray(tokens), "meta": jax.tree.map(jnp.asarray, meta),
-           "targets": jnp.ones((B, T), bool), "chunks": Chunks(B, mconfig.n_layers, T, 64)}
-  count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
-  print(f"{scale}: backbone {count(params['backbone']) / 1e6:,.1f}M parameters (LoRA included), "
-        f"GTCA {count(params['gtca']) / 1e6:,.2f}M; built in {build:.0f} s", flush=True)
+  return mconfig, graphdefs, params
+
+
+def make_batch(mconfig, batch: int, seq: int, k: int) -> dict:
+  ids = np.random.default_rng(0).integers(1, mconfig.vocab_size, (batch, seq))
+  tokens, meta = plain_rows(list(ids), seq, batch)
+  return {"tokens": jnp.asarray(tokens), "meta": jax.tree.map(jnp.asarray, meta),
+          "targets": jnp.ones((batch, seq), bool), "chunks": Chunks(batch, mconfig.n_layers, seq, k)}
+
+
+def count(tree) -> int:
+  return sum(x.size for x in jax.tree.leaves(tree))
+
+
+def measure(graphdefs, params, batch: dict, stages, repeats: int) -> list[dict]:
+  """Per stage: trained parameters, median s/step (compile excluded), compiled peak and
+  temporary bytes, compile seconds and the last loss."""
   tx = optax.adamw(1e-4, weight_decay=0.0)
   results = []
-  for name, trainable, branch in STAGES:
+  for name, trainable, branch in stages:
     stage_params = params if branch else {"backbone": params["backbone"]}
     trained, frozen = forward.partition(stage_params, trainable)
     trained = jax.tree.map(jnp.copy, trained)  # the step donates what it trains
@@ -110,18 +124,51 @@ def bench_scale(scale: str, args) -> list[list]:
       state[0], state[1], sums = compiled(state[0], frozen, state[1], batch, alpha)
       return sums
 
-    seconds, sums = median_of(args.repeats, run, warmup=0)
-    results.append([scale, name, count(trained), seconds, peak, memory.temp_size_in_bytes,
-                    compile_s, float(sums["loss_sum"] / sums["count"])])
-    print(f"  {name}: {seconds:.2f} s/step, peak {peak / GIB:.3f} GiB, compile {compile_s:.0f} s",
-          flush=True)
+    seconds, sums = median_of(repeats, run, warmup=0)
+    results.append(dict(stage=name, trained=count(trained), seconds=seconds, peak=peak,
+                        temp=memory.temp_size_in_bytes, compile_s=compile_s,
+                        loss=float(sums["loss_sum"] / sums["count"])))
     del state, trained, opt_state, compiled
+  return results
+
+
+def bench_scale(scale: str, args) -> list[list]:
+  started = time.perf_counter()
+  mconfig, graphdefs, params = build(scale, args)
+  batch = make_batch(mconfig, args.batch, args.seq, 64)
+  print(f"{scale}: backbone {count(params['backbone']) / 1e6:,.1f}M parameters (LoRA included), "
+        f"GTCA {count(params['gtca']) / 1e6:,.2f}M; built in {time.perf_counter() - started:.0f} s",
+        flush=True)
+  results = measure(graphdefs, params, batch, STAGES, args.repeats)
+  for r in results:
+    print(f"  {r['stage']}: {r['seconds']:.2f} s/step, peak {r['peak'] / GIB:.3f} GiB, "
+          f"compile {r['compile_s']:.0f} s", flush=True)
   base = results[0]
+  return [[scale, r["stage"], f"{r['trained'] / 1e6:,.2f}M", f"{r['seconds']:.3f}",
+           f"{r['seconds'] / base['seconds']:.2f}", f"{r['peak'] / GIB:.3f}",
+           f"{r['peak'] / base['peak']:.2f}", f"{r['temp'] / GIB:.3f}",
+           f"{r['temp'] / base['temp']:.2f}", f"{r['compile_s']:.0f}", f"{r['loss']:.3f}"]
+          for r in results]
+
+
+def sweep(scale: str, seqs: list[int], ks: list[int], args) -> list[list]:
+  """The O(nK) check: at each (n tokens, K chunks), stage 3 (LoRA + branch) minus stage 1
+  (LoRA only), in time and in compiled temporaries, and both divided by n·K."""
   rows = []
-  for scale_, name, n, seconds, peak, temp, compile_s, loss in results:
-    rows.append([scale_, name, f"{n / 1e6:,.2f}M", f"{seconds:.3f}", f"{seconds / base[3]:.2f}",
-                 f"{peak / GIB:.3f}", f"{peak / base[4]:.2f}", f"{temp / GIB:.3f}",
-                 f"{temp / base[5]:.2f}", f"{compile_s:.0f}", f"{loss:.3f}"])
+  for k in ks:
+    mconfig, graphdefs, params = build(scale, args, k)
+    for seq in seqs:
+      batch = make_batch(mconfig, args.batch, seq, k)
+      base, both = measure(graphdefs, params, batch, (STAGES[0], STAGES[2]), args.repeats)
+      extra_s, extra_b = both["seconds"] - base["seconds"], both["temp"] - base["temp"]
+      nk = args.batch * seq * k
+      rows.append([scale, seq, k, f"{base['seconds'] * 1e3:.1f}", f"{both['seconds'] * 1e3:.1f}",
+                   f"{both['seconds'] / base['seconds']:.2f}", f"{extra_s * 1e3:.1f}",
+                   f"{extra_s / nk * 1e9:.0f}", f"{extra_b / 2 ** 20:.1f}",
+                   f"{extra_b / nk:.0f}"])
+      print(f"  n {seq} K {k}: lora {base['seconds'] * 1e3:.1f} ms, lora+gtca "
+            f"{both['seconds'] * 1e3:.1f} ms, extra temps {extra_b / 2 ** 20:.1f} MiB", flush=True)
+    del params
   return rows
 
 
@@ -133,7 +180,20 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--vocab", type=int, default=32000)
   parser.add_argument("--lora_rank", type=int, default=8)
+  parser.add_argument("--sweep_seqs", default="", help="e.g. 128,256,512,1024: the O(nK) sweep "
+                      "over these row lengths (and --sweep_ks) at the first of --scales")
+  parser.add_argument("--sweep_ks", default="16,32,64", help="chunks per layer in the sweep")
   args = parser.parse_args()
+  if args.sweep_seqs:
+    scale = args.scales.split(",")[0]
+    seqs = [int(x) for x in args.sweep_seqs.split(",")]
+    ks = [int(x) for x in args.sweep_ks.split(",")]
+    print(f"backend {jax.default_backend()}, {scale}, batch {args.batch}, float32, LoRA "
+          f"r={args.lora_rank}; n = {seqs}, K = {ks}; {args.repeats} repeats", flush=True)
+    rows = sweep(scale, seqs, ks, args)
+    print(table(["scale", "n", "K", "lora ms", "lora+gtca ms", "×", "extra ms",
+                 "extra ns / (n·K)", "extra temps MiB", "extra temp B / (n·K)"], rows))
+    return 0
   print(f"backend {jax.default_backend()}, batch {args.batch} × {args.seq} tokens, float32, "
         f"LoRA r={args.lora_rank}, K = 64 chunks per layer", flush=True)
   rows = []

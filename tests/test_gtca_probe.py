@@ -275,3 +275,17 @@ def test_gtca_switch_probes_backbone_and_branch_from_the_cache(tmp_path, monkeyp
   assert base["train_loss"][2] != pytest.approx(gtca["train_loss"][2])  # the branch was read
   assert (out / probe.PLOT_FILE).stat().st_size > 1000  # both curves in one figure
   assert "UUAS GTCA − backbone per layer" in capsys.readouterr().out
+
+
+def test_plot_draws_a_shared_linear_baseline_once(tmp_path, monkeypatch):
+  """Results on the same test sentences share one linear baseline: one grey legend entry, not
+  one per curve; different baselines keep one per curve."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  figures = []
+  monkeypatch.setattr(plt, "close", figures.append)
+  result = {"layers": [0, 1], "uuas": [0.2, 0.3], "linear_baseline_uuas": 0.4}
+  probe.plot([("a", result), ("b", dict(result, uuas=[0.2, 0.1]))], tmp_path / "same.png")
+  probe.plot([("a", result), ("b", dict(result, linear_baseline_uuas=0.5))], tmp_path / "diff.png")
+  same, diff = ([t.get_text() for t in f.axes[0].get_legend().get_texts()] for f in figures)
+  assert same == ["a", "b", "linear baseline (each word → its right neighbour)"]
+  assert diff == ["a", "a: linear baseline", "b", "b: linear baseline"]

@@ -334,19 +334,26 @@ def evaluate(B_LKD: np.ndarray, h_LMD: np.ndarray,
 
 
 def plot(results: Sequence[tuple[str, dict]], out: str | pathlib.Path) -> None:
-  """UUAS by layer, one line per (label, uuas.json contents); the linear baseline dashed."""
+  """UUAS by layer, one line per (label, uuas.json contents); the linear baseline dashed (once,
+  in grey, when every result has the same one: the same test sentences)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   import matplotlib.ticker  # pylint: disable=import-outside-toplevel,unused-import
   figure, axis = plt.subplots(figsize=(6.5, 4.5))
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  baselines = {r.get("linear_baseline_uuas") for _, r in results} - {None}
+  shared = len(baselines) == 1 and all(r.get("linear_baseline_uuas") is not None
+                                       for _, r in results)
   for index, (label, result) in enumerate(results):
     color = colors[index % len(colors)]
     axis.plot(result["layers"], result["uuas"], "-", marker=".", color=color, label=label)
-    if result.get("linear_baseline_uuas") is not None:
+    if result.get("linear_baseline_uuas") is not None and not shared:
       axis.axhline(result["linear_baseline_uuas"], linestyle="--", color=color, alpha=0.5,
                    label=f"{label}: linear baseline")
+  if shared:
+    axis.axhline(baselines.pop(), linestyle="--", color="grey", alpha=0.7,
+                 label="linear baseline (each word → its right neighbour)")
   axis.set(title="structural probe: UUAS by layer", xlabel="layer (0 = embeddings)",
            ylabel="UUAS")
   axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))

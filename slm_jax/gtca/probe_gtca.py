@@ -14,7 +14,8 @@ same probe on the frozen backbone and on a GTCA-trained run, both curves in one 
 - Both encode words with the run's prompt tokenizer (one id per word, a word outside the
   vocabulary as its unknown word, as the word-level backbone itself reads it), so the two curves
   see the same inputs. Writes OUT/backbone/uuas.json, OUT/gtca/uuas.json (each with its
-  own one-curve plot) and OUT/uuas.png with both curves.
+  own one-curve plot) and OUT/uuas.png with both curves; the trained curve is labelled with
+  the run's method (`GTCA`, `LoRA-only` — a LoRA-only run probes its adapters at α = 0, …).
 
 Lives at the CLI layer (tests/test_layering.py): it restores a run through `slm_jax.gtca.train`
 and probes through `slm_jax.gtca.probe`, both CLIs.
@@ -30,6 +31,7 @@ import numpy as np
 from slm_jax.gtca import probe
 from slm_jax.gtca.backbone import frozen_model
 from slm_jax.gtca.cache import ParseCache
+from slm_jax.gtca.evaluate import DISPLAY
 from slm_jax.gtca.spans import SpanTree, chunk_batch
 
 PLOT_LABELS = ("backbone", "GTCA")
@@ -88,13 +90,15 @@ def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathl
       frozen, encode_word, bos_id, train, test, out / "backbone", label=PLOT_LABELS[0], log=log,
       extra={"model": settings.backbone}, **options)}
   branch = cached_branch(gtca, trees, backbone.decoder.config.n_layers, alpha, settings.k)
+  # the trained curve is named after the run's method (a LoRA-only run probes at α = 0)
+  label = DISPLAY.get(settings.name, settings.name)
   results["gtca"] = probe.probe_model(
-      backbone.decoder, encode_word, bos_id, train, test, out / "gtca", label=PLOT_LABELS[1],
+      backbone.decoder, encode_word, bos_id, train, test, out / "gtca", label=label,
       branch=branch, log=log, extra={"model": str(run_dir), "method": settings.name,
                                      "alpha": alpha, "cache": str(cache_path)}, **options)
-  probe.plot([(PLOT_LABELS[0], results["backbone"]), (PLOT_LABELS[1], results["gtca"])],
+  probe.plot([(PLOT_LABELS[0], results["backbone"]), (label, results["gtca"])],
              out / probe.PLOT_FILE)
   gains = np.asarray(results["gtca"]["uuas"]) - np.asarray(results["backbone"]["uuas"])
-  log(f"UUAS GTCA − backbone per layer: {' '.join(f'{g:+.3f}' for g in gains)}; wrote "
+  log(f"UUAS {label} − backbone per layer: {' '.join(f'{g:+.3f}' for g in gains)}; wrote "
       f"{out / probe.PLOT_FILE} (both curves)")
   return results
