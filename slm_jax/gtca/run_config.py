@@ -152,11 +152,9 @@ def resolve(path: str | None, flags: Mapping[str, Any],
     if not sep:
       problems.append(f"{override}: expected --config.KEY=VALUE")
       continue
-    if key not in config:
-      problems.append(f"{override}: unknown key {key!r}{did_you_mean(key, config.keys())}")
-      continue
-    try:
-      _assign(config, key, _parse_text(key, value, config[key], override), override, problems)
+    try:  # an unknown key goes to _assign unparsed, which names it
+      parsed = _parse_text(key, value, config[key], override) if key in config else value
+      _assign(config, key, parsed, override, problems)
     except GtcaConfigError as error:
       problems.append(str(error))
   for key in ("backbone", "out"):
