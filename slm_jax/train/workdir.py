@@ -1,7 +1,7 @@
 """A training workdir knows what it is: the run config it holds, checked before anything is written.
 
-`check_workdir(run, workdir)` compares the command's config with the workdir's `config.json` and
-refuses (`WorkdirError`, naming every differing key and saying "use a new --workdir") when the
+`check_workdir(run, workdir)` compares the command's config with the workdir's `config.json` (by
+the one identity rule, `slm_jax.train.identity`) and refuses (`WorkdirError`, naming every differing key and saying "use a new --workdir") when the
 command would continue another run: another configuration, model shape, data source, tokenizer,
 optimizer or seed. Keys that may change on resume are `RESUMABLE_KEYS`: the step budget, logging,
 evaluation, live-metric and checkpoint cadence, held-out evaluation settings, data worker count and prefetch
@@ -21,6 +21,7 @@ import pathlib
 from typing import Any
 
 from slm_jax.cli import CliError
+from slm_jax.train import identity
 
 CONFIG_FILE = "config.json"
 CHECKPOINTS = "checkpoints"
@@ -51,22 +52,10 @@ class NothingToDo(CliError):
                      f"{steps}; raise --config.train.steps to train further)")
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
-  return out
-
-
 def differences(saved: dict, now: dict) -> list[tuple[str, Any, Any]]:
-  """(key, saved value, new value) of every key that differs and may not change on resume."""
-  before, after = _flatten(saved), _flatten(now)
-  keys = sorted(set(before) | set(after))
-  return [(k, before.get(k), after.get(k)) for k in keys
-          if k not in RESUMABLE_KEYS and before.get(k) != after.get(k)]
+  """(key, saved value, new value) of every key that differs and may not change on resume
+  (`train.identity.differences` without `RESUMABLE_KEYS`)."""
+  return identity.differences(saved, now, RESUMABLE_KEYS)
 
 
 def checkpoint_steps(workdir: pathlib.Path) -> tuple[list[int], list[str]]:
@@ -92,8 +81,8 @@ def check_workdir(run: Any, workdir: pathlib.Path) -> None:
                          "is not a run this slm_jax can continue: use a new --workdir") from None
     diff = differences(saved, run.to_dict())
     if diff:
-      listed = "; ".join(f"{k}: {a!r} in the workdir, {b!r} now" for k, a, b in diff)
-      raise WorkdirError(f"{workdir} holds another run ({listed}); use a new --workdir (or give "
+      raise WorkdirError(f"{workdir} holds another run ({identity.describe(diff, 'in the workdir')}"
+                         "); use a new --workdir (or give "
                          "the workdir's own settings). May change on resume: "
                          + ", ".join(sorted(RESUMABLE_KEYS)))
   elif steps:
