@@ -3,8 +3,10 @@
 On resume, lines from steps after the restored checkpoint are dropped, so `metrics.jsonl` is one
 consistent curve even when a run was killed between a checkpoint and its next log line. Dropped
 lines are never lost silently: they are appended to `metrics.jsonl.dropped` and the console says
-how many (e.g. a run that starts over at step 0 because its checkpoints are gone). Values are
-strict JSON: a non-finite number is written as null.
+how many (e.g. a run that starts over at step 0 because its checkpoints are gone). A partly
+written last line (a run killed while writing it) is moved there too, with a warning naming
+`metrics.jsonl:N`; an unreadable line before the last is an error naming it. Values are strict
+JSON: a non-finite number is written as null.
 
 TensorBoard: every numeric value of a record becomes a scalar under `tensorboard/` of the
 workdir, tagged by what it is (`TAG_GROUPS`: `train/loss`, `train/loss_terminal`, `train/lr`,
@@ -44,6 +46,28 @@ def _tensorboard(workdir: pathlib.Path, resume_step: int):
                        else None, flush_secs=10, filename_suffix=f".{os.getpid()}.{resume_step}")
 
 
+def _split_at(path: pathlib.Path, resume_step: int) -> tuple[list[str], list[str], list[str]]:
+  """(lines up to `resume_step`, lines after it, a partly written last line) of a metrics file.
+  Only the last line may be unreadable (a kill in the middle of a write); an unreadable line
+  before it is an error naming `path:N`."""
+  lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+           if line.strip()]
+  kept, dropped = [], []
+  for number, line in enumerate(lines, 1):
+    try:
+      record = json.loads(line)
+      problem = None if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+    except json.JSONDecodeError as error:
+      problem = str(error)
+    if problem is not None:
+      if number == len(lines):
+        return kept, dropped, [line]
+      raise ValueError(f"{path}:{number}: not a metrics record ({problem}); only the last line "
+                       "may be partly written: repair or move the file away")
+    (kept if record.get("step", 0) <= resume_step else dropped).append(line)
+  return kept, dropped, []
+
+
 class MetricsWriter:
   """`enabled=False` (every host but process 0 of a multi-host run) writes nothing.
   `tensorboard=False` writes `metrics.jsonl` only."""
@@ -55,15 +79,17 @@ class MetricsWriter:
     if not enabled:
       return
     if self.path.exists():
-      lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-      kept, dropped = [], []
-      for line in lines:
-        (kept if json.loads(line).get("step", 0) <= resume_step else dropped).append(line)
-      if dropped:
+      kept, dropped, partial = _split_at(self.path, resume_step)
+      if dropped or partial:
         with self.path.with_name(self.path.name + ".dropped").open("a") as backup:
-          backup.write("".join(line + "\n" for line in dropped))
+          backup.write("".join(line + "\n" for line in dropped + partial))
+      if dropped:
         print(f"warning: {self.path}: {len(dropped)} lines after step {resume_step} (where this "
               f"run resumes) moved to {self.path.name}.dropped", flush=True)
+      if partial:
+        print(f"warning: {self.path}:{len(kept) + len(dropped) + 1}: a partly written last line "
+              f"(the run was killed while writing it) moved to {self.path.name}.dropped",
+              flush=True)
       self.path.write_text("".join(line + "\n" for line in kept))
     self.file = self.path.open("a")
     self.tensorboard = _tensorboard(workdir, resume_step) if tensorboard else None
