@@ -18,7 +18,7 @@ from slm_jax.gtca.toy_task import make_toy_task
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
-from slm_jax.train.finetune import backbone_check, fingerprints
+from slm_jax.train.params import backbone_check, fingerprints
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The run configs: the 60 `<name>_<scale>.py` for the 14 configurations and the Pushdown
 reference × tiny/100m/500m/1b, each a thin call into `slm_jax.config_builder.build`, and the
 `hf_<model>.py` presets that start from a Hugging Face checkpoint
-(`slm_jax.train.finetune.hf_preset`).
+(`slm_jax.train.params.hf_preset`).
 
 They ship inside the package, so `python -m slm_jax.main --config=tgtree_1b` works from an
 installed wheel; a checkout also has them at `configs/` (a link to this folder), so

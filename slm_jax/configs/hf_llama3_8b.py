@@ -6,7 +6,7 @@ Download first (a machine with network, after accepting Meta's license on the hu
 model.init_from there and set model.rope_scaling=none.
 """
 
-from slm_jax.train.finetune import hf_preset
+from slm_jax.train.params import hf_preset
 
 
 def get_config():

@@ -4,7 +4,7 @@ Download first (a machine with network): `huggingface-cli download allenai/OLMo-
 --local-dir checkpoints/OLMo-2-0425-1B` (huggingface_hub ≥ 1: `hf download …`).
 """
 
-from slm_jax.train.finetune import hf_preset
+from slm_jax.train.params import hf_preset
 
 
 def get_config():

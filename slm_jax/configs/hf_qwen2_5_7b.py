@@ -5,7 +5,7 @@ Download first (a machine with network): `huggingface-cli download Qwen/Qwen2.5-
 that checkpoint's config.json; the run checks them against it before reading any weight.
 """
 
-from slm_jax.train.finetune import hf_preset
+from slm_jax.train.params import hf_preset
 
 
 def get_config():

@@ -33,7 +33,7 @@ a sweep as code, every key validated before the first run starts; flags override
   starts from stage i's final adapters. The batch order is a function of (seed, stage, step), so a
   resumed stage sees the batches it would have seen.
 - **Frozen backbone**: digests of every non-LoRA backbone array are taken after loading and
-  compared at the end of every stage (`slm_jax.train.finetune.backbone_check`); the line is
+  compared at the end of every stage (`slm_jax.train.params.backbone_check`); the line is
   printed and a change stops the run. They are also stored in each checkpoint, so resuming on a
   different backbone is refused.
 
@@ -91,7 +91,7 @@ from slm_jax.gtca.prompts import PromptFormat, sentence_prompt
 from slm_jax.gtca.spans import span_tree
 from slm_jax.gtca.toy_task import ToyItem, filled, make_toy_task
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
-from slm_jax.train.finetune import backbone_check, fingerprints
+from slm_jax.train.params import backbone_check, fingerprints
 from slm_jax.train.loading import load_run
 
 def digest_line(prints: dict[str, tuple[int, int]]) -> str:

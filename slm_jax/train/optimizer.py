@@ -19,7 +19,7 @@ Conventions:
   (`TRAINABLE_GROUPS`, comma-joined: "all", "lora", "lora,norms", …). The optimizer then keeps
   state for those leaves only (`optax.masked`; the others hold empty `MaskedNode`s) and returns
   zero updates for the rest. `trainable_mask(params, trainable)` is the same selection as a
-  pytree of bools; the train step (`slm_jax.train.finetune`) differentiates only those leaves.
+  pytree of bools; the train step (`slm_jax.train.steps.make_train_step`) differentiates only those leaves.
 """
 
 from __future__ import annotations

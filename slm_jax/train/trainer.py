@@ -1,6 +1,7 @@
 """The training run: data, model, optimizer, loop, metrics, checkpoints, resume, summary.
 
-`train(cfg, workdir)` is what `python -m slm_jax.main` calls. A run in an existing workdir resumes
+`train(cfg, workdir)` is what `python -m slm_jax.main` calls; its steps run in the one training loop
+(`slm_jax.train.loop.Loop`). A run in an existing workdir resumes
 from its newest readable checkpoint (parameters, optimizer state, step, data position), so a run
 killed at any point and restarted produces the same loss curve as one that never stopped.
 """
@@ -24,10 +25,13 @@ from slm_jax.data.loader import BatchIterator, PackedDataset
 from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
 from slm_jax.model.decoder import non_embedding_param_count, param_count
 from slm_jax.model.loss import LossMetrics
-from slm_jax.train import finetune, mfu, sharding
+from slm_jax.train import mfu, sharding
 from slm_jax.train.checkpointing import Checkpointer, data_extra, host_data
+from slm_jax.train.loop import (Cadence, Hook, Loop, NonFiniteLossError,  # noqa: F401  (re-exported)
+                                Persist, Window, every, rate_text)
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
+from slm_jax.train.params import backbone_check, build_params, fingerprints
 from slm_jax.train.steps import make_eval_step, make_train_step  # noqa: F401  (re-exported)
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, NothingToDo, check_workdir
 
@@ -37,12 +41,6 @@ _LOG = logging.getLogger(__name__)
 def window_counts(metrics: LossMetrics, group: str) -> float:
   """How many target tokens of a kind group the merged metrics saw."""
   return float(getattr(metrics, f"{group}_loss").denominator)
-
-
-class NonFiniteLossError(RuntimeError):
-  """The loss became NaN or Inf; the run stops instead of writing a broken checkpoint."""
-
-  exit_code = 3
 
 
 @dataclasses.dataclass
@@ -82,12 +80,6 @@ def _device_batch(batch, mesh=None, host_local: bool = False,
   elif not host_local:
     batch = batch.pad_rows(sharding.batch_divisor(mesh))
   return sharding.place_batch(batch.as_dict(), mesh, host_local)
-
-
-def _fmt_seconds(seconds: float) -> str:
-  seconds = int(max(0, seconds))
-  return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
-      f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def evaluate(eval_step, params, dataset: PackedDataset, batch_size: int,
@@ -150,6 +142,33 @@ def _train_stream(cfg: Any, corpus, tokenizer, configuration) -> _TrainStream:
 LiveMetrics = Callable[[Any, Any, Any, Any], Callable[[Any], dict]]
 
 
+def slm_progress(schedule, tokens_per_step: int, flops_per_token: float, chips: int,
+                 device_kind: str) -> Callable[[Window, int], tuple[dict, list[str]]]:
+  """The pre-training window: token-weighted losses (overall and per kind group, clu
+  `LossMetrics` merged step by step), mean grad norm, lr, tokens/s and MFU."""
+
+  def progress(window: Window, done: int) -> tuple[dict, list[str]]:
+    metrics, grad_norm_sum = LossMetrics.empty(), 0.0
+    for out in window.outs:
+      metrics = metrics.merge(LossMetrics.single_from_model_output(
+          **{k: v for k, v in out.items() if k != "grad_norm"}))
+      grad_norm_sum += float(out["grad_norm"])
+    computed = {k: float(v) for k, v in metrics.compute().items()}
+    record = {"loss": computed["loss"], "lr": float(schedule(done)),
+              "grad_norm": grad_norm_sum / len(window.outs),
+              "tokens_per_s": window.per_second() * tokens_per_step}
+    record.update(mfu.throughput(record["tokens_per_s"], chips, flops_per_token, device_kind))
+    for group in ("terminal", "structural", "pause"):
+      if window_counts(metrics, group):
+        record[f"loss_{group}"] = computed[f"{group}_loss"]
+    rate = rate_text(record["tokens_per_s"], "tok/s")
+    if "mfu" in record and math.isfinite(record["mfu"]):
+      rate += f" (MFU {100 * record['mfu']:.1f}%)"
+    return record, [f"loss {record['loss']:.4f}", rate, f"lr {record['lr']:.2e}"]
+
+  return progress
+
+
 def train(cfg: Any, workdir: str | pathlib.Path,
           live_metrics: LiveMetrics | None = None) -> RunSummary:
   """Trains the run of `cfg` (a `RunConfig`, or a ConfigDict validated here) in `workdir`.
@@ -181,9 +200,9 @@ def train(cfg: Any, workdir: str | pathlib.Path,
           f"{layout.accumulation} micro-batches of {layout.micro_rows} rows, "
           f"{layout.padded_rows - layout.rows} of them padding without targets", flush=True)
   mconfig = cfg.model.replace(vocab_size=tokenizer.vocab_size)
-  graphdef, params = finetune.build_params(mconfig, mesh, cfg.train.seed)
+  graphdef, params = build_params(mconfig, mesh, cfg.train.seed)
   trainable = cfg.optimizer.trainable
-  loaded = finetune.fingerprints(params, trainable)
+  loaded = fingerprints(params, trainable)
   total_steps = cfg.train.steps
   tx = make_optimizer(cfg.optimizer, total_steps, accumulate=False)
   schedule = make_schedule(cfg.optimizer, total_steps)
@@ -196,21 +215,19 @@ def train(cfg: Any, workdir: str | pathlib.Path,
         f"({non_embedding_param_count(mconfig):,} non-embedding), vocab {tokenizer.vocab_size}",
         flush=True)
 
+  def restore(state, restored):
+    batches.restore(host_data(restored.extra))
+    return restored.state
+
   checkpointer = Checkpointer(workdir / CHECKPOINTS, max_to_keep=cfg.checkpoint.max_to_keep)
-  start_step = 0
-  if cfg.checkpoint.resume:
-    restored = checkpointer.restore_latest({"params": params, "opt_state": opt_state})
-    if restored is not None:
-      params, opt_state = restored.state["params"], restored.state["opt_state"]
-      batches.restore(host_data(restored.extra))
-      start_step = restored.step
-      for step, reason in restored.skipped:
-        print(f"warning: checkpoint step {step} unreadable ({reason}); resumed from "
-              f"{restored.step}", flush=True)
-      print(f"resumed from step {start_step} ({checkpointer.directory})", flush=True)
-      if start_step >= total_steps:
-        checkpointer.close()
-        raise NothingToDo(start_step, total_steps, workdir)
+  loop = Loop(checkpointer, {"params": params, "opt_state": opt_state}, total_steps,
+              persist=Persist(extra=lambda step: {**data_extra(batches.state()), "step": step},
+                              restore=restore),
+              log=lambda line: print(line, flush=True))
+  start_step = loop.resume() if cfg.checkpoint.resume else 0
+  if start_step >= total_steps:
+    checkpointer.close()
+    raise NothingToDo(start_step, total_steps, workdir)
   if lead:  # the workdir's record of the run (after the checks: an intact run stays intact)
     save_config(cfg, workdir)
 
@@ -227,66 +244,35 @@ def train(cfg: Any, workdir: str | pathlib.Path,
   train_step = make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable)
   eval_step = make_eval_step(graphdef)
   tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
-  flops_per_token = mfu.model_flops_per_token(mconfig, cfg.data.seq_len)
-  chips, device_kind = mesh.devices.size, mesh.devices.flat[0].device_kind
-  window = LossMetrics.empty()  # clu metrics over the steps since the last log line
-  window_start, window_steps, grad_norm_sum = time.time(), 0, 0.0
-  last_loss = float("nan")
 
-  def save(step: int) -> None:
-    checkpointer.save(step, {"params": params, "opt_state": opt_state},
-                      {**data_extra(batches.state()), "step": step})
+  def step_fn(state, batch, step):
+    del step
+    params, opt_state, sums = train_step(state["params"], state["opt_state"], batch)
+    return {"params": params, "opt_state": opt_state}, sums
 
-  try:
-    for step in range(start_step, total_steps):
-      batch = _device_batch(next(batches), mesh, batches.host_local, layout.padded_rows)
-      params, opt_state, sums = train_step(params, opt_state, batch)
-      loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
-      if not math.isfinite(loss):
-        raise NonFiniteLossError(
-            f"non-finite loss ({loss}) at step {step + 1}; stopping without saving. Last "
-            f"checkpoint: {checkpointer.steps()[-1:] or 'none'}. Lower optimizer.peak_lr or "
-            "check the data.")
-      last_loss = loss
-      grad_norm = sums.pop("grad_norm")
-      window = window.merge(LossMetrics.single_from_model_output(**sums))
-      grad_norm_sum += float(grad_norm)
-      window_steps += 1
-      done = step + 1
-      if done % cfg.train.log_every == 0 or done == total_steps:
-        elapsed = time.time() - window_start
-        computed = {k: float(v) for k, v in window.compute().items()}
-        record = {"step": done, "loss": computed["loss"], "lr": float(schedule(done)),
-                  "grad_norm": grad_norm_sum / window_steps,
-                  "tokens_per_s": window_steps * tokens_per_step / max(elapsed, 1e-9)}
-        record.update(mfu.throughput(record["tokens_per_s"], chips, flops_per_token,
-                                     device_kind))
-        for group in ("terminal", "structural", "pause"):
-          if window_counts(window, group):
-            record[f"loss_{group}"] = computed[f"{group}_loss"]
-        writer.write(record)
-        eta = (total_steps - done) * elapsed / window_steps
-        print(f"step {done}/{total_steps} | loss {record['loss']:.4f} | "
-              f"{record['tokens_per_s']:,.0f} tok/s"
-              + (f" (MFU {100 * record['mfu']:.1f}%)" if "mfu" in record else "")
-              + f" | lr {record['lr']:.2e} | "
-              f"ETA {_fmt_seconds(eta)}", flush=True)
-        window, window_start, window_steps = LossMetrics.empty(), time.time(), 0
-        grad_norm_sum = 0.0
-      if (eval_data and cfg.train.eval_every and done % cfg.train.eval_every == 0
-          and done != total_steps):
-        result = evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches,
-                          mesh)
-        writer.write({"step": done, **result})
-        print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
-              f"{result['eval_terminal_ppl']:.3f}", flush=True)
-      if live and done % cfg.train.eval_syntax_every == 0:
-        writer.write({"step": done, **live(params)})
-      if (cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0) or \
-          done == total_steps:
-        save(done)
-  finally:
-    checkpointer.wait()
+  def held_out(done, state):
+    result = evaluate(eval_step, state["params"], eval_data, cfg.eval.batch_size,
+                      cfg.eval.max_batches, mesh)
+    writer.write({"step": done, **result})
+    print(f"eval @ {done}: loss {result['eval_loss']:.4f}, terminal ppl "
+          f"{result['eval_terminal_ppl']:.3f}", flush=True)
+
+  hooks = []
+  if eval_data:
+    hooks.append(Hook(every(cfg.train.eval_every, but=total_steps), held_out))
+  if live:
+    hooks.append(Hook(every(cfg.train.eval_syntax_every),
+                      lambda done, state: writer.write({"step": done, **live(state["params"])})))
+  progress = slm_progress(schedule, tokens_per_step,
+                          mfu.model_flops_per_token(mconfig, cfg.data.seq_len),
+                          mesh.devices.size, mesh.devices.flat[0].device_kind)
+  result = loop.run(
+      step_fn, lambda step: _device_batch(next(batches), mesh, batches.host_local,
+                                          layout.padded_rows),
+      cadence=Cadence(log_every=cfg.train.log_every, checkpoint_every=cfg.train.checkpoint_every),
+      progress=progress, writer=writer, hooks=hooks,
+      hint="lower optimizer.peak_lr or check the data")
+  params = result.state["params"]
 
   final = (evaluate(eval_step, params, eval_data, cfg.eval.batch_size, cfg.eval.max_batches, mesh)
            if eval_data else {})
@@ -294,10 +280,10 @@ def train(cfg: Any, workdir: str | pathlib.Path,
     writer.write({"step": total_steps, **final})
   writer.close()
   checkpointer.close()
-  unchanged, backbone = finetune.backbone_check(loaded, params, trainable)
+  unchanged, backbone = backbone_check(loaded, params, trainable)
   print(backbone, flush=True)
-  summary = RunSummary(total_steps, (total_steps - start_step) * tokens_per_step, last_loss,
-                       final.get("eval_terminal_ppl"), final.get("eval_loss"),
+  summary = RunSummary(total_steps, (total_steps - start_step) * tokens_per_step,
+                       result.last_loss, final.get("eval_terminal_ppl"), final.get("eval_loss"),
                        final.get("eval_joint_ppl"), time.time() - started, start_step,
                        str(workdir), unchanged)
   if lead:
