@@ -192,7 +192,7 @@ class Loop:
     self.start = restored.step
     where = self.persist.describe(self.start) if self.persist.describe else str(
         self.checkpointer.directory)
-    self.log(f"{self.label}resumed from step {self.start} of {self.total_steps} ({where})")
+    self.log(f"{self.label}resumed from step {self.start} ({where})")
     return self.start
 
   def save(self, step: int) -> None:
