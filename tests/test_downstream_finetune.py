@@ -177,8 +177,8 @@ def test_a_tiny_cli_run_lowers_its_loss_and_writes_loadable_seed_workdirs(source
     record = json.loads((seed_dir / "finetune.json").read_text())
     assert record["source_step"] == 2 and record["rows"]["rows"] == 4 and record["steps"] == 2
     assert json.loads((seed_dir / "summary.json").read_text())["steps"] == 2
-  assert cli.run(finetune_cli.main, argv) == 0  # finished seeds are skipped
-  assert capsys.readouterr().out.count("exists, skipped") == 2
+  assert cli.run(finetune_cli.main, argv) == 0  # finished seeds are reused
+  assert capsys.readouterr().out.count("finished earlier") == 2
 
 
 def test_stop_and_resume_gives_the_parameters_of_an_uninterrupted_run(source, tmp_path):

@@ -9,7 +9,10 @@
   then cosine to 1e-6 at the last step — exactly `train.optimizer.make_optimizer`, whose
   `warmup_cosine` expresses this schedule. Steps = epochs × ⌈rows / batch⌉.
 - **Step**: `train.steps.make_train_step` (the loss is summed over the batch's targets, which
-  `FinetuneBatches` restricts to the summary + EOS / answer tokens, and divided by their count).
+  `FinetuneBatches` restricts to the summary + EOS / answer tokens, and divided by their count),
+  run by the one training loop (`train.loop.Loop`: the loss checked at every step, nothing
+  saved after a non-finite one); the seeds of one process share the compiled step
+  (`train.step_cache`).
 - **Layout** of `OUT/seed<S>/`, a workdir `train.loading.load_run` reads like any run:
     config.json          the source run's config with the fine-tuning optimizer, train.steps
                          and train.seed (so `load_run` rebuilds this optimizer's state shape)
@@ -17,19 +20,23 @@
     checkpoints/<step>/  Orbax {params, opt_state} (+ extra: step, task) every
                          `checkpoint_every` steps and at the end
     metrics.jsonl        step, loss, lr, grad_norm, examples_per_s, tokens_per_s (+ TensorBoard)
-    finetune.json        the settings, the source run and step, the row counts
-    summary.json         written last: its presence marks the seed finished (it is skipped)
+    finetune.json        what makes the seed: the settings, the seed, the source run and step,
+                         the row counts, the steps (`seed_record`)
+    summary.json         written last: its presence marks the seed finished
 - **Resume**: a killed seed restarts from its newest readable checkpoint; the batches of step k
   are a function of (seed, k), so the result equals an uninterrupted run. A seed folder that
   holds another fine-tune (different settings, source run or data) is refused
-  (`FinetuneMismatchError`, nothing written); `log_every` / `checkpoint_every` may change.
+  (`FinetuneMismatchError`, nothing written; `train.identity` compares the records, naming the
+  differing keys); `log_every` / `checkpoint_every` may change. `finetune_seeds` runs the seeds
+  as a `train.sweep`: every seed folder is checked before the first seed trains, and a finished
+  seed is reused only when its `finetune.json` matches this command's (never another
+  fine-tune's result printed as this one's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 import time
 from typing import Any, Callable, Sequence
@@ -41,12 +48,15 @@ from flax import nnx
 from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
-from slm_jax.train import sharding
+from slm_jax.train import identity, sharding
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loading import LoadedRun
+from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
+from slm_jax.train.step_cache import compiled_step
 from slm_jax.train.steps import make_train_step
+from slm_jax.train.sweep import SweepItem, run_sweep
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, check_workdir
 
 SEEDS = (42, 2026, 6198, 13171, 31723)
@@ -55,7 +65,6 @@ TASK_DEFAULTS = {  # SPEC §11 / paper App. C
     "boolq": {"epochs": 5, "lr": 3e-4, "batch_size": 40},
 }
 SETTINGS_FILE = "finetune.json"
-_STEP_CACHE: dict = {}  # (graphdef, optimizer section, steps, accumulation, mesh) -> jitted step
 SUMMARY_FILE = "summary.json"
 
 
@@ -116,10 +125,14 @@ def finetune_config(loaded: LoadedRun, settings: FinetuneSettings, total_steps: 
       "train.eval_every": 0, "train.eval_syntax_every": 0})
 
 
-def _record(loaded: LoadedRun, settings: FinetuneSettings, seed: int, stats: RowStats,
-            total_steps: int) -> dict[str, Any]:
+def seed_record(loaded: LoadedRun, settings: FinetuneSettings, seed: int, stats: RowStats,
+                total_steps: int) -> dict[str, Any]:
+  """What makes seed `seed`'s fine-tune (saved as `finetune.json`, compared before any reuse)."""
   return {"settings": settings.to_dict(), "seed": seed, "source_step": loaded.step,
           "rows": stats.to_dict(), "steps": total_steps}
+
+
+RESUMABLE_KEYS = frozenset(f"settings.{name}" for name in FinetuneSettings.RESUMABLE)
 
 
 def check_seed_dir(directory: pathlib.Path, record: dict[str, Any]) -> None:
@@ -130,16 +143,10 @@ def check_seed_dir(directory: pathlib.Path, record: dict[str, Any]) -> None:
       raise FinetuneMismatchError(f"{directory} holds a run but no {SETTINGS_FILE}: it is not a "
                                   "fine-tuning seed folder; use another --out")
     return
-  saved = json.loads(path.read_text())
-  skip = set(FinetuneSettings.RESUMABLE)
-  flat = lambda r: {**{f"settings.{k}": v for k, v in r["settings"].items() if k not in skip},
-                    **{k: v for k, v in r.items() if k != "settings"}}
-  before, now = flat(saved), flat(record)
-  diff = [f"{k}: {before.get(k)!r} saved, {now.get(k)!r} now"
-          for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
-  if diff:
-    raise FinetuneMismatchError(f"{directory} holds another fine-tune ({'; '.join(diff)}); use "
-                                "another --out, or the settings it was started with")
+  identity.check_record(path, record, what=f"{directory} holds another fine-tune",
+                        where="in the seed folder", ignore=RESUMABLE_KEYS,
+                        error=FinetuneMismatchError,
+                        hint="use another --out, or the settings it was started with")
 
 
 def _fresh_params(loaded: LoadedRun) -> tuple[Any, dict]:
@@ -147,6 +154,30 @@ def _fresh_params(loaded: LoadedRun) -> tuple[Any, dict]:
   must start from the loaded weights."""
   graphdef, state = nnx.split(loaded.model, nnx.Param)
   return graphdef, jax.tree.map(jnp.array, nnx.to_pure_dict(state))
+
+
+def _batches(loaded: LoadedRun, rows: Sequence[FinetuneRow], settings: FinetuneSettings,
+             seed: int) -> FinetuneBatches:
+  return FinetuneBatches(rows, settings.batch_size, seed, loaded.configuration,
+                         loaded.tokenizer.pad_id, settings.max_len)
+
+
+def _progress(schedule, settings: FinetuneSettings, last: dict):
+  """The fine-tuning window: loss over the window's targets, grad norm, lr, steps/s,
+  examples/s, tokens/s; `last["loss"]` keeps the latest window's loss (the summary's)."""
+
+  def progress(window: Window, done: int) -> tuple[dict, list[str]]:
+    got = jax.device_get([(out["loss_sum"], out["count"], out["grad_norm"])
+                          for out in window.outs])
+    loss = sum(float(l) for l, _, _ in got) / max(sum(float(c) for _, c, _ in got), 1.0)
+    rate, lr = window.per_second(), float(schedule(done))
+    last["loss"] = loss
+    record = {"loss": loss, "lr": lr, "grad_norm": sum(float(g) for _, _, g in got) / len(got),
+              "examples_per_s": rate * settings.batch_size,
+              "tokens_per_s": window.per_second(lambda out: out["tokens"])}
+    return record, [f"loss {loss:.4f}", rate_text(rate, "steps/s", 2), f"lr {lr:.2e}"]
+
+  return progress
 
 
 def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStats,
@@ -157,10 +188,9 @@ def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStat
   summary. `stop_after` ends the call after that many steps of this call (a checkpoint is
   written there), as a kill right after a checkpoint would."""
   directory = pathlib.Path(out) / f"seed{seed}"
-  batches = FinetuneBatches(rows, settings.batch_size, seed, loaded.configuration,
-                            loaded.tokenizer.pad_id, settings.max_len)
+  batches = _batches(loaded, rows, settings, seed)
   total = settings.epochs * batches.steps_per_epoch
-  record = _record(loaded, settings, seed, stats, total)
+  record = seed_record(loaded, settings, seed, stats, total)
   check_seed_dir(directory, record)
   cfg = finetune_config(loaded, settings, total, seed)
   check_workdir(cfg, directory)  # the workdir rule of training, on the config we write
@@ -178,71 +208,47 @@ def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStat
 
   directory.mkdir(parents=True, exist_ok=True)
   checkpointer = Checkpointer(directory / CHECKPOINTS, max_to_keep=2)
-  start = 0
-  restored = checkpointer.restore_latest({"params": params, "opt_state": opt_state})
-  if restored is not None:
-    params, opt_state, start = (restored.state["params"], restored.state["opt_state"],
-                                restored.step)
-    for step, reason in restored.skipped:
-      log(f"warning: checkpoint step {step} unreadable ({reason}); resumed from {start}")
-    log(f"seed {seed}: resumed at step {start}/{total} from {checkpointer.directory}")
-  (directory / SETTINGS_FILE).write_text(json.dumps(record, indent=1))
+  label = f"{settings.task} seed {seed} "
+  loop = Loop(checkpointer, {"params": params, "opt_state": opt_state}, total,
+              persist=Persist(extra=lambda step: {"step": step, "task": settings.task,
+                                                  "seed": seed}),
+              log=log, label=label)
+  start = loop.resume()
+  identity.write_record(directory / SETTINGS_FILE, record)
   (directory / CONFIG_FILE).write_text(cfg.to_json())
   loaded.tokenizer.save(directory)
 
   writer = MetricsWriter(directory, resume_step=start)
   step_shardings = (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
                     sharding.replicated(mesh))
-  key = (graphdef, cfg.optimizer, total, layout.accumulation, mesh)
-  if key not in _STEP_CACHE:  # seeds of one sweep share the compiled step
-    _STEP_CACHE.clear()
-    _STEP_CACHE[key] = make_train_step(graphdef, tx, layout.accumulation, step_shardings)
-  train_step = _STEP_CACHE[key]
-  save = lambda step: checkpointer.save(step, {"params": params, "opt_state": opt_state},
-                                        {"step": step, "task": settings.task, "seed": seed})
-  window, began, last_loss = [], time.time(), float("nan")
-  window_began, done = began, start
+  train_step = compiled_step(  # the seeds of one sweep share the compiled step
+      ("finetune", graphdef, cfg.optimizer, total, layout.accumulation, mesh),
+      lambda: make_train_step(graphdef, tx, layout.accumulation, step_shardings))
+
+  def step_fn(state, batch, step):
+    del step
+    params, opt_state, sums = train_step(
+        state["params"], state["opt_state"],
+        sharding.place_batch(batch.as_dict(), mesh, host_local=False))
+    return ({"params": params, "opt_state": opt_state},
+            {**sums, "tokens": int((batch.meta.segment != 0).sum())})
+
+  last = {"loss": float("nan")}
   try:
-    for step in range(start, total):
-      batch = batches.batch(step).pad_rows(layout.padded_rows)
-      params, opt_state, sums = train_step(
-          params, opt_state, sharding.place_batch(batch.as_dict(), mesh, host_local=False))
-      window.append((sums["loss_sum"], sums["count"], sums["grad_norm"],
-                     int((batch.meta.segment != 0).sum())))
-      done = step + 1
-      stopping = stop_after is not None and done - start >= stop_after
-      if done % settings.log_every == 0 or done == total or stopping:
-        got = jax.device_get(window)
-        loss = sum(float(l) for l, _, _, _ in got) / max(sum(float(c) for _, c, _, _ in got), 1.0)
-        if not math.isfinite(loss):
-          last = checkpointer.steps()[-1:] or "none"
-          raise cli.CliError(f"seed {seed}: non-finite loss ({loss}) at step {done}; stopping "
-                             f"without saving (last checkpoint {last}); lower --lr",
-                             cli.EXIT_NONFINITE)
-        now = time.time()
-        rate = len(got) / max(now - window_began, 1e-9)
-        overall = (done - start) / max(now - began, 1e-9)
-        writer.write({"step": done, "loss": loss, "lr": float(schedule(done)),
-                      "grad_norm": sum(float(g) for _, _, g, _ in got) / len(got),
-                      "examples_per_s": rate * settings.batch_size,
-                      "tokens_per_s": sum(n for *_, n in got) / max(now - window_began, 1e-9)})
-        log(f"{settings.task} seed {seed} step {done}/{total} | loss {loss:.4f} | "
-            f"{rate:.2f} steps/s | lr {float(schedule(done)):.2e} | "
-            f"ETA {(total - done) / max(overall, 1e-9):.0f}s")
-        last_loss, window, window_began = loss, [], now
-      if done % settings.checkpoint_every == 0 or done == total or stopping:
-        save(done)
-      if stopping:
-        break
+    result = loop.run(step_fn, lambda step: batches.batch(step).pad_rows(layout.padded_rows),
+                      cadence=Cadence(log_every=settings.log_every,
+                                      checkpoint_every=settings.checkpoint_every,
+                                      stop_after=stop_after),
+                      progress=_progress(schedule, settings, last), writer=writer,
+                      hint="lower --lr")
   finally:
-    checkpointer.wait()
     checkpointer.close()
     writer.close()
-  summary = {"task": settings.task, "seed": seed, "steps": done, "total_steps": total,
-             "final_loss": last_loss, "resumed_from": start, "source": settings.source,
+  summary = {"task": settings.task, "seed": seed, "steps": result.step, "total_steps": total,
+             "final_loss": last["loss"], "resumed_from": start, "source": settings.source,
              "source_step": loaded.step, "seconds": time.time() - started,
              "workdir": str(directory)}
-  if done >= total:
+  if result.step >= total:
     (directory / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False))
   return summary
 
@@ -256,14 +262,17 @@ def make_encoder(loaded: LoadedRun, tree_source: str) -> TextEncoder:
 def finetune_seeds(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStats,
                    settings: FinetuneSettings, seeds: Sequence[int], out: str | pathlib.Path,
                    log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-  """Every seed in turn; a seed whose `summary.json` exists is skipped (its summary is read)."""
-  summaries = []
-  for index, seed in enumerate(seeds):
-    finished = pathlib.Path(out) / f"seed{seed}" / SUMMARY_FILE
-    if finished.exists():
-      log(f"[{index + 1}/{len(seeds)}] seed {seed}: {finished} exists, skipped")
-      summaries.append(json.loads(finished.read_text()))
-      continue
-    summaries.append(finetune_seed(loaded, rows, stats, settings, seed, out, log=log))
-    log(f"[{index + 1}/{len(seeds)}] seed {seed} done: loss {summaries[-1]['final_loss']:.4f}")
-  return summaries
+  """Every seed in turn (`train.sweep`): every seed folder's record is checked first; a seed
+  whose `summary.json` exists is reused (its summary is read) only when its `finetune.json`
+  matches this command's."""
+  items = []
+  for seed in seeds:
+    total = settings.epochs * _batches(loaded, rows, settings, seed).steps_per_epoch
+    items.append(SweepItem(f"seed {seed}", pathlib.Path(out) / f"seed{seed}",
+                           seed_record(loaded, settings, seed, stats, total), seed))
+  result = run_sweep(
+      items, lambda item: finetune_seed(loaded, rows, stats, settings, item.key, out, log=log),
+      record=SETTINGS_FILE, marker=SUMMARY_FILE, check=lambda item: check_seed_dir(
+          item.folder, item.identity),
+      describe=lambda summary: f"loss {summary['final_loss']:.4f}", log=log)
+  return result.results
