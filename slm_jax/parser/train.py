@@ -10,18 +10,26 @@ Loop: batches of `batch_words` padded words, one shape per length bucket (seeded
 AdamW (optax; warmup, global-norm clipping, then the config's `schedule`: halved when dev F1 stalls,
 or a cosine over `max_epochs`), CRF NLL of the right-binarized gold tree per word, plus (with
 `tag_weight` > 0) a POS-tagging loss on the encoder from the training trees' preterminals (a
-training-only head; the exported parser has no tagger and reads words only). A progress line every
-`log_every` steps (step, epoch, losses, words/s, ETA). Dev labelled F1 (evalb,
-`slm_jax.parser.evalb`) once per epoch (or every `eval_every` steps); the best model is exported
-(safetensors, `weights.save_parser`) to `WORKDIR/best` and, at the end, to `--export`. Orbax
-checkpoints (params, optimizer state, epoch, position, history) after each evaluation and every
-`checkpoint_every_s`; a killed run resumes where the last checkpoint left it. Early stopping after `patience` evaluations without a better dev
-F1. `WORKDIR/summary.json` holds the data counts, the history and the final scores;
+training-only head; the exported parser has no tagger and reads words only). The steps run in the
+one training loop (`slm_jax.train.loop.Loop`: the loss checked at every step, nothing saved after
+a non-finite one). A progress line every `log_every` steps and at each epoch end (step, epoch,
+losses, lr, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or
+every `eval_every` steps of an epoch and at its end); the best model is exported (safetensors,
+`weights.save_parser`) to `WORKDIR/best` and, at the end, to `--export`. Checkpoints
+(`train.checkpointing.Checkpointer`: params, optimizer state and the JSON meta — step, epoch,
+position, lr scale, best F1, history) at each epoch end, after each evaluation, every
+`checkpoint_every_s` and at a stop; a killed run resumes where the last checkpoint left it. Early
+stopping after `patience` evaluations without a better dev F1; `max_minutes` stops checkpointed
+and resumable (exit 1). `WORKDIR/identity.json` records what makes the run (its config and its
+training and dev data, `train.identity`): a command with another config or data is refused
+naming the differing keys (`max_minutes`, `max_epochs`, `log_every`, `checkpoint_every_s` may
+change). `WORKDIR/summary.json` holds the data counts, the history and the final scores;
 `WORKDIR/train_log.txt` the progress lines.
 
 Ensembles (`members` > 1, the default config's 3; `--members` overrides): member K is an ordinary
-run in `WORKDIR/memberK` with seed `seed + K`, trained in turn (a member whose summary.json says
-it finished is used as it is, so a killed ensemble run resumes at the member it was in); then
+run in `WORKDIR/memberK` with seed `seed + K`, trained in turn on the data read once (a
+`train.sweep`: every member's identity.json is checked first, and a member whose summary.json
+says it finished is used as it is, so a killed ensemble run resumes at the member it was in); then
 `ensemble.combine` averages their span scores into `WORKDIR/best`, the ∅ bias is tuned on dev,
 dev and test are scored, and `--export` receives the ensemble with each member's log and summary.
 """
@@ -41,7 +49,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 from flax import nnx
 
 from slm_jax import cli
@@ -53,6 +60,10 @@ from slm_jax.parser.labels import LabelVocab, binarize
 from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
 from slm_jax.parser.vocab import Vocab, padded_length
 from slm_jax.parser.weights import save_parser
+from slm_jax.train import identity
+from slm_jax.train.checkpointing import Checkpointer
+from slm_jax.train.loop import END, TIME, Action, Cadence, Hook, Loop, Persist, Window, rate_text
+from slm_jax.train.sweep import SweepItem, run_sweep
 
 
 @dataclasses.dataclass
@@ -215,21 +226,99 @@ def scoring_sets(args) -> tuple[tuple, tuple]:
   return resolve(args.dev, "dev", args.gum), test
 
 
-def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
+@dataclasses.dataclass
+class ParserData:
+  """The data of a training run, read once (an ensemble's members share it)."""
+
+  kept: list  # the training trees within max_train_words
+  kept_tags: list  # their POS tags (None: untagged)
+  dev_trees: list
+  test_trees: list
+  info: dict  # names and counts (summary.json's "data")
+
+
+def load_data(cfg: TrainConfig, args) -> ParserData:
+  """The training trees (longer than `max_train_words`: skipped, counted), dev and test."""
+  train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
+  (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(args)
+  fits = [len(t.leaves()) <= cfg.max_train_words for t in train_trees]
+  kept = [t for t, ok in zip(train_trees, fits) if ok]
+  kept_tags = [g for g, ok in zip(train_tags, fits) if ok]
+  if not kept or not dev_trees:
+    raise cli.CliError(f"no training ({len(kept)}) or dev ({len(dev_trees)}) sentences")
+  info = {"train": train_name, "dev": dev_name, "test": test_name,
+          "train_sentences": len(kept), "train_words": sum(len(t.leaves()) for t in kept),
+          "skipped_long": len(fits) - len(kept), "missing_documents": missing + dev_missing,
+          "untagged_sentences": sum(g is None for g in kept_tags), "dev_sentences": len(dev_trees),
+          "test_sentences": len(test_trees)}
+  return ParserData(kept, kept_tags, dev_trees, test_trees, info)
+
+
+IDENTITY_FILE = "identity.json"
+# What may change when a parser workdir is continued: cadence, the time budget, the epoch budget
+# (a run that reached max_epochs continues with a larger one) and the ensemble size of the command.
+RESUMABLE_KEYS = frozenset({"config.max_minutes", "config.max_epochs", "config.log_every",
+                            "config.checkpoint_every_s", "config.members"})
+
+
+def run_identity(cfg: TrainConfig, data: ParserData) -> dict:
+  """What makes a parser run (WORKDIR/identity.json): its config and its training and dev data
+  (the test set is only scored: it may change)."""
+  info = data.info
+  return {"config": dataclasses.asdict(cfg),
+          "data": {k: info[k] for k in ("train", "dev", "train_sentences", "train_words",
+                                        "skipped_long", "dev_sentences")}}
+
+
+def check_run(workdir: pathlib.Path, record: dict) -> None:
+  """Refuses a workdir that holds another parser run (another config or data; reads only)."""
+  checked = identity.check_record(
+      workdir / IDENTITY_FILE, record, what=f"{workdir} holds another parser run",
+      where="in the workdir", ignore=RESUMABLE_KEYS,
+      hint="use a new --workdir, or the settings and data it was started with")
+  if not checked and (workdir / "checkpoints").is_dir():
+    raise identity.IdentityError(f"{workdir}/checkpoints exists but {workdir / IDENTITY_FILE} "
+                                 "does not: cannot tell which run it belongs to; use a new "
+                                 "--workdir")
+
+
+def _progress(cfg: TrainConfig, steps_per_epoch: int):
+  """The parser's window: word-weighted CRF (and POS) loss, lr, words/s, epoch position."""
+
+  def progress(window: Window, done: int) -> tuple[dict, list[str]]:
+    loss = tag = 0.0
+    words = 0
+    for out in window.outs:
+      loss += float(out["loss"]) * out["words"]
+      tag += float(out["tag_loss"]) * out["words"]
+      words += out["words"]
+    epoch, position = divmod(done - 1, steps_per_epoch)
+    record = {"loss": loss / words, "lr": window.outs[-1]["lr"],
+              "words_per_s": window.per_second(lambda out: out["words"])}
+    fields = [f"epoch {epoch} ({position + 1}/{steps_per_epoch})", f"loss {record['loss']:.4f}"]
+    if cfg.tag_weight > 0:
+      record["tag_loss"] = tag / words
+      fields.append(f"tag loss {record['tag_loss']:.4f}")
+    return record, fields + [f"lr {record['lr']:.2e}", rate_text(record["words_per_s"],
+                                                                   "words/s")]
+
+  return progress
+
+
+def train(cfg: TrainConfig, workdir: pathlib.Path, args, data: ParserData | None = None) -> int:
+  """One parser run in `workdir` (resuming its newest checkpoint) on `data` (read from `args`
+  when not given); 0 when it ended, `EXIT_INCOMPLETE` when it stopped at `max_minutes`."""
+  data = data or load_data(cfg, args)
+  record = run_identity(cfg, data)
+  check_run(workdir, record)
   workdir.mkdir(parents=True, exist_ok=True)
+  identity.write_record(workdir / IDENTITY_FILE, record)
   # Compiled steps are cached on disk, so a resumed run does not compile every bucket again.
   jax.config.update("jax_compilation_cache_dir", str((workdir / "jax_cache").resolve()))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   log = Log(workdir / "train_log.txt")
   started = time.time()
-  train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
-  (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(args)
-  fits = [len(t.leaves()) <= cfg.max_train_words for t in train_trees]
-  long = [t for t, ok in zip(train_trees, fits) if not ok]
-  kept = [t for t, ok in zip(train_trees, fits) if ok]
-  kept_tags = [g for g, ok in zip(train_tags, fits) if ok]
-  if not kept or not dev_trees:
-    raise cli.CliError(f"no training ({len(kept)}) or dev ({len(dev_trees)}) sentences")
+  kept, kept_tags = data.kept, data.kept_tags
   vocab_path = workdir / "vocabularies.json"
   if vocab_path.is_file():  # a resumed run keeps its vocabularies
     saved = json.loads(vocab_path.read_text(encoding="utf-8"))
@@ -245,13 +334,13 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   examples = [Example(t.leaves(), binarize(t, labels, "right"),
                       None if g is None else np.array([tag_ids.get(x, 0) for x in g], np.int32))
               for t, g in zip(kept, kept_tags)]
-  data = {"train": train_name, "dev": dev_name, "test": test_name,
-          "train_sentences": len(kept), "train_words": sum(len(e.words) for e in examples),
-          "skipped_long": len(long), "missing_documents": missing + dev_missing,
-          "untagged_sentences": sum(g is None for g in kept_tags), "pos_tags": len(tag_names) - 1,
-          "dev_sentences": len(dev_trees), "test_sentences": len(test_trees),
-          "words": len(vocab.words), "chars": len(vocab.chars), "labels": len(labels)}
-  log(f"data: {json.dumps(data)}")
+  info = {**data.info, "pos_tags": len(tag_names) - 1, "words": len(vocab.words),
+          "chars": len(vocab.chars), "labels": len(labels)}
+  info = {k: info[k] for k in ("train", "dev", "test", "train_sentences", "train_words",
+                               "skipped_long", "missing_documents", "untagged_sentences",
+                               "pos_tags", "dev_sentences", "test_sentences", "words", "chars",
+                               "labels")}
+  log(f"data: {json.dumps(info)}")
 
   rngs = nnx.Rngs(params=cfg.seed, dropout=cfg.seed)
   scorer = SpanScorer(cfg.model, len(vocab.words), len(vocab.chars), len(labels), rngs)
@@ -259,103 +348,130 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
   graphdef, params, rest = nnx.split(TrainedParser(scorer, tagger), nnx.Param, ...)
   tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
                    optax.adamw(1.0, weight_decay=cfg.weight_decay))
-  opt_state = tx.init(params)
   step_fn = make_step(graphdef, tx, cfg.tag_weight)
-  manager = ocp.CheckpointManager((workdir / "checkpoints").resolve(),
-                                  options=ocp.CheckpointManagerOptions(max_to_keep=2))
+  steps_per_epoch = len(make_batches(examples, cfg, 0))  # every epoch has the same batches
   meta = {"step": 0, "epoch": 0, "position": 0, "lr_scale": 1.0, "best_f1": -1.0,
           "best_epoch": -1, "bad_evals": 0, "history": [], "train_seconds": 0.0, "done": False}
-  if manager.latest_step() is not None:
-    target = {"params": nnx.to_pure_dict(params), "opt_state": opt_state}
-    restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
-    nnx.replace_by_pure_dict(params, restored["state"]["params"])
-    opt_state = restored["state"]["opt_state"]
-    meta = restored["meta"]
-    log(f"resumed from step {meta['step']} (epoch {meta['epoch']}, batch {meta['position']})")
 
-  def checkpoint():
-    manager.save(meta["step"], args=ocp.args.Composite(
-        state=ocp.args.StandardSave({"params": nnx.to_pure_dict(params), "opt_state": opt_state}),
-        meta=ocp.args.JsonSave(meta)), force=True)
-    manager.wait_until_finished()
+  def restore(state, restored):
+    meta.update(restored.extra)
+    nnx.replace_by_pure_dict(state["params"], restored.state["params"])
+    return {"params": state["params"], "opt_state": restored.state["opt_state"]}
 
+  session_start = time.time()
+
+  def extra(step: int) -> dict:
+    meta.update(step=step, epoch=step // steps_per_epoch, position=step % steps_per_epoch,
+                train_seconds=base_seconds + time.time() - session_start)
+    return json.loads(json.dumps(meta))  # a copy: meta changes while the save is written
+
+  checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=2)
+  loop = Loop(checkpointer, {"params": params, "opt_state": tx.init(params)},
+              cfg.max_epochs * steps_per_epoch,
+              persist=Persist(target=lambda state: {"params": nnx.to_pure_dict(state["params"]),
+                                                    "opt_state": state["opt_state"]},
+                              extra=extra, restore=restore,
+                              describe=lambda step: f"epoch {meta['epoch']}, batch "
+                              f"{meta['position']}"),
+              log=log)
+  try:
+    loop.resume()
+    base_seconds = meta["train_seconds"]
+    if meta["done"]:  # stopped early before; a run that reached max_epochs continues
+      result = None
+    else:
+      result = loop.run(*_steps(cfg, examples, vocab, steps_per_epoch, step_fn, rest, meta),
+                        cadence=Cadence(log_every=cfg.log_every,
+                                        checkpoint_every_s=cfg.checkpoint_every_s,
+                                        epoch_steps=steps_per_epoch,
+                                        max_seconds=60 * cfg.max_minutes),
+                        progress=_progress(cfg, steps_per_epoch),
+                        hooks=[_dev_evaluation(cfg, graphdef, rest, vocab, labels,
+                                               data.dev_trees, workdir, meta, steps_per_epoch,
+                                               lambda: base_seconds + time.time() - session_start,
+                                               log)],
+                        loss_of=lambda out: float(out["loss"]), hint="lower the learning rate")
+  finally:
+    checkpointer.close()
+  if result is None:
+    stop_reason = "already stopped early (delete the workdir to train again)"
+  elif result.stop == TIME:
+    log(f"stopping at the {cfg.max_minutes:g}-minute limit (checkpointed; run again to resume)")
+    if meta["best_f1"] >= 0:
+      finish(workdir, args, log, run_summary(info, meta, f"time limit ({cfg.max_minutes:g} "
+             "minutes; resumable)", resumable=True), data.dev_trees, data.test_trees, started)
+    return cli.EXIT_INCOMPLETE
+  else:
+    stop_reason = f"reached {cfg.max_epochs} epochs" if result.stop == END else result.stop
+  return finish(workdir, args, log, run_summary(info, meta, stop_reason), data.dev_trees,
+                data.test_trees, started)
+
+
+def _steps(cfg: TrainConfig, examples: list[Example], vocab: Vocab, steps_per_epoch: int,
+           step_fn, rest, meta: dict):
+  """(step function, batch of a step) of the loop: epoch e's batches are `make_batches(…, e)`,
+  word dropout drawn from (seed, epoch, position), the learning rate from the step and the
+  plateau scale, the dropout key from (seed, step)."""
   keep_W = vocab.keep_probabilities(cfg.model.word_dropout)
-  session_start, last_ckpt = time.time(), time.time()
-  base_seconds = meta["train_seconds"]
-  # `done`: stopped early before; a run that reached max_epochs continues with a larger one.
-  stop_reason = "already stopped early (delete the workdir to train again)" if meta["done"] else None
-  while stop_reason is None and meta["epoch"] < cfg.max_epochs:
-    batches = make_batches(examples, cfg, meta["epoch"])
-    eval_every = cfg.eval_every or len(batches)
-    window_loss, window_tag, window_words, window_start = 0.0, 0.0, 0, time.time()
-    while meta["position"] < len(batches):
-      N, indices = batches[meta["position"]]
-      rng = np.random.default_rng([cfg.seed, meta["epoch"], meta["position"], 1])
-      batch = encode_batch(examples, N, indices, rows_for(N, cfg), vocab, cfg, keep_W, rng)
-      lr = learning_rate(cfg, meta, len(batches))
-      key = jax.random.fold_in(jax.random.key(cfg.seed), meta["step"])
-      params, opt_state, (loss, tag_loss) = step_fn(params, rest, opt_state, batch, lr, key)
-      words = sum(len(examples[k].words) for k in indices)
-      window_loss += float(loss) * words
-      window_tag += float(tag_loss) * words
-      window_words += words
-      meta["step"] += 1
-      meta["position"] += 1
-      if not math.isfinite(float(loss)):
-        raise cli.CliError(f"non-finite loss at step {meta['step']}", cli.EXIT_NONFINITE)
-      if meta["step"] % cfg.log_every == 0:
-        elapsed = time.time() - window_start
-        rate = window_words / max(elapsed, 1e-9)
-        left = sum(len(examples[k].words) for _, ix in batches[meta["position"]:] for k in ix)
-        tag = f" tag loss {window_tag / window_words:.4f}" if cfg.tag_weight > 0 else ""
-        log(f"step {meta['step']} epoch {meta['epoch']} ({meta['position']}/{len(batches)}) "
-            f"loss {window_loss / window_words:.4f}{tag} lr {lr:.2e} {rate:,.0f} words/s "
-            f"epoch ETA {left / max(rate, 1e-9):.0f}s")
-        window_loss, window_tag, window_words, window_start = 0.0, 0.0, 0, time.time()
-      meta["train_seconds"] = base_seconds + time.time() - session_start
-      evaluated = meta["position"] % eval_every == 0 or meta["position"] == len(batches)
-      if evaluated:
-        score = evaluate(graphdef, params, rest, vocab, labels, dev_trees)
-        improved = score.f1 > meta["best_f1"]
-        meta["history"].append({"step": meta["step"], "epoch": meta["epoch"], "dev_f1": score.f1,
-                                "seconds": round(meta["train_seconds"], 1)})
-        if improved:
-          meta.update(best_f1=score.f1, best_epoch=meta["epoch"], bad_evals=0)
-          save_parser(workdir / "best", nnx.merge(graphdef, params, rest).scorer, vocab, labels,
-                      {"dev_f1": score.f1, "step": meta["step"]})
-        else:
-          meta["bad_evals"] += 1
-          if cfg.schedule == "plateau" and meta["bad_evals"] % cfg.decay_patience == 0:
-            meta["lr_scale"] *= cfg.lr_decay
-        log(f"eval step {meta['step']} epoch {meta['epoch']}: dev F1 {score.f1:.2f} "
-            f"(P {score.precision:.2f} R {score.recall:.2f} exact {score.exact_match:.2f}) "
-            f"best {meta['best_f1']:.2f}{' *' if improved else ''}")
-        if meta["bad_evals"] >= cfg.patience:
-          stop_reason = f"early stop: {cfg.patience} evaluations without a better dev F1"
-      out_of_time = cfg.max_minutes and time.time() - session_start > 60 * cfg.max_minutes
-      epoch_end = meta["position"] == len(batches)
-      if epoch_end:
-        meta["epoch"] += 1
-        meta["position"] = 0
-      if (stop_reason or out_of_time or epoch_end or evaluated
-          or time.time() - last_ckpt > cfg.checkpoint_every_s):
-        meta["done"] = stop_reason is not None
-        checkpoint()
-        last_ckpt = time.time()
-      if out_of_time and not stop_reason:
-        log(f"stopping at the {cfg.max_minutes:g}-minute limit (checkpointed; run again to "
-            "resume)")
-        if meta["best_f1"] >= 0:
-          finish(workdir, args, log, run_summary(data, meta, f"time limit ({cfg.max_minutes:g} "
-                 "minutes; resumable)", resumable=True), dev_trees, test_trees, started)
-        return cli.EXIT_INCOMPLETE
-      if stop_reason or epoch_end:
-        break
-  if stop_reason is None:
-    stop_reason = f"reached {cfg.max_epochs} epochs"
-  return finish(workdir, args, log, run_summary(data, meta, stop_reason), dev_trees, test_trees,
-                started)
+  epochs: dict[int, list] = {}
+
+  def batch_at(step: int):
+    epoch, position = divmod(step, steps_per_epoch)
+    if epoch not in epochs:
+      epochs.clear()
+      epochs[epoch] = make_batches(examples, cfg, epoch)
+    N, indices = epochs[epoch][position]
+    rng = np.random.default_rng([cfg.seed, epoch, position, 1])
+    return (encode_batch(examples, N, indices, rows_for(N, cfg), vocab, cfg, keep_W, rng),
+            sum(len(examples[k].words) for k in indices))
+
+  def run_step(state, batch, step):
+    arrays, words = batch
+    lr = learning_rate(cfg, {"step": step, "lr_scale": meta["lr_scale"]}, steps_per_epoch)
+    key = jax.random.fold_in(jax.random.key(cfg.seed), step)
+    params, opt_state, (loss, tag_loss) = step_fn(state["params"], rest, state["opt_state"],
+                                                  arrays, lr, key)
+    return ({"params": params, "opt_state": opt_state},
+            {"loss": loss, "tag_loss": tag_loss, "words": words, "lr": lr})
+
+  return run_step, batch_at
+
+
+def _dev_evaluation(cfg: TrainConfig, graphdef, rest, vocab, labels, dev_trees, workdir, meta,
+                    steps_per_epoch: int, train_seconds, log) -> Hook:
+  """Dev F1 every `eval_every` steps of an epoch and at its end: the best model is exported to
+  WORKDIR/best, the plateau schedule decays, `patience` evaluations without gain stop the run;
+  each evaluation is followed by a checkpoint."""
+  eval_every = cfg.eval_every or steps_per_epoch
+
+  def when(step: int) -> bool:
+    position = (step - 1) % steps_per_epoch + 1
+    return position % eval_every == 0 or position == steps_per_epoch
+
+  def call(step: int, state) -> Action:
+    epoch = (step - 1) // steps_per_epoch
+    score = evaluate(graphdef, state["params"], rest, vocab, labels, dev_trees)
+    improved = score.f1 > meta["best_f1"]
+    meta["history"].append({"step": step, "epoch": epoch, "dev_f1": score.f1,
+                            "seconds": round(train_seconds(), 1)})
+    if improved:
+      meta.update(best_f1=score.f1, best_epoch=epoch, bad_evals=0)
+      save_parser(workdir / "best", nnx.merge(graphdef, state["params"], rest).scorer, vocab,
+                  labels, {"dev_f1": score.f1, "step": step})
+    else:
+      meta["bad_evals"] += 1
+      if cfg.schedule == "plateau" and meta["bad_evals"] % cfg.decay_patience == 0:
+        meta["lr_scale"] *= cfg.lr_decay
+    log(f"eval step {step} epoch {epoch}: dev F1 {score.f1:.2f} "
+        f"(P {score.precision:.2f} R {score.recall:.2f} exact {score.exact_match:.2f}) "
+        f"best {meta['best_f1']:.2f}{' *' if improved else ''}")
+    if meta["bad_evals"] >= cfg.patience:
+      meta["done"] = True
+      return Action(stop=f"early stop: {cfg.patience} evaluations without a better dev F1",
+                    checkpoint=True)
+    return Action(checkpoint=True)
+
+  return Hook(when, call)
 
 
 def run_summary(data: dict, meta: dict, stop_reason: str, resumable: bool = False) -> dict:
@@ -374,22 +490,29 @@ def member_finished(folder: pathlib.Path) -> bool:
 
 
 def train_ensemble(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
-  """`cfg.members` runs in WORKDIR/memberK (seed + K), then their ensemble (module docstring)."""
+  """`cfg.members` runs in WORKDIR/memberK (seed + K), then their ensemble (module docstring).
+  The members are a `train.sweep`: each member folder's identity.json is checked before the
+  first member trains, and a finished member is used as it is only when it matches."""
   workdir.mkdir(parents=True, exist_ok=True)
   log = Log(workdir / "train_log.txt")
   started = time.time()
   member_args = argparse.Namespace(**{**vars(args), "export": None})
-  folders = [workdir / f"member{k}" for k in range(cfg.members)]
-  for k, folder in enumerate(folders):
-    if member_finished(folder):
-      log(f"member {k} of {cfg.members}: finished earlier ({folder / 'summary.json'}); used as is")
-      continue
-    log(f"member {k} of {cfg.members}: training in {folder} (seed {cfg.seed + k})")
-    code = train(dataclasses.replace(cfg, seed=cfg.seed + k, members=1), folder, member_args)
-    if code != 0:
-      log(f"member {k} stopped with exit code {code}; run again to resume the ensemble")
-      return code
-  (dev_trees, _, _), (test_trees, _, _) = scoring_sets(args)
+  data = load_data(cfg, args)
+  configs = [dataclasses.replace(cfg, seed=cfg.seed + k, members=1) for k in range(cfg.members)]
+  items = [SweepItem(f"member {k}", workdir / f"member{k}", run_identity(member, data), member)
+           for k, member in enumerate(configs)]
+
+  def run(item: SweepItem) -> bool | None:
+    log(f"{item.name} of {cfg.members}: training in {item.folder} (seed {item.key.seed})")
+    return train(item.key, item.folder, member_args, data) == cli.EXIT_OK or None
+
+  swept = run_sweep(items, run, record=IDENTITY_FILE, marker="summary.json",
+                    check=lambda item: check_run(item.folder, item.identity),
+                    finished=lambda item: True if member_finished(item.folder) else None, log=log)
+  if not swept.complete:
+    return cli.EXIT_INCOMPLETE
+  folders = [item.folder for item in items]
+  dev_trees, test_trees = data.dev_trees, data.test_trees
   ensemble.combine([folder / "best" for folder in folders], workdir / "best")
   members = [json.loads((folder / "summary.json").read_text(encoding="utf-8"))
              for folder in folders]
