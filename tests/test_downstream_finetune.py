@@ -4,6 +4,7 @@ resume after a stop, the seed-folder workdir `load_run` reads, and the CLI's one
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -233,3 +234,57 @@ def test_bad_settings_are_one_line_errors(source, tmp_path):
                                      f"--out={tmp_path / 'o'}", f"--data_dir={tmp_path}",
                                      "--batch_size=3", "--micro_batches=2"])
   assert code == cli.EXIT_USAGE and not (tmp_path / "o").exists()
+
+
+def test_a_non_finite_loss_at_a_step_that_logs_nothing_saves_nothing_after_it(source, tmp_path):
+  """Issue 32 case 2: the loss is checked at every step, not only at log steps; a checkpoint
+  holding the parameters after the first non-finite loss is never written."""
+  workdir, loaded = source
+  rows, stats = _rows(loaded)
+  settings = _settings(workdir, epochs=3, lr=1e30, clip=0.0, log_every=100, checkpoint_every=1)
+  with pytest.raises(cli.CliError, match=r"seed 7 non-finite loss .* at step \d; stopping without "
+                     r"saving \(last checkpoint: step \d") as error:
+    finetune.finetune_seed(loaded, rows, stats, settings, 7, tmp_path, log=lambda _: 0)
+  assert error.value.exit_code == cli.EXIT_NONFINITE
+  bad = int(re.search(r"at step (\d+);", str(error.value)).group(1))
+  assert bad < 6  # found at its step, not at the next log step (the last one, 6)
+  checkpoints = tmp_path / "seed7" / "checkpoints"
+  assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == list(
+      range(1, bad))
+  assert not (tmp_path / "seed7" / "summary.json").exists()
+
+
+def test_a_finished_seed_made_with_other_settings_is_refused_not_reused(source, tmp_path):
+  """Issue 32 case 1: a finished seed folder is reused only when its finetune.json matches the
+  command; otherwise every seed is refused before any trains, naming the differing keys."""
+  workdir, loaded = source
+  rows, stats = _rows(loaded)
+  quiet = lambda _: 0
+  done = finetune.finetune_seeds(loaded, rows, stats, _settings(workdir), [7], tmp_path, log=quiet)
+  assert done[0]["steps"] == 2
+  again = finetune.finetune_seeds(loaded, rows, stats, _settings(workdir, log_every=5), [7],
+                                  tmp_path, log=quiet)  # a cadence change: reused
+  assert again == done
+  with pytest.raises(finetune.FinetuneMismatchError,
+                     match=r"seed7 holds another fine-tune \(settings.lr: 0.003 in the seed "
+                     r"folder, 0.001 now\)"):
+    finetune.finetune_seeds(loaded, rows, stats, _settings(workdir, lr=1e-3), [8, 7], tmp_path,
+                            log=quiet)
+  assert not (tmp_path / "seed8").exists()  # refused before the first seed trained
+
+
+def test_a_partly_written_metrics_line_does_not_block_resume(source, tmp_path, capsys):
+  """Issue 32 case 13: a kill in the middle of writing metrics.jsonl leaves a partial last
+  line; the resumed seed moves it to metrics.jsonl.dropped with a warning naming the line."""
+  workdir, loaded = source
+  rows, stats = _rows(loaded)
+  settings = _settings(workdir, epochs=2)
+  finetune.finetune_seed(loaded, rows, stats, settings, 7, tmp_path, log=print, stop_after=2)
+  metrics = tmp_path / "seed7" / "metrics.jsonl"
+  with metrics.open("a") as f:
+    f.write('{"step": 3, "loss": 2.7')
+  summary = finetune.finetune_seed(loaded, rows, stats, settings, 7, tmp_path, log=print)
+  assert summary["resumed_from"] == 2 and summary["steps"] == 4
+  assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]
+  assert (tmp_path / "seed7" / "metrics.jsonl.dropped").read_text() == '{"step": 3, "loss": 2.7\n'
+  assert "metrics.jsonl:3: a partly written last line" in capsys.readouterr().out

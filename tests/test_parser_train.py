@@ -56,6 +56,15 @@ def test_train_resume_and_export(tmp_path, treebank, capsys):
   tree = parser.parse([["the", "cat", "sat", "."]])[0]
   assert tree.leaves() == ["the", "cat", "sat", "."]
   assert (export / "train_log.txt").is_file() and (export / "summary.json").is_file()
+  # Issue 32 case 8: the finished workdir is not continued on other data (nothing is written).
+  other = tmp_path / "other.ptb"
+  other.write_text(TREES * 2)
+  before = (tmp_path / "work" / "train_log.txt").read_text()
+  assert cli.run(train.main, [f"--workdir={tmp_path / 'work'}", "--config=tiny",
+                              f"--train={other}", f"--dev={treebank}"]) == cli.EXIT_USAGE
+  err = capsys.readouterr().err
+  assert "holds another parser run (data.train:" in err and "data.train_sentences: 18" in err
+  assert (tmp_path / "work" / "train_log.txt").read_text() == before
 
 
 @pytest.mark.slow  # two tiny trainings (compilation)
@@ -196,3 +205,25 @@ def test_the_pos_head_learns_and_is_not_saved():
   assert float(tag_loss) < 0.5 * first
   saved = model_arrays(nnx.merge(graphdef, params, rest).scorer)
   assert saved and not any("tagger" in name for name in saved)
+
+
+def test_a_workdir_holding_another_run_is_refused_naming_the_keys(tmp_path):
+  """The parser workdir's identity.json (config + data) is compared before anything is written;
+  the epoch and time budgets and the cadences may change."""
+  data = train.ParserData([], [], [], [], {"train": "a.ptb", "dev": "d.ptb", "train_sentences": 3,
+                                           "train_words": 9, "skipped_long": 0,
+                                           "dev_sentences": 1})
+  record = train.run_identity(TINY, data)
+  (tmp_path / train.IDENTITY_FILE).write_text(json.dumps(record))
+  import dataclasses
+  train.check_run(tmp_path, train.run_identity(
+      dataclasses.replace(TINY, max_epochs=9, max_minutes=1.0, log_every=5), data))
+  with pytest.raises(cli.CliError, match=r"holds another parser run \(config.learning_rate: "
+                     r"0.005 in the workdir, 0.1 now; config.model.hidden: 16 in the workdir, 8 "
+                     r"now\)"):
+    train.check_run(tmp_path, train.run_identity(dataclasses.replace(
+        TINY, learning_rate=0.1, model=dataclasses.replace(TINY.model, hidden=8)), data))
+  (tmp_path / train.IDENTITY_FILE).unlink()
+  (tmp_path / "checkpoints").mkdir()
+  with pytest.raises(cli.CliError, match="cannot tell which run it belongs to"):
+    train.check_run(tmp_path, record)
