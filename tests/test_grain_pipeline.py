@@ -329,3 +329,64 @@ def test_an_endless_stream_that_packs_nothing_stops_instead_of_hanging(tmp_path,
     with pytest.raises(NoRowsError):
       next(build_iterator("arrayrecord", [tmp_path / "prepared"], tokenizer,
                           CONFIGURATIONS["tree"], options)[0])
+
+
+_ORPHAN_CHILD = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from slm_jax import ptb
+from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.data.grain_pipeline import PipelineOptions, build_iterator
+from slm_jax.tokenizer import make_tokenizer
+
+if __name__ == "__main__":
+  files = {files!r}
+  words = (w for f in files for t in ptb.read_file(f) for w in t.leaves())
+  options = PipelineOptions(seq_len=256, batch_size=4, num_epochs=None, prefetch=1, worker_count=2)
+  iterator, _ = build_iterator("arrayrecord", [{out!r}], make_tokenizer("word", words=words),
+                               CONFIGURATIONS["tg"], options)
+  next(iterator)
+  print("READY", flush=True)
+  time.sleep(600)
+"""
+
+
+def _children(pid: int) -> set[int]:
+  import pathlib
+  out = set()
+  for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+    out |= {int(c) for c in (task / "children").read_text().split()}
+  return out
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/task").is_dir(),
+                    reason="reads /proc")
+def test_worker_processes_exit_when_the_trainer_is_killed(gum, tmp_path):
+  """Issue 32: after `kill -9` of a trainer, its Grain workers stayed alive for good."""
+  import os
+  import pathlib
+  import signal
+  import subprocess
+  import sys
+  import time
+  out, documents, _ = gum
+  script = tmp_path / "child.py"
+  script.write_text(_ORPHAN_CHILD.format(root=str(pathlib.Path(__file__).resolve().parents[1]),
+                                         files=sorted(documents), out=str(out)))
+  child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline().strip() == "READY"
+    workers = _children(child.pid)
+    assert len(workers) >= 2
+  finally:
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+  deadline = time.time() + 30
+  alive = workers
+  while alive and time.time() < deadline:
+    time.sleep(0.2)
+    alive = {w for w in alive if pathlib.Path(f"/proc/{w}").exists()
+             and "zombie" not in pathlib.Path(f"/proc/{w}/status").read_text().lower()}
+  for w in alive:  # leave nothing behind if the check fails
+    os.kill(w, signal.SIGKILL)
+  assert not alive, f"worker processes {sorted(alive)} outlived their parent"

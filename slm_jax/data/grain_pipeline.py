@@ -21,7 +21,8 @@ seed (checked). The packers' accounting travels inside the state, so
 
 No transform reads absl FLAGS (workers may run with unparsed flags); `build_iterator` marks the
 flags parsed in the main process when they are not, because grain's multiprocessing reads its
-own flags there. Workers are started with "spawn": a script that builds an iterator with
+own flags there. Workers exit with their parent (`exit_with_parent`: a trainer killed with
+SIGKILL leaves no orphans). Workers are started with "spawn": a script that builds an iterator with
 `worker_count > 0` must do so under `if __name__ == "__main__":` (as `slm_jax.main` does), or
 each worker re-runs the script.
 """
@@ -29,8 +30,11 @@ each worker re-runs the script.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
+import threading
+import time
 from typing import Any, Sequence as SequenceT
 
 import grain
@@ -143,10 +147,29 @@ def _pack_and_batch(ds: grain.IterDataset, tokenizer: Tokenizer, configuration: 
     ds = grain.experimental.WithOptionsIterDataset(
         ds, grain.experimental.DatasetOptions(min_shm_size=_NO_SHARED_MEMORY))
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-        num_workers=options.worker_count, per_worker_buffer_size=max(1, options.prefetch)))
+        num_workers=options.worker_count, per_worker_buffer_size=max(1, options.prefetch)),
+        worker_init_fn=functools.partial(exit_with_parent, os.getpid()))
   elif options.prefetch > 0:
     ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=options.prefetch)
   return ds
+
+
+PARENT_POLL_S = 1.0
+
+
+def exit_with_parent(parent_pid: int, worker_index: int = 0, worker_count: int = 1) -> None:
+  """Runs in each Grain worker process: a daemon thread ends the worker (exit 0) once its parent
+  is gone. Grain's workers otherwise outlive a trainer killed with SIGKILL for good, blocked on a
+  full queue (no atexit, no signal reaches them); polling the parent pid is portable, unlike
+  PR_SET_PDEATHSIG, which fires when the *thread* that started the worker ends."""
+  del worker_index, worker_count
+
+  def watch() -> None:
+    while os.getppid() == parent_pid:
+      time.sleep(PARENT_POLL_S)
+    os._exit(0)  # pylint: disable=protected-access  # no cleanup left to do for an orphan
+
+  threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 # --- the training iterator -----------------------------------------------------------------------
