@@ -13,8 +13,9 @@ AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, 100 warmup steps, cosine to 1e-6;
 (`slm_jax.downstream.encoding`, trees from `--tree_source`) into rows
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
 `OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.downstream.finetune`). Rerunning the command
-resumes an interrupted seed and skips finished ones. `--epochs`, `--batch_size`, `--limit`,
-`--max_len` and `--warmup_steps` shrink a run for tests. Exit codes (`slm_jax.cli`): 0 done, 2 bad
+resumes an interrupted seed and reuses finished ones; a seed folder made with other settings,
+source or data is refused (every seed checked before any trains), naming the differing keys.
+`--epochs`, `--batch_size`, `--limit`, `--max_len` and `--warmup_steps` shrink a run for tests. Exit codes (`slm_jax.cli`): 0 done, 2 bad
 input, 3 non-finite loss; `--debug` shows tracebacks.
 """
 
