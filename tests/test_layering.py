@@ -1,6 +1,7 @@
 """Layers import downwards only: a module may import its own layer and the layers below it.
 
-  0 utilities    kinds, trees, sections, buckets, cli, benchtools, data.inputs (no layered imports)
+  0 utilities    kinds, trees, sections, buckets, cli, benchtools, tables, data.inputs (no layered
+                 imports)
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations
   2 data         corpus, data, parse (readers, splitting, backends, stage)
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
@@ -27,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # (module prefix, layer); the longest matching prefix wins.
 LAYERS = (
     ("slm_jax.kinds", 0), ("slm_jax.trees", 0), ("slm_jax.sections", 0), ("slm_jax.buckets", 0),
-    ("slm_jax.cli", 0), ("slm_jax.benchtools", 0),
+    ("slm_jax.cli", 0), ("slm_jax.benchtools", 0), ("slm_jax.tables", 0),
     ("slm_jax.data.inputs", 0),  # input discovery: imports nothing, so the PTB reader can use it
     ("slm_jax.ptb", 1), ("slm_jax.linearize", 1), ("slm_jax.structure", 1),
     ("slm_jax.tokenizer", 1), ("slm_jax.tokenizer_bases", 1), ("slm_jax.configurations", 1),
