@@ -466,7 +466,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
   run = trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
   reference = run.configuration.reference  # "pushdown": the architectural reference, SPEC §14
   if reference == "pushdown":  # scored as words; the attachment beam (--beam) marginalizes
-    from slm_jax.pushdown.scoring import PushdownScorer, scoring_configuration
+    from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration
     run = dataclasses.replace(run, configuration=scoring_configuration(run.configuration))
     scorer = PushdownScorer(run.model, run.tokenizer, run.configuration, beam=args.beam,
                             batch_size=args.batch_size)

@@ -4,9 +4,9 @@
   multiple-choice tasks and fine-tuned BoolQ) and `generate.generate` for XSum (`beam_generate`
   for terminal formats, word-synchronous search for tree schemes).
 - **The Pushdown reference** (`configuration.reference == "pushdown"`, SPEC §14;
-  `PushdownProtocol`): `pushdown.scoring.PushdownTeacherScorer` — teacher-forced on its terminal
+  `PushdownProtocol`): `eval.pushdown_scoring.PushdownTeacherScorer` — teacher-forced on its terminal
   row with the tree source's spans supplied as its stack tape, terminals and EOS scored, the
-  structure given (the MC tasks and BoolQ) — and `pushdown.generate.joint_generate` for XSum:
+  structure given (the MC tasks and BoolQ) — and `downstream.pushdown_generate.joint_generate` for XSum:
   summary pieces and attachment actions searched jointly (beam 6, ≤ 150 tokens; the summary is
   terminals only, so `max_tokens` is its whole length after the prompt).
 
@@ -21,9 +21,9 @@ from typing import Any
 
 from slm_jax.configurations import Configuration
 from slm_jax.downstream.generate import Generation, generate, generated_positions
+from slm_jax.downstream.pushdown_generate import joint_generate
+from slm_jax.eval.pushdown_scoring import PushdownTeacherScorer
 from slm_jax.eval.scorer import Scorer
-from slm_jax.pushdown.generate import joint_generate
-from slm_jax.pushdown.scoring import PushdownTeacherScorer
 
 
 class Protocol:
