@@ -9,9 +9,9 @@ memory is its own: slm_jax's import onto `--devices` forced CPU devices (mesh fs
 THE partition table) with bf16 and float32 parameters, and transformers' `from_pretrained`
 (float32); then float32 scoring throughput (tokens/s of one `--seq`-token row, median of
 `--repeats` after a warm-up) of `slm_jax.eval.text_scorer.TextScorer` and of transformers'
-forward on the same CPU. Peak memory is the rise of the process's max RSS over its RSS before the import,
-next to the checkpoint's size on disk and the bytes of the parameters it holds (Linux:
-ru_maxrss at the end minus the resident set just before the import).
+forward on the same CPU. Peak memory is the rise of the process's max RSS over its RSS before
+the import, next to the checkpoint's size on disk and the bytes of the parameters it holds
+(Linux: ru_maxrss at the end minus the resident set just before the import).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   4 model        model, parser (its own chart model), hf, pushdown (structure and stack: layer
                  1), parse (the parse stage: readers, backends, stage — it runs a parser)
   5 train/config train, config_builder, configs
-  6 eval         eval, gtca, downstream
+  6 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
   7 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
                  parse/__main__, the parser's CLIs, gtca's CLIs (and their helpers real_sets,
                  probe_gtca, probe_trees), finetune
@@ -48,6 +48,7 @@ LAYERS = (
     ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
     ("slm_jax.train", 5), ("slm_jax.config_builder", 5), ("slm_jax.configs", 5),
     ("slm_jax.gtca", 6), ("slm_jax.eval", 6), ("slm_jax.downstream", 6),
+    ("slm_jax.evaluation", 6),  # one evaluation run: above eval and downstream
     ("slm_jax.main", 7), ("slm_jax.prepare", 7), ("slm_jax.explain", 7), ("slm_jax.evaluate", 7),
     ("slm_jax.score", 7), ("slm_jax.aot", 7), ("slm_jax.plot", 7), ("slm_jax.beam_pipelines", 7),
     ("slm_jax.parse.__main__", 7),
