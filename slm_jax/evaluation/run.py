@@ -117,7 +117,6 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
     data["documents"], data["docppl_proposals"], info = docppl_data(args, first_cfg)
     settings.update({f"docppl_{k}": v for k, v in info.items()})
   if any(t in args.tasks for t in DOWNSTREAM_TASKS):
-    import functools  # pylint: disable=g-import-not-at-top
     from slm_jax.downstream.encoding import make_tree_source  # pylint: disable=g-import-not-at-top
     from slm_jax.downstream.run import DownstreamOptions  # pylint: disable=g-import-not-at-top
     data["downstream_options"] = DownstreamOptions(
