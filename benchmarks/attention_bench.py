@@ -44,6 +44,7 @@ from slm_jax.data.packing import pack_documents  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model.attention import xla_attention  # noqa: E402
 from slm_jax.structure import RowMetadata, dense_mask, parse_attention, row_metadata  # noqa: E402
+from slm_jax import tables  # noqa: E402
 from slm_jax.benchtools import median_of, parser as make_parser  # noqa: E402
 
 
@@ -121,9 +122,9 @@ def plan_table(rows: Rows, lengths, block_q: int, block_k: int, heads: int, max_
     rows(T)  # pack (or load) first, so the source is known
   print(f"\n### Block plan: tiles of {block_q}×{block_k}, lin2 rows of {rows.source}; "
         "empty = skipped, full = no predicate in-tile\n")
-  extra = " | row 0: plan empty / dense-oracle empty" if oracle else ""
-  print(f"| T | rows | attention | empty | full | partial | empty − causal's empty{extra} |")
-  print("|---|---|---|---|---|---|---|" + ("---|" if oracle else ""))
+  extra = ["row 0: plan empty / dense-oracle empty"] if oracle else []
+  print(tables.header(["T", "rows", "attention", "empty", "full", "partial",
+                       "empty − causal's empty", *extra]))
   for T in lengths:
     kinds, segment = rows(T)
     kinds, segment = kinds[:max_rows], segment[:max_rows]
@@ -131,12 +132,12 @@ def plan_table(rows: Rows, lengths, block_q: int, block_k: int, heads: int, max_
     for attention in ATTENTIONS:
       empty, full, partial = tile_fractions(kinds, segment, attention, block_q, block_k, heads)
       causal_empty = empty if causal_empty is None else causal_empty
-      check = ""
+      check = []
       if oracle:
         plan_e, true_e = oracle_empty(kinds[:1], segment[:1], attention, block_q, block_k)
-        check = f" | {plan_e:.1%} / {true_e:.1%}"
-      print(f"| {T} | {len(kinds)} | {attention} | {empty:.1%} | {full:.1%} | {partial:.1%} | "
-            f"{empty - causal_empty:+.1%}{check} |", flush=True)
+        check = [f"{plan_e:.1%} / {true_e:.1%}"]
+      print(tables.row([T, len(kinds), attention, f"{empty:.1%}", f"{full:.1%}",
+                        f"{partial:.1%}", f"{empty - causal_empty:+.1%}", *check]), flush=True)
 
 
 def timed(fn, *args, repeats: int) -> float:
@@ -230,8 +231,7 @@ def tune_triton(rows: "Rows", T: int, args, dtype):
   kinds, _, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, np.random.default_rng(1))
   spec = parse_attention("tg")
   print(f"\n### Triton launch profiles, tg at T={T}, B={len(kinds)}\n")
-  print("| profile | fwd ms | fwd+bwd ms |")
-  print("|---|---|---|")
+  print(tables.header(["profile", "fwd ms", "fwd+bwd ms"]))
   profiles = triton_launches()
   best, best_time = "default", float("inf")
   for name, launch in profiles.items():
@@ -240,9 +240,9 @@ def tune_triton(rows: "Rows", T: int, args, dtype):
       t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec), q, k, v, do,
                               args.repeats)
     except Exception as error:  # pylint: disable=broad-except  (e.g. out of shared memory)
-      print(f"| {name} | failed: {type(error).__name__}: {str(error)[:120]} | – |")
+      print(tables.row([name, f"failed: {type(error).__name__}: {str(error)[:120]}", None]))
       continue
-    print(f"| {name} | {t_f * 1e3:.2f} | {t_b * 1e3:.2f} |", flush=True)
+    print(tables.row([name, f"{t_f * 1e3:.2f}", f"{t_b * 1e3:.2f}"]), flush=True)
     if t_b < best_time:
       best, best_time = name, t_b
   print(f"\nusing {best}")
@@ -269,17 +269,18 @@ def speed_table(rows: Rows, lengths, args, backend: str):
   print(f"\n### Speed on {backend} ({jax.devices()[0].device_kind}), {jnp.dtype(dtype).name}, "
         f"H={H}, G={G}, head dim {K}; causal = {baseline_name}; structural = {kernel_name}; "
         f"blocks {blocks[0]}×{blocks[1]}\n")
-  check = " | max err fwd | max err grads" if backend == "cpu" else ""
-  print(f"| T | B | attention | fwd ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal | "
-        f"empty tiles{check} |")
-  print("|---|---|---|---|---|---|---|---|" + ("---|---|" if check else ""))
+  check = backend == "cpu"
+  errors_columns = ["max err fwd", "max err grads"] if check else []
+  print(tables.header(["T", "B", "attention", "fwd ms", "fwd / causal", "fwd+bwd ms",
+                       "fwd+bwd / causal", "empty tiles", *errors_columns]))
+  no_errors = [None] * len(errors_columns)
   rng = np.random.default_rng(0)
   for T in lengths:
     kinds, segment, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, rng)
     B = len(kinds)
     base_f, base_b = time_fwd_bwd(baseline, q, k, v, do, args.repeats)
-    print(f"| {T} | {B} | causal (baseline) | {base_f * 1e3:.2f} | 1.00 | {base_b * 1e3:.2f} | "
-          f"1.00 | –{' | – | –' if check else ''} |")
+    print(tables.row([T, B, "causal (baseline)", f"{base_f * 1e3:.2f}", "1.00",
+                      f"{base_b * 1e3:.2f}", "1.00", None, *no_errors]))
     if kernel is None:
       continue
     for attention in ATTENTIONS:
@@ -288,21 +289,22 @@ def speed_table(rows: Rows, lengths, args, backend: str):
       t_f, t_b = timed(fwd, q, k, v, repeats=args.repeats), timed(bwd, q, k, v, do,
                                                                   repeats=args.repeats)
       empty, _, _ = tile_fractions(kinds, segment, attention, *blocks, H)
-      errors = ""
+      errors = []
       if check:
         ref_f, ref_b = forward_and_grad(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec))
         err_f = float(jnp.abs(fwd(q, k, v) - ref_f(q, k, v)).max())
         err_b = max(float(jnp.abs(a - b).max()) for a, b in zip(bwd(q, k, v, do),
                                                                 ref_b(q, k, v, do)))
-        errors = f" | {err_f:.1e} | {err_b:.1e}"
-      print(f"| {T} | {B} | {attention} | {t_f * 1e3:.2f} | {t_f / base_f:.2f} | "
-            f"{t_b * 1e3:.2f} | {t_b / base_b:.2f} | {empty:.1%}{errors} |", flush=True)
+        errors = [f"{err_f:.1e}", f"{err_b:.1e}"]
+      print(tables.row([T, B, attention, f"{t_f * 1e3:.2f}", f"{t_f / base_f:.2f}",
+                        f"{t_b * 1e3:.2f}", f"{t_b / base_b:.2f}", f"{empty:.1%}", *errors]),
+            flush=True)
       if T in args.xla_lengths:  # the dense-mask reference, as the paper's FlexAttention setup
         t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec),
                                 q, k, v, do, args.repeats)
-        print(f"| {T} | {B} | {attention} (xla_attention, dense mask) | {t_f * 1e3:.2f} | "
-              f"{t_f / base_f:.2f} | {t_b * 1e3:.2f} | {t_b / base_b:.2f} | –"
-              f"{' | – | –' if check else ''} |", flush=True)
+        print(tables.row([T, B, f"{attention} (xla_attention, dense mask)", f"{t_f * 1e3:.2f}",
+                          f"{t_f / base_f:.2f}", f"{t_b * 1e3:.2f}", f"{t_b / base_b:.2f}", None,
+                          *no_errors]), flush=True)
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ from slm_jax.data.packing import pack_documents, stack_rows  # noqa: E402
 from slm_jax.linearize import linearize  # noqa: E402
 from slm_jax.model import attention as attention_module  # noqa: E402
 from slm_jax.structure import RowMetadata, parse_attention, row_metadata  # noqa: E402
+from slm_jax import tables  # noqa: E402
 from slm_jax.benchtools import parser as make_parser  # noqa: E402
 
 # (output, gradients); float32 on an accelerator allows TF32 matmuls (XLA's default precision).
@@ -63,8 +64,8 @@ def check(impl: str, length: int, rows: int, heads: int, kv_heads: int, head_dim
         f"T={length} ({documents} document pieces, padding in the last row), H={heads}, "
         f"G={kv_heads}, head dim {head_dim}, blocks "
         f"{'the kernel default' if block_q is None else f'{block_q}×{block_k}'}\n")
-  print("| attention | dtype | max err o | max err dq, dk, dv | tolerance (o, grads) | ok |")
-  print("|---|---|---|---|---|---|")
+  print(tables.header(["attention", "dtype", "max err o", "max err dq, dk, dv",
+                       "tolerance (o, grads)", "ok"]))
   rng = np.random.default_rng(0)
   shapes = [(rows, length, heads, head_dim), (rows, length, kv_heads, head_dim),
             (rows, length, kv_heads, head_dim)]
@@ -92,9 +93,9 @@ def check(impl: str, length: int, rows: int, heads: int, kv_heads: int, head_dim
       finite = all(np.isfinite(g).all() for g in got)
       ok = finite and err_o <= tolerance[0] * scale and err_g <= tolerance[1] * scale
       all_ok &= ok
-      print(f"| {name} | {dtype} | {err_o:.2e} | {err_g:.2e} | {tolerance[0] * scale:.1e}, "
-            f"{tolerance[1] * scale:.1e} | {'yes' if ok else 'NO' + ('' if finite else ' (nan)')}"
-            " |", flush=True)
+      print(tables.row([name, dtype, f"{err_o:.2e}", f"{err_g:.2e}",
+                        f"{tolerance[0] * scale:.1e}, {tolerance[1] * scale:.1e}",
+                        "yes" if ok else "NO" + ("" if finite else " (nan)")]), flush=True)
   return all_ok
 
 

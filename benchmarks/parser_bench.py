@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
 
 import numpy as np
 
@@ -37,16 +36,9 @@ from slm_jax.parser.config import DEFAULT  # noqa: E402
 from slm_jax.parser.model import Ensemble, PosTagger, TrainedParser  # noqa: E402
 from slm_jax.parser.corpus import gum_split_files, read_sentences  # noqa: E402
 from slm_jax.parser.train import Example, encode_batch, make_step, rows_for  # noqa: E402
+from slm_jax import tables  # noqa: E402
+from slm_jax.benchtools import best_of  # noqa: E402
 from tests.shared_data import shared_data_dir  # noqa: E402
-
-
-def best_of(repeats: int, fn):
-  best, result = float("inf"), None
-  for _ in range(repeats):
-    start = time.perf_counter()
-    result = fn()
-    best = min(best, time.perf_counter() - start)
-  return best, result
 
 
 def main() -> int:
@@ -80,19 +72,20 @@ def main() -> int:
         f"model {model.source} ({members} member{'s' * (members > 1)}); "
         f"JAX {jax.__version__} on {jax.devices()[0].platform}")
 
-  print("| measurement | size | time (s) | rate |")
-  print("|---|---|---|---|")
+  print(tables.header(["measurement", "size", "time (s)", "rate"]))
   model.parse(sentences)  # compile every bucket
   t_parse, _ = best_of(args.repeats, lambda: model.parse(sentences))
-  print(f"| parse (Viterbi) | {len(sentences)} sentences | {t_parse:.2f} | "
-        f"{len(sentences) / t_parse:,.1f} sentences/s ({words / t_parse:,.0f} words/s) |")
+  print(tables.row(["parse (Viterbi)", f"{len(sentences)} sentences", f"{t_parse:.2f}",
+                    f"{len(sentences) / t_parse:,.1f} sentences/s ({words / t_parse:,.0f} "
+                    "words/s)"]))
 
   few = sentences[:args.proposal_sentences]
   model.proposals_batch(few, args.k, seed=0)
   t_prop, found = best_of(args.repeats, lambda: model.proposals_batch(few, args.k, seed=0))
   distinct = np.mean([len(f) for f in found])
-  print(f"| proposals K={args.k} | {len(few)} sentences | {t_prop:.2f} | "
-        f"{len(few) / t_prop:,.2f} sentences/s (mean {distinct:.0f} distinct trees) |")
+  print(tables.row([f"proposals K={args.k}", f"{len(few)} sentences", f"{t_prop:.2f}",
+                    f"{len(few) / t_prop:,.2f} sentences/s (mean {distinct:.0f} distinct "
+                    "trees)"]))
 
   cfg = DEFAULT
   scorer = model.model.members[0] if members > 1 else model.model
@@ -122,8 +115,8 @@ def main() -> int:
     run()
     t_step, _ = best_of(args.repeats, run)
     real = sum(len(examples[k].words) for k in chosen)
-    print(f"| train step N={N} | {len(chosen)} sentences, {real} words | {t_step:.3f} | "
-          f"{real / t_step:,.0f} words/s |")
+    print(tables.row([f"train step N={N}", f"{len(chosen)} sentences, {real} words",
+                      f"{t_step:.3f}", f"{real / t_step:,.0f} words/s"]))
   return 0
 
 

@@ -34,6 +34,7 @@ from slm_jax.data.packing import pack_documents, stack_rows  # noqa: E402
 from slm_jax.linearize import base_sequence, derive  # noqa: E402
 from slm_jax.structure import row_metadata  # noqa: E402
 from tests import oracle  # noqa: E402
+from slm_jax import tables  # noqa: E402
 from slm_jax.benchtools import best_of, parser as make_parser, shared_data_dir  # noqa: E402
 
 
@@ -68,11 +69,10 @@ def main() -> int:
   vocabulary: dict[str, int] = {}
   id_bases = [dataclasses.replace(b, tokens=np.asarray(
       [vocabulary.setdefault(t, len(vocabulary)) for t in b.symbols()], np.int32)) for b in bases]
-  header = ("| scheme | tokens | linearize tok/s (symbols / ids) | metadata tok/s (per document / "
-            "per 16×2048 batch) | lin+meta tok/s (documents / training) | loop lin+meta tok/s | "
-            "speedup documents | speedup training | speedup from trees |")
-  print(header)
-  print("|---" * 9 + "|")
+  print(tables.header(["scheme", "tokens", "linearize tok/s (symbols / ids)",
+                       "metadata tok/s (per document / per 16×2048 batch)",
+                       "lin+meta tok/s (documents / training)", "loop lin+meta tok/s",
+                       "speedup documents", "speedup training", "speedup from trees"]))
   for scheme in args.schemes.split(","):
     if scheme == "lin1_shuf":  # the oracle has no shuffle
       continue
@@ -104,11 +104,12 @@ def main() -> int:
     documents_rate = tokens / (t_lin + t_meta)
     training_rate = 1 / (t_lin_ids / tokens + t_batch / packed_tokens)
     from_trees = tokens / (t_lin + t_meta + t_base)
-    print(f"| {scheme} | {tokens:,} | {tokens / t_lin / 1e6:.1f}M / {tokens / t_lin_ids / 1e6:.1f}M"
-          f" | {tokens / t_meta / 1e6:.1f}M / {packed_tokens / t_batch / 1e6:.1f}M | "
-          f"{documents_rate / 1e6:.1f}M / {training_rate / 1e6:.1f}M | {slow / 1e3:,.0f}k | "
-          f"{documents_rate / slow:.1f}× | {training_rate / slow:.1f}× | {from_trees / slow:.1f}× |",
-          flush=True)
+    print(tables.row([scheme, f"{tokens:,}",
+                      f"{tokens / t_lin / 1e6:.1f}M / {tokens / t_lin_ids / 1e6:.1f}M",
+                      f"{tokens / t_meta / 1e6:.1f}M / {packed_tokens / t_batch / 1e6:.1f}M",
+                      f"{documents_rate / 1e6:.1f}M / {training_rate / 1e6:.1f}M",
+                      f"{slow / 1e3:,.0f}k", f"{documents_rate / slow:.1f}×",
+                      f"{training_rate / slow:.1f}×", f"{from_trees / slow:.1f}×"]), flush=True)
   return 0
 
 

@@ -32,6 +32,7 @@ from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from slm_jax.train.optimizer import make_optimizer  # noqa: E402
 from slm_jax.train.steps import make_train_step  # noqa: E402
 from slm_jax.train.trainer import _device_batch  # noqa: E402
+from slm_jax import tables  # noqa: E402
 from slm_jax.benchtools import parser as make_parser  # noqa: E402
 
 
@@ -69,7 +70,7 @@ def main() -> int:
   impl = config_builder.build("tgtree", args.scale).model.attention_impl
   print(f"backend {jax.default_backend()}, {args.steps} timed steps each, scale {args.scale}, "
         f"attention_impl={impl} → {resolve_attention_impl(impl)}")
-  print("| configuration | attention | tokens/s | ratio to causal |\n|---|---|---|---|")
+  print(tables.header(["configuration", "attention", "tokens/s", "ratio to causal"]))
   results = {}
   for name in args.names.split(","):
     results[name] = bench(name, args.scale, args.steps, documents, tokenizer)
@@ -77,7 +78,7 @@ def main() -> int:
     built = config_builder.build(name, args.scale)
     attention = built.configuration.attention + (
         " + stack-tape bias" if built.model.pushdown_depths else "")
-    print(f"| {name} | {attention} | {results[name]:,.0f} | {results[name] / causal:.2f} |",
+    print(tables.row([name, attention, f"{results[name]:,.0f}", f"{results[name] / causal:.2f}"]),
           flush=True)
   return 0
 

@@ -7,7 +7,8 @@ numbers within one table, as ratios measured in the same run.
   error line) with the script's docstring as its help.
 - `best_of(repeats, fn)` / `median_of(repeats, fn, warmup=1)`: seconds of `fn()` (results
   blocked on, so JAX's asynchronous dispatch is timed to completion) and the last result.
-- `table(headers, rows)`: a Markdown table as one string.
+- `table(headers, rows)`: a Markdown table as one string (`slm_jax.tables.markdown`; a script
+  printing rows as they are measured uses `tables.header` and `tables.row`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from slm_jax import cli
 from slm_jax.cli import shared_data_dir  # noqa: F401  (re-exported for the scripts)
+from slm_jax.tables import markdown as table  # noqa: F401  (re-exported for the scripts)
 
 
 def parser(doc: str | None) -> cli.ArgumentParser:
@@ -59,11 +61,3 @@ def median_of(repeats: int, fn: Callable[[], Any], warmup: int = 1) -> tuple[flo
     seconds, result = seconds_of(fn)
     times.append(seconds)
   return statistics.median(times), result
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-  """A Markdown table (cells formatted with str)."""
-  lines = ["| " + " | ".join(map(str, headers)) + " |",
-           "|" + "|".join("---" for _ in headers) + "|"]
-  lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-  return "\n".join(lines)

@@ -25,7 +25,7 @@ import sys
 
 from slm_jax import cli
 from slm_jax.data.documents import RECORDS_PER_FILE, prepare
-from slm_jax.data.inputs import AUTO, TREE_INPUTS
+from slm_jax.inputs import AUTO, TREE_INPUTS
 
 
 def _parser() -> cli.ArgumentParser:

@@ -49,7 +49,7 @@ import pathlib
 import re
 from typing import Iterable, Literal, Sequence
 
-from slm_jax.data import inputs
+from slm_jax import inputs
 from slm_jax.kinds import PTB_LABELS, UNKNOWN_LABEL
 from slm_jax.trees import Child, Tree
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from slm_jax import cli
 from slm_jax.hf import load_model
-from slm_jax.hf.scoring import TextScorer
+from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.hf.tokenizer import CheckpointTokenizer
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 
 from slm_jax import cli
-from slm_jax.data.inputs import AUTO, TREE_INPUTS
+from slm_jax.inputs import AUTO, TREE_INPUTS
 
 _BEAM = {"auto": None, "on": True, "off": False}
 

@@ -11,6 +11,7 @@ import pytest
 from tests.shared_data import require_shared
 from tests.test_train import small_config
 from slm_jax import evaluate
+from slm_jax.evaluation import inputs, sources, summary
 from slm_jax.train import trainer
 
 
@@ -138,7 +139,7 @@ def test_cli_refuses_a_parser_folder_that_is_not_one(runs, tmp_path):
   args = evaluate.parse_args([f"--workdir={runs['tree']}", "--tasks=blimp", f"--out={tmp_path}",
                               f"--blimp_proposals=parser:{tmp_path / 'nope'}"])
   with pytest.raises(cli.CliError, match="not a parser folder"):
-    evaluate.check_inputs(args)
+    inputs.check_inputs(args)
 
 
 def test_cli_refuses_beam_proposals_for_many_to_one_runs(tmp_path):
@@ -174,9 +175,9 @@ def test_cli_help_shows_the_paper_defaults(capsys):
     assert flag in text and f"(default: {default})" in text, flag
   args = evaluate.parse_args(["--workdir=x", "--out=y", "--beam_score_cnt2=false", "--beam=8",
                               "--sub_beam=16", "--max_len_factor=4", "--min_len=7"])
-  assert evaluate.beam_options(args) == dict(beam=16, word_beam=8, fast_track=30,
+  assert sources.beam_options(args) == dict(beam=16, word_beam=8, fast_track=30,
                                              max_len_factor=4.0, min_len=7, score_cnt2=False)
-  assert "never scored" in evaluate.conventions(args)["beam_cnt2"]
+  assert "never scored" in summary.conventions(args)["beam_cnt2"]
   with pytest.raises(SystemExit):
     evaluate.parse_args(["--workdir=x", "--out=y", "--beam_score_cnt2=maybe"])
 

@@ -13,6 +13,7 @@ import pytest
 
 from slm_jax import cli, evaluate
 from slm_jax.eval import report
+from slm_jax.evaluation import inputs, run as evaluation_run
 from slm_jax.train import trainer
 from tests.test_train import small_config
 
@@ -50,7 +51,7 @@ def test_every_input_is_checked_before_scoring(run, tmp_path):
                               "--blimp_proposals=/no/such/kbest.txt",
                               "--docppl_ptb=/no/such/file.mrg", f"--out={out_file}"])
   with pytest.raises(cli.CliError) as error:
-    evaluate.check_inputs(args)
+    inputs.check_inputs(args)
   message = str(error.value)
   for expected in ("not_a_run", "missing", "/no/such/kbest.txt", "/no/such/file.mrg",
                    "out.txt: exists and is not a folder"):
@@ -64,7 +65,7 @@ def test_a_workdir_without_checkpoints_is_refused(run, tmp_path):
   (bare / "config.json").write_text((run / "config.json").read_text())
   args = evaluate.parse_args([f"--workdir={bare}", f"--out={tmp_path / 'o'}"])
   with pytest.raises(cli.CliError, match="no checkpoint"):
-    evaluate.check_inputs(args)
+    inputs.check_inputs(args)
   assert not (tmp_path / "o").exists()
 
 
@@ -100,7 +101,7 @@ def test_results_json_is_strict(tmp_path):
 
 
 def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
-  real = evaluate.evaluate_run
+  real = evaluation_run.evaluate_run
   calls = []
 
   def second_fails(workdir, args, data, index):
@@ -109,7 +110,7 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
       raise RuntimeError("device lost")
     return real(workdir, args, data, index)
 
-  monkeypatch.setattr(evaluate, "evaluate_run", second_fails)
+  monkeypatch.setattr(evaluation_run, "evaluate_run", second_fails)
   out = tmp_path / "report"
   with pytest.raises(RuntimeError, match="device lost"):
     evaluate.main([f"--workdir={run}", f"--workdir={run}", "--tasks=docppl", f"--out={out}",
@@ -128,7 +129,7 @@ def test_a_proposals_file_that_misses_sentences_is_refused_before_scoring(tmp_pa
   kbest = tmp_path / "kbest.txt"
   kbest.write_text("(S (NP Cats) (VP chase (NP mice)) .)\n\n")  # the bad sentence is missing
   scored = []
-  monkeypatch.setattr(evaluate, "evaluate_run", lambda *a: scored.append(a))
+  monkeypatch.setattr(evaluation_run, "evaluate_run", lambda *a: scored.append(a))
   with pytest.raises(cli.CliError, match=r"no proposals for 1 of 2 sentences .*Mice cats chase"):
     evaluate.main([f"--workdir={tree_run}", "--tasks=blimp", f"--out={tmp_path / 'o'}",
                    f"--blimp_dir={tmp_path / 'blimp'}", f"--blimp_proposals={kbest}"])

@@ -1,5 +1,5 @@
 """Export round trip (SPEC §13): a tiny SLM trained on the embedded corpus (with LoRA adapters,
-merged on export) → `python -m slm_jax.hf.export` → transformers loads the Llama folder and gives
+merged on export) → `python -m slm_jax.export` → transformers loads the Llama folder and gives
 our logits within 1e-4; its tokenizer.json holds the reserved structural tokens at their ids;
 the scoring CLI gives the same log-probs for the workdir and the exported folder; TG-family runs
 are refused with the reason."""
@@ -14,8 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from slm_jax import cli, score  # noqa: E402
-from slm_jax.hf import export  # noqa: E402
+from slm_jax import cli, export, score  # noqa: E402
 from slm_jax.hf.scoring import logits  # noqa: E402
 from slm_jax.train import trainer  # noqa: E402
 from slm_jax.train.loading import load_run  # noqa: E402

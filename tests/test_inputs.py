@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slm_jax import ptb
-from slm_jax.data import inputs
-from slm_jax.data.inputs import PARSE_INPUTS, TREE_INPUTS, discover, ptb_files
+from slm_jax import inputs, ptb
+from slm_jax.inputs import PARSE_INPUTS, TREE_INPUTS, discover, ptb_files
 from slm_jax.trees import Tree
 
 

@@ -1,25 +1,33 @@
 """Layers import downwards only: a module may import its own layer and the layers below it.
 
-  0 utilities    kinds, trees, sections, buckets, cli, benchtools, data.inputs (no layered imports)
-  1 structure    ptb, linearize, structure, tokenizer(_bases), configurations
-  2 data         corpus, data, parse (readers, splitting, backends, stage)
+  0 utilities    kinds, trees, sections, buckets, cli, benchtools, tables, inputs (no layered
+                 imports)
+  1 structure    ptb, linearize, structure, tokenizer(_bases), configurations, splitting
+  2 data         corpus, data
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
-  4 model        model, parser (its own chart model), pushdown (structure and stack: layer 1;
-                 scoring and generate: layer 6)
+  4 model        model, parser (its own chart model), hf, pushdown (structure and stack: layer
+                 1), parse (the parse stage: readers, backends, stage — it runs a parser)
   5 train/config train, config_builder, configs
-  6 eval         eval, gtca, downstream
-  7 CLIs         main, prepare, explain, evaluate, score, aot, plot, beam_pipelines,
+  6 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
+  7 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
                  parse/__main__, the parser's CLIs, gtca's CLIs (and their helpers real_sets,
                  probe_gtca, probe_trees), finetune
 
 Every `import` / `from … import` is read with `ast`, also those inside functions (a lazy import
 is still a dependency). `layer_violations(root)` is a function so it can be pointed at another
 checkout: on the tree before the seams restructuring it lists data → prepare and kernels → model.
+
+No import cycles either (`import_cycles(root)`), between modules nor between packages (a package
+= the first two name parts: `slm_jax.data`, `slm_jax.ptb`; a CLI inside a package belongs to it).
+A layer table alone allows a cycle inside one layer, and a per-module exception can hide one:
+on the tree before the consolidation of issue #31 it lists data ↔ parse ↔ parser ↔ ptb and
+config_builder ↔ downstream ↔ hf ↔ pushdown ↔ train, besides the gtca module cycles.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -27,24 +35,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # (module prefix, layer); the longest matching prefix wins.
 LAYERS = (
     ("slm_jax.kinds", 0), ("slm_jax.trees", 0), ("slm_jax.sections", 0), ("slm_jax.buckets", 0),
-    ("slm_jax.cli", 0), ("slm_jax.benchtools", 0),
-    ("slm_jax.data.inputs", 0),  # input discovery: imports nothing, so the PTB reader can use it
+    ("slm_jax.cli", 0), ("slm_jax.benchtools", 0), ("slm_jax.tables", 0),
+    ("slm_jax.inputs", 0),
     ("slm_jax.ptb", 1), ("slm_jax.linearize", 1), ("slm_jax.structure", 1),
     ("slm_jax.tokenizer", 1), ("slm_jax.tokenizer_bases", 1), ("slm_jax.configurations", 1),
-    ("slm_jax.corpus", 2), ("slm_jax.data", 2), ("slm_jax.parse", 2),
+    ("slm_jax.splitting", 1),
+    ("slm_jax.corpus", 2), ("slm_jax.data", 2),
     ("slm_jax.kernels", 3),
     ("slm_jax.model", 4), ("slm_jax.parser", 4), ("slm_jax.hf", 4),
+    ("slm_jax.parse", 4),  # the parse stage runs a parser (benepar, or ours: parse.slm_backend)
     ("slm_jax.pushdown", 4),  # the Pushdown reference: its model and inference
     ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
-    ("slm_jax.pushdown.scoring", 6),  # the evaluators' scorers for Pushdown runs
-    ("slm_jax.pushdown.generate", 6),  # its XSum search (reuses downstream.generate's helpers)
     ("slm_jax.train", 5), ("slm_jax.config_builder", 5), ("slm_jax.configs", 5),
     ("slm_jax.gtca", 6), ("slm_jax.eval", 6), ("slm_jax.downstream", 6),
+    ("slm_jax.evaluation", 6),  # one evaluation run: above eval and downstream
     ("slm_jax.main", 7), ("slm_jax.prepare", 7), ("slm_jax.explain", 7), ("slm_jax.evaluate", 7),
     ("slm_jax.score", 7), ("slm_jax.aot", 7), ("slm_jax.plot", 7), ("slm_jax.beam_pipelines", 7),
     ("slm_jax.parse.__main__", 7),
     ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
-    ("slm_jax.hf.export", 7), ("slm_jax.tfds_build", 7),
+    ("slm_jax.export", 7), ("slm_jax.tfds_build", 7),
     ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
     # GTCA's real-set scoring and the probe's GTCA switch use the scorers of gtca.evaluate and
     # the restore of gtca.train, which sit at the CLI layer, so they sit there too.
@@ -125,6 +134,104 @@ def layer_violations(root: pathlib.Path = ROOT) -> list[str]:
         problems.append(f"{where}: kernel module {module} imports {target} (kernels read only "
                         f"{', '.join(KERNEL_READS)})")
   return problems
+
+
+def import_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
+  """module → the slm_jax modules it imports (lazily or not), itself and the bare package left
+  out."""
+  graph: dict[str, set[str]] = collections.defaultdict(set)
+  for package in PACKAGES:
+    for path in sorted((root / package).rglob("*.py")) if (root / package).is_dir() else ():
+      module = module_name(path, root)
+      graph[module] |= {t for _, t in imported_modules(path, module, root)
+                        if t != module and t not in PACKAGES}
+  return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The cycles of a directed graph: its strongly connected components of more than one node,
+  each sorted (Tarjan's algorithm, iterative)."""
+  index: dict[str, int] = {}
+  low: dict[str, int] = {}
+  stack: list[str] = []
+  on_stack: set[str] = set()
+  found = []
+  for start in sorted(set(graph) | {t for ts in graph.values() for t in ts}):
+    if start in index:
+      continue
+    work = [(start, iter(sorted(graph.get(start, ()))))]
+    index[start] = low[start] = len(index)
+    stack.append(start)
+    on_stack.add(start)
+    while work:
+      node, children = work[-1]
+      child = next(children, None)
+      if child is not None:
+        if child not in index:
+          index[child] = low[child] = len(index)
+          stack.append(child)
+          on_stack.add(child)
+          work.append((child, iter(sorted(graph.get(child, ())))))
+        elif child in on_stack:
+          low[node] = min(low[node], index[child])
+        continue
+      work.pop()
+      if work:
+        low[work[-1][0]] = min(low[work[-1][0]], low[node])
+      if low[node] == index[node]:
+        component = []
+        while True:
+          member = stack.pop()
+          on_stack.discard(member)
+          component.append(member)
+          if member == node:
+            break
+        if len(component) > 1:
+          found.append(sorted(component))
+  return sorted(found)
+
+
+def package_of(module: str) -> str:
+  return ".".join(module.split(".")[:2])
+
+
+def import_cycles(root: pathlib.Path = ROOT) -> list[str]:
+  """One line per module cycle and per package cycle (with the imports that close it)."""
+  graph = import_graph(root)
+  lines = [f"module cycle: {' ↔ '.join(c)}" for c in strongly_connected(graph)]
+  packages: dict[str, set[str]] = collections.defaultdict(set)
+  for module, targets in graph.items():
+    packages[package_of(module)] |= {package_of(t) for t in targets} - {package_of(module)}
+  for cycle in strongly_connected(packages):
+    edges = [f"{m} → {t}" for m in sorted(graph) for t in sorted(graph[m])
+             if package_of(m) in cycle and package_of(t) in cycle
+             and package_of(m) != package_of(t)]
+    lines.append(f"package cycle: {' ↔ '.join(cycle)} ({'; '.join(edges)})")
+  return lines
+
+
+def test_no_import_cycles():
+  cycles = import_cycles()
+  assert not cycles, "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_lazy_and_package_cycles(tmp_path):
+  """A lazy import closing a module cycle, and two packages importing each other through
+  different modules (no module cycle), are both reported."""
+  package = tmp_path / "slm_jax"
+  for folder in ("data", "parse"):
+    (package / folder).mkdir(parents=True)
+    (package / folder / "__init__.py").write_text("")
+  (package / "__init__.py").write_text("")
+  (package / "data" / "a.py").write_text("from slm_jax.data import b\n")
+  (package / "data" / "b.py").write_text("def f():\n  from . import a\n")
+  (package / "data" / "c.py").write_text("from slm_jax.parse import stage\n")
+  (package / "parse" / "stage.py").write_text("from slm_jax.data.a import x\n")
+  (package / "ptb.py").write_text("import slm_jax.kinds\n")
+  assert import_cycles(tmp_path) == [
+      "module cycle: slm_jax.data.a ↔ slm_jax.data.b",
+      "package cycle: slm_jax.data ↔ slm_jax.parse (slm_jax.data.c → slm_jax.parse.stage; "
+      "slm_jax.parse.stage → slm_jax.data.a)"]
 
 
 def test_layers_import_downwards_only():

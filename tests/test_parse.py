@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from slm_jax import ptb
-from slm_jax.data import inputs, parquet
+from slm_jax import inputs, ptb
+from slm_jax.data import parquet
 from slm_jax.data.documents import DocumentSource, prepare
 from slm_jax.parse import readers
 from slm_jax.parse.__main__ import main as parse_main
@@ -69,7 +69,7 @@ class CountingBackend(FlatBackend):
 
 
 def test_splitter_sentences_and_ptb_tokens():
-  splitting = pytest.importorskip("slm_jax.parse.splitting")
+  splitting = pytest.importorskip("slm_jax.splitting")
   pytest.importorskip("pysbd")
   pytest.importorskip("nltk")
   sentences = splitting.Splitter().split(TEXTS[0] + "\n" + TEXTS[6])
@@ -175,7 +175,7 @@ def test_parser_output_is_normalized_like_the_reader():
 
 
 def test_benepar_input_conversion():
-  splitting = pytest.importorskip("slm_jax.parse.splitting")
+  splitting = pytest.importorskip("slm_jax.splitting")
   pytest.importorskip("pysbd")
   sentence = splitting.Splitter().split('He said "hi (quietly)."')[0]
   fields = benepar_input_fields(sentence)

@@ -20,8 +20,9 @@ from typing import Iterator, Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax.data import inputs
+from slm_jax import inputs
 from slm_jax.data.accounting import Accounting, StageCounts
+from slm_jax.data.parse_reports import unfinished_parses
 from slm_jax.data.records import (RECORD_FORMAT, RECORD_VERSION, DocumentRecord, RecordError,
                                   decode_record, encode_record)
 from slm_jax.data.tree_documents import read_tree_inputs
@@ -82,16 +83,6 @@ class ShardWriter:
       self._tmp.unlink(missing_ok=True)
     for entry in self.files:
       (self.output / entry["path"]).unlink(missing_ok=True)
-
-
-def unfinished_parses(paths: SequenceT[str | os.PathLike]) -> list[str]:
-  """The parse-stage shards under input folders that have no report yet (`parse --report`)."""
-  from slm_jax.parse.stage import merged_report  # pylint: disable=g-import-not-at-top
-  missing = []
-  for path in map(pathlib.Path, paths):
-    if path.is_dir() and any(path.glob("shard-*-of-*")):
-      missing.extend(f"{path}/{name}" for name in merged_report(path)[1])
-  return missing
 
 
 def _check_output(out: pathlib.Path, count: int) -> None:

@@ -17,7 +17,8 @@ from typing import Any, Sequence as SequenceT
 
 import grain
 
-from slm_jax.data import inputs, parquet
+from slm_jax import inputs
+from slm_jax.data import parquet
 from slm_jax.data.accounting import StageCounts
 from slm_jax.data.documents import DocumentSource
 from slm_jax.data.encode import encode_base, encode_document

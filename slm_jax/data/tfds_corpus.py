@@ -46,9 +46,10 @@ from typing import Any, Iterator, Mapping, Sequence as SequenceT
 import numpy as np
 import tensorflow_datasets as tfds
 
-from slm_jax.data import inputs
+from slm_jax import inputs
 from slm_jax.data.accounting import StageCounts
-from slm_jax.data.documents import DocumentSource, unfinished_parses
+from slm_jax.data.documents import DocumentSource
+from slm_jax.data.parse_reports import unfinished_parses
 from slm_jax.data.records import (RECORD_FORMAT, RECORD_VERSION, DocumentRecord, RecordError,
                                   decode_record, encode_record)
 from slm_jax.data.tree_documents import read_tree_inputs

@@ -2,7 +2,7 @@
 
 A prompt is a list of text *components* (a demonstration, the target's question, an instruction
 such as "Answer:", an option). `TextEncoder.encode(components)` splits every component into
-sentences of PTB-escaped words (`slm_jax.parse.splitting`: pysbd per line, NLTK Treebank words),
+sentences of PTB-escaped words (`slm_jax.splitting`: pysbd per line, NLTK Treebank words),
 gives each sentence a tree from a tree source, and linearizes the whole prompt as one document
 `<s> sentence… [</s>]` exactly as `data.encode.encode_document` does for training. The scheme is
 the configuration's `scored_as` (the scheme table): tree models (lin1, lin2, lin3, noont, merge)
@@ -43,7 +43,7 @@ from slm_jax.data.encode import encode_document
 from slm_jax.eval.proposals import FileProposals, NoProposals
 from slm_jax.kinds import BOS_CODE, EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence, get_scheme
-from slm_jax.parse.splitting import default_splitter
+from slm_jax.splitting import default_splitter
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 

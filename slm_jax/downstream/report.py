@@ -58,7 +58,9 @@ from slm_jax.downstream.tasks import SHOTS
 from slm_jax.eval.bootstrap import (RESAMPLES, SEED, macro_bootstrap, paired_bootstrap,
                                     percentile_ci, point_statistic, p_value, rank_first,
                                     resampled_statistics)
-from slm_jax.eval.report import _fmt, _interval, _p, _table, grouped_bars
+from slm_jax.eval.report import grouped_bars
+from slm_jax.tables import (DASH, MeanSD, best_rows, bold, interval, markdown, mean_sd,
+                            mean_sd_text, number, p_text, table)
 
 TASK_ABBREVIATIONS = {  # paper Table 5
     "winogrande": "WG", "hellaswag": "HS", "boolq": "BQ", "mmlu": "M", "mmlu_redux": "MMR",
@@ -70,7 +72,6 @@ TASK_NAMES = {  # paper Table 15
     "socialiqa": "SocialIQA", "arc_easy": "ARC-Easy", "arc_challenge": "ARC-Challenge",
     "piqa": "PIQA"}
 ROUGE_KEYS = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("ravg", "R-AVG"))
-DASH = "–"  # eval.report's mark for a missing value
 
 
 # --- reading the results dict ---------------------------------------------------------------------
@@ -119,30 +120,16 @@ def mc_average(model: dict, tasks: Sequence[str], key: str = "accuracy") -> floa
   return None if not values or None in values else float(np.mean(values))
 
 
-def seed_stats(part: Mapping[str, Any] | None, key: str) -> tuple[float, float | None, int] | None:
-  """(mean, sample SD with ddof=1 or None for one seed, seeds) of `part["seeds"][*][key]`."""
-  values = [float(s[key]) for s in ((part or {}).get("seeds") or {}).values()
-            if s.get(key) is not None]
-  if not values:
-    return None
-  sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
-  return float(np.mean(values)), sd, len(values)
+def seed_stats(part: Mapping[str, Any] | None, key: str) -> MeanSD | None:
+  """`tables.mean_sd` (mean, sample SD — None for one seed —, seeds) of
+  `part["seeds"][*][key]`."""
+  return mean_sd([s.get(key) for s in ((part or {}).get("seeds") or {}).values()])
 
 
-def _mean_sd_text(stats: tuple[float, float | None, int] | None) -> str:
-  if stats is None:
-    return DASH
-  mean, sd, n = stats
-  return f"{mean:.2f} (n=1)" if sd is None else f"{mean:.2f} ± {sd:.2f}"
-
-
-def _bold_best(cells: list[str], means: list[float | None]) -> list[str]:
-  known = [round(v, 2) for v in means if v is not None]
-  if len(known) < 2 or len(set(known)) == 1:
-    return cells
-  best = max(known)
-  return [f"**{c}**" if v is not None and round(v, 2) == best else c
-          for c, v in zip(cells, means)]
+def _seed_column(stats: Sequence[MeanSD | None]) -> list[str]:
+  """Mean ± SD cells over seeds, the best mean in bold."""
+  return bold([mean_sd_text(s) for s in stats], best_rows([s and s.mean for s in stats],
+                                                          False, 2))
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -196,8 +183,8 @@ def mc_table(results: dict) -> str:
   rows = [[m["name"]] + [_accuracy(m, t) for t in tasks] + [mc_average(m, tasks)]
           for m in models]
   avg = "AVG↑" if len(tasks) == len(MC_TASKS) else f"AVG ({len(tasks)} tasks)↑"
-  return _table(["Model"] + [TASK_ABBREVIATIONS[t] + "↑" for t in tasks] + [avg], rows,
-                [0] + [2] * (len(tasks) + 1), [None] + [False] * (len(tasks) + 1))
+  return table(["Model"] + [TASK_ABBREVIATIONS[t] + "↑" for t in tasks] + [avg], rows,
+               [0] + [2] * (len(tasks) + 1), [None] + [False] * (len(tasks) + 1))
 
 
 def finetune_table(results: dict) -> str:
@@ -207,23 +194,20 @@ def finetune_table(results: dict) -> str:
   tasks = suite(results)
   xsum = [seed_stats(m["downstream"].get("xsum"), "ravg") for m in models]
   boolq = [seed_stats(m["downstream"].get("boolq_ft"), "accuracy") for m in models]
-  columns = [_bold_best([_mean_sd_text(s) for s in stats], [s and s[0] for s in stats])
-             for stats in (xsum, boolq)]
   averages = [mc_average(m, tasks) for m in models]
-  columns.append(_bold_best([_fmt(a, 2) for a in averages], averages))
-  rows = [[m["name"]] + [c[i] for c in columns] for i, m in enumerate(models)]
-  return _table(["Model", "XSum R-AVG↑", "BoolQ (FT)↑", "MC AVG↑"], rows, [0] * 4, [None] * 4)
+  rows = [[m["name"], x, b, a] for m, x, b, a in zip(models, _seed_column(xsum),
+                                                      _seed_column(boolq), averages)]
+  return table(["Model", "XSum R-AVG↑", "BoolQ (FT)↑", "MC AVG↑"], rows, [0, 0, 0, 2],
+               [None, None, None, False])
 
 
 def xsum_table(results: dict) -> str:
   """ROUGE-1/2/L F1 and R-AVG (mean ± sample SD over seeds) of the models that ran XSum."""
   models = [m for m in results["models"] if (m.get("downstream") or {}).get("xsum")]
-  columns = []
-  for key, _ in ROUGE_KEYS:
-    stats = [seed_stats(m["downstream"]["xsum"], key) for m in models]
-    columns.append(_bold_best([_mean_sd_text(s) for s in stats], [s and s[0] for s in stats]))
+  columns = [_seed_column([seed_stats(m["downstream"]["xsum"], key) for m in models])
+             for key, _ in ROUGE_KEYS]
   rows = [[m["name"]] + [c[i] for c in columns] for i, m in enumerate(models)]
-  return _table(["Model"] + [f"{t}↑" for _, t in ROUGE_KEYS], rows, [0] * 5, [None] * 5)
+  return markdown(["Model"] + [f"{t}↑" for _, t in ROUGE_KEYS], rows, right_align=True)
 
 
 def full_vs_term_table(results: dict) -> str:
@@ -234,13 +218,13 @@ def full_vs_term_table(results: dict) -> str:
 
   def triple(full, term):
     delta = None if full is None or term is None else term - full
-    return [_fmt(full, 2), _fmt(term, 2), DASH if delta is None else f"{delta:+.2f}"]
+    return [number(full, 2), number(term, 2), number(delta, 2, signed=True)]
 
   rows = [[TASK_NAMES[t]] + sum((triple(_accuracy(m, t, "accuracy_full"), _accuracy(m, t))
                                  for m in models), []) for t in tasks]
   rows.append(["Macro average"] + sum((triple(mc_average(m, tasks, "accuracy_full"),
                                               mc_average(m, tasks)) for m in models), []))
-  return _table(header, rows, [0] * len(header), [None] * len(header))
+  return markdown(header, rows, right_align=True)
 
 
 def counts_table(results: dict) -> str:
@@ -256,8 +240,7 @@ def counts_table(results: dict) -> str:
     return f"{entry.get('n')} ({entry.get('wrong_ties_nonfinite', 0)}{shots})"
 
   rows = [[TASK_NAMES[t]] + [cell(m, t) for m in models] for t in tasks]
-  return _table(["Task"] + [m["name"] for m in models], rows, [0] * (1 + len(models)),
-                [None] * (1 + len(models)))
+  return markdown(["Task"] + [m["name"] for m in models], rows, right_align=True)
 
 
 def bootstrap_tables(boot: dict) -> str:
@@ -270,24 +253,22 @@ def bootstrap_tables(boot: dict) -> str:
   if not rows_in:
     return ""
   models = list(dict.fromkeys(m for _, b in rows_in for m in b["models"]))
-  width = [0] * (1 + len(models))
-  estimates = [[title] + [_interval(b["models"][m]["estimate"], b["models"][m]["ci"], 2)
+  estimates = [[title] + [interval(b["models"][m]["estimate"], b["models"][m]["ci"], 2)
                           if m in b["models"] else DASH for m in models] for title, b in rows_in]
-  parts = [_table(["Task"] + models, estimates, width, [None] * len(width))]
-  first = [[title] + [_fmt(100 * b["models"][m]["rank_first"], 2) if m in b["models"] else DASH
+  parts = [markdown(["Task"] + models, estimates, right_align=True)]
+  first = [[title] + [number(100 * b["models"][m]["rank_first"], 2) if m in b["models"] else DASH
                       for m in models] for title, b in rows_in]
   parts.append("Ranks first (% of resamples, ties split):\n\n"
-               + _table(["Task"] + models, first, width, [None] * len(width)))
+               + markdown(["Task"] + models, first, right_align=True))
   pair_names = list(dict.fromkeys(f"{p['a']} − {p['b']}" for _, b in rows_in for p in b["pairs"]))
   if pair_names:
     rows = []
     for title, b in rows_in:
       by_name = {f"{p['a']} − {p['b']}": p for p in b["pairs"]}
-      rows.append([title] + [f"{_interval(by_name[n]['delta'], by_name[n]['ci'], 2, True)}; "
-                             f"{_p(by_name[n]['p'])}" if n in by_name else DASH
+      rows.append([title] + [f"{interval(by_name[n]['delta'], by_name[n]['ci'], 2, True)}; "
+                             f"{p_text(by_name[n]['p'])}" if n in by_name else DASH
                              for n in pair_names])
-    parts.append(_table(["Task"] + pair_names, rows, [0] * (1 + len(pair_names)),
-                        [None] * (1 + len(pair_names))))
+    parts.append(markdown(["Task"] + pair_names, rows, right_align=True))
   described = [f"{title}: {b['examples']} {'tasks' if b.get('unit') == 'tasks' else 'examples'}"
                for title, b in rows_in]
   macro = boot.get("macro") or {}
@@ -304,13 +285,13 @@ def bootstrap_tables(boot: dict) -> str:
   if examples and examples.get("reference"):
     ref = examples["reference"]
     by_b = {p["a"]: p for p in examples["pairs"] if p["b"] == ref}
-    rows = [[m, _fmt(examples["models"][m]["estimate"], 2),
-             "reference" if m == ref else _interval(by_b[m]["delta"], by_b[m]["ci"], 2, True)
-             + f"; {_p(by_b[m]['p'])}"] for m in examples["models"]]
+    rows = [[m, number(examples["models"][m]["estimate"], 2),
+             "reference" if m == ref else interval(by_b[m]["delta"], by_b[m]["ci"], 2, True)
+             + f"; {p_text(by_b[m]['p'])}"] for m in examples["models"]]
     parts.append(f"Macro accuracy and Δ vs. {ref} (paper Table 16 layout; examples resampled "
                  "within each task, the same draws as the per-task rows):\n\n"
-                 + _table(["Model", "Macro accuracy↑", f"Δ vs. {ref} (95% CI)"], rows, [0] * 3,
-                          [None] * 3))
+                 + markdown(["Model", "Macro accuracy↑", f"Δ vs. {ref} (95% CI)"], rows,
+                            right_align=True))
   return "\n\n".join(parts)
 
 
@@ -341,8 +322,8 @@ def markdown_section(results: dict) -> str:
     section("XSum ROUGE (mean ± sample SD over seeds)", xsum_table(results))
   if tasks:
     fvt = (results.get("bootstrap_downstream") or {}).get("full_vs_term") or {}
-    macro_ci = "; ".join(f"{m}: {_interval(v['macro']['delta'], v['macro']['ci'], 2, True)}; "
-                         f"{_p(v['macro']['p'])}" for m, v in fvt.items() if v.get("macro"))
+    macro_ci = "; ".join(f"{m}: {interval(v['macro']['delta'], v['macro']['ci'], 2, True)}; "
+                         f"{p_text(v['macro']['p'])}" for m, v in fvt.items() if v.get("macro"))
     section("Full vs terminal scoring (paper Tables 15/16 layout; accuracy, %)",
             full_vs_term_table(results),
             "_Full = argmax of S_full (every target token of the continuation, structure "

@@ -31,7 +31,7 @@ from slm_jax.eval.docppl import (counted_tokens, distinct_candidates,
                                  make_sequence, scoring_linearization, sentence_ids,
                                  sequence_scores)
 from slm_jax.eval.proposals import ProposalSource
-from slm_jax.parse.splitting import ptb_words
+from slm_jax.splitting import ptb_words
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.trees import Tree
 

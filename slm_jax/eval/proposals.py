@@ -17,6 +17,7 @@ Sources:
 - `BeamProposals`: the tree model's own word-synchronous beam search (`slm_jax.eval.beam`): its
   completed hypotheses, delinearized, best first (for lin1/lin2/lin3 models; depends on the model).
 - `FlatProposals`: the single tree `(S w1 … wn)`; a stand-in where no parser covers the words.
+- `GoldProposals(documents)`: the gold tree of each sentence of an evaluation corpus (K = 1).
 - `FallbackProposals(primary, fallback)`: the primary source, or the fallback where the primary
   has no proposals (counted in `.stats`).
 
@@ -157,6 +158,19 @@ class FlatProposals(ProposalSource):
     if not sentence_words:
       raise NoProposals("an empty sentence has no tree")
     return [Tree(self.label, tuple(sentence_words))]
+
+
+class GoldProposals(ProposalSource):
+  """The gold tree of each sentence of an evaluation corpus (K = 1)."""
+
+  def __init__(self, documents: Sequence[Sequence[Tree]]):
+    self.table = {tuple(t.leaves()): [t] for doc in documents for t in doc}
+
+  def proposals(self, sentence_words):
+    try:
+      return self.table[tuple(sentence_words)]
+    except KeyError:
+      raise NoProposals(f"no gold tree for {' '.join(sentence_words)!r}") from None
 
 
 class FallbackProposals(ProposalSource):

@@ -22,9 +22,11 @@ produced it (suites, item rule, CNT2 scoring in the beam, tree scoring, dtype, p
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
+
+from slm_jax.tables import DASH, interval, number, p_text, table
+from slm_jax.tables import markdown as markdown_table
 
 CIRCUIT_ABBREVIATIONS = {  # paper Table 13
     "Agreement": "Agr", "Center Embedding": "CtrEmb", "Garden-Path Effects": "GrdnPath",
@@ -57,35 +59,6 @@ def _get(model: dict, *path: str) -> float | None:
   return None if node is None else float(node)
 
 
-def _fmt(value: float | None, digits: int) -> str:
-  return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else (
-      f"{value:.{digits}f}")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[float | None | str]],
-           digits: Sequence[int], lower_better: Sequence[bool | None]) -> str:
-  """Markdown table; numeric columns with a direction get their best value in bold."""
-  cells = [[c if isinstance(c, str) else _fmt(c, digits[j]) for j, c in enumerate(row)]
-           for row in rows]
-  for j, direction in enumerate(lower_better):
-    if direction is None:
-      continue
-    numbers = [(row[j], i) for i, row in enumerate(rows)
-               if isinstance(row[j], (int, float)) and not math.isnan(row[j])]
-    if len(numbers) < 2:
-      continue
-    best = (min if direction else max)(v for v, _ in numbers)
-    if all(round(v, digits[j]) == round(best, digits[j]) for v, _ in numbers):
-      continue  # all tied: nothing to highlight
-    for v, i in numbers:
-      if round(v, digits[j]) == round(best, digits[j]):
-        cells[i][j] = f"**{cells[i][j]}**"
-  lines = ["| " + " | ".join(header) + " |",
-           "|" + "|".join("---" if j == 0 else "---:" for j in range(len(header))) + "|"]
-  lines += ["| " + " | ".join(row) + " |" for row in cells]
-  return "\n".join(lines)
-
-
 CONVENTION_KEYS = {  # which conventions a table depends on
     "main": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
              "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K", "dtype"),
@@ -111,15 +84,15 @@ def main_table(results: dict) -> str:
   """Table 4 layout: Model, SG↑ (headline), BLiMP↑, Doc-PPL↓."""
   rows = [[m["name"], _get(m, "sg", "score"), _get(m, "blimp", "overall"),
            _get(m, "docppl", "ppl")] for m in results["models"]]
-  return _table(["Model", "SG↑", "BLiMP↑", "Doc-PPL↓"], rows, [0, 2, 2, 3],
-                [None, False, False, True])
+  return table(["Model", "SG↑", "BLiMP↑", "Doc-PPL↓"], rows, [0, 2, 2, 3],
+               [None, False, False, True])
 
 
 def syntax_table(results: dict) -> str:
   """Table 6 layout: Model, BLiMP↑, SG↑."""
   rows = [[m["name"], _get(m, "blimp", "overall"), _get(m, "sg", "score")]
           for m in results["models"]]
-  return _table(["Model", "BLiMP↑", "SG↑"], rows, [0, 2, 2], [None, False, False])
+  return table(["Model", "BLiMP↑", "SG↑"], rows, [0, 2, 2], [None, False, False])
 
 
 def circuits_table(results: dict) -> str:
@@ -130,7 +103,7 @@ def circuits_table(results: dict) -> str:
   rows = [[m["name"]] + [_get(m, "sg", "circuits", c) for c in CIRCUITS]
           + [_get(m, "sg", "score"), _get(m, "sg", "suite_mean")]
           for m in results["models"] if m.get("sg")]
-  return _table(header, rows, [0] + [2] * 8, [None] + [False] * 8)
+  return table(header, rows, [0] + [2] * 8, [None] + [False] * 8)
 
 
 def suites_table(results: dict, circuit_suites: dict[str, list[str]] | None = None) -> str:
@@ -153,12 +126,12 @@ def suites_table(results: dict, circuit_suites: dict[str, list[str]] | None = No
   def cell(m, s):
     value = _get(m, "sg", "suites", s)
     later = ((m["sg"].get("predictions") or {}).get(s) or [])[1:]
-    text = _fmt(value, 2)
-    return text + "".join(f" / {_fmt(v, 2)}" for v in later)
+    text = number(value, 2)
+    return text + "".join(f" / {number(v, 2)}" for v in later)
 
   rows = [[c, s] + [cell(m, s) for m in models] for c, s in suites]
-  return _table(["Circuit", "Suite"] + [m["name"] for m in models], rows,
-                [0, 0] + [0] * len(models), [None, None] + [None] * len(models))
+  return markdown_table(["Circuit", "Suite"] + [m["name"] for m in models], rows,
+                        right_align=True)
 
 
 def blimp_breakdown(results: dict, key: str) -> str:
@@ -166,8 +139,8 @@ def blimp_breakdown(results: dict, key: str) -> str:
   models = results["models"]
   names = sorted({k for m in models for k in ((m.get("blimp") or {}).get(key) or {})})
   rows = [[n] + [_get(m, "blimp", key, n) for m in models] for n in names]
-  return _table([key[:-1].capitalize()] + [m["name"] for m in models], rows,
-                [0] + [2] * len(models), [None] * (1 + len(models)))
+  return table([key[:-1].capitalize()] + [m["name"] for m in models], rows,
+               [0] + [2] * len(models), [None] * (1 + len(models)))
 
 
 def blimp_counts_table(results: dict) -> str:
@@ -179,8 +152,8 @@ def blimp_counts_table(results: dict) -> str:
       stats = b.get("stats") or {}
       rows.append([m["name"], str(b.get("pairs")), str(stats.get("ties", 0)),
                    str(stats.get("nonfinite_pairs", 0))])
-  return _table(["Model", "Pairs", "Ties (wrong)", "Non-finite (wrong)"], rows, [0] * 4,
-                [None] * 4)
+  return markdown_table(["Model", "Pairs", "Ties (wrong)", "Non-finite (wrong)"], rows,
+                        right_align=True)
 
 
 def docppl_table(results: dict) -> str:
@@ -192,24 +165,15 @@ def docppl_table(results: dict) -> str:
                    str(d.get("proposals")), str(d.get("distinct_candidates")),
                    str(d.get("duplicates_after_linearization")),
                    str(d.get("truncated_histories"))])
-  return _table(["Model", "Doc-PPL↓", "M (terminal+EOS)", "Sentences", "Proposals",
-                 "Distinct sequences", "Collapsed duplicates", "Truncated histories"], rows,
-                [0, 3, 0, 0, 0, 0, 0, 0], [None, True] + [None] * 6)
+  return table(["Model", "Doc-PPL↓", "M (terminal+EOS)", "Sentences", "Proposals",
+                "Distinct sequences", "Collapsed duplicates", "Truncated histories"], rows,
+               [0, 3, 0, 0, 0, 0, 0, 0], [None, True] + [None] * 6)
 
 
 BOOTSTRAP_ROWS = (  # results["bootstrap"] key -> row title (paper Table 10 order)
     ("sg", "SG"), ("blimp", "BLiMP"), ("docppl", "Doc-PPL"),
     ("sg_macro", "SG circuits AVG†"), ("blimp_macro", "BLiMP paradigms AVG†"),
     ("macro", "AVG (SG, BLiMP)†"))
-
-
-def _interval(value: float, ci, digits: int, signed: bool = False) -> str:
-  f = f"{{:{'+' if signed else ''}.{digits}f}}"
-  return f"{f.format(value)} [{f.format(ci[0])}, {f.format(ci[1])}]"
-
-
-def _p(p: float) -> str:
-  return "p<.001" if p < 0.001 else "p=" + f"{p:.3f}".lstrip("0")
 
 
 def bootstrap_tables(results: dict) -> str:
@@ -221,15 +185,15 @@ def bootstrap_tables(results: dict) -> str:
     return ""
   models = list(dict.fromkeys(m for k, _ in present for m in boots[k]["models"]))
   digits = lambda k: 3 if boots[k]["statistic"] == "ppl" else 2
-  rows = [[title] + [_interval(boots[k]["models"][m]["estimate"], boots[k]["models"][m]["ci"],
-                               digits(k)) if m in boots[k]["models"] else "–" for m in models]
+  rows = [[title] + [interval(boots[k]["models"][m]["estimate"], boots[k]["models"][m]["ci"],
+                              digits(k)) if m in boots[k]["models"] else DASH for m in models]
           for k, title in present]
-  parts = [_table(["Task"] + models, rows, [0] * (1 + len(models)), [None] * (1 + len(models)))]
-  first = [[title] + [_fmt(100 * boots[k]["models"][m]["rank_first"], 2)
+  parts = [markdown_table(["Task"] + models, rows, right_align=True)]
+  first = [[title] + [number(100 * boots[k]["models"][m]["rank_first"], 2)
                       if m in boots[k]["models"] and boots[k]["models"][m].get("rank_first")
-                      is not None else "–" for m in models] for k, title in present]
-  parts.append("Ranks first (% of resamples, ties split):\n\n" + _table(
-      ["Task"] + models, first, [0] * (1 + len(models)), [None] * (1 + len(models))))
+                      is not None else DASH for m in models] for k, title in present]
+  parts.append("Ranks first (% of resamples, ties split):\n\n"
+               + markdown_table(["Task"] + models, first, right_align=True))
   pair_names = list(dict.fromkeys(f"{p['a']} − {p['b']}" for k, _ in present
                                   for p in boots[k]["pairs"]))
   if pair_names:
@@ -237,10 +201,9 @@ def bootstrap_tables(results: dict) -> str:
     for k, title in present:
       by_name = {f"{p['a']} − {p['b']}": p for p in boots[k]["pairs"]}
       rows.append([title] + [
-          f"{_interval(by_name[n]['delta'], by_name[n]['ci'], digits(k), True)}; "
-          f"{_p(by_name[n]['p'])}" if n in by_name else "–" for n in pair_names])
-    parts.append(_table(["Task"] + pair_names, rows, [0] * (1 + len(pair_names)),
-                        [None] * (1 + len(pair_names))))
+          f"{interval(by_name[n]['delta'], by_name[n]['ci'], digits(k), True)}; "
+          f"{p_text(by_name[n]['p'])}" if n in by_name else DASH for n in pair_names])
+    parts.append(markdown_table(["Task"] + pair_names, rows, right_align=True))
   described = []
   for k, title in present:
     b = boots[k]
@@ -361,7 +324,7 @@ def write_reports(results: dict, out_dir: str | pathlib.Path,
 
 def write_json(results: dict, path: pathlib.Path) -> None:
   """Strict JSON (no NaN / Infinity tokens, which most JSON readers reject): a non-finite
-  number is written as null; the tables say "–" for it."""
+  number is written as null; the tables say "–" (`tables.DASH`) for it."""
   path.write_text(json.dumps(_finite(results), indent=1, default=_json_default,
                              allow_nan=False) + "\n")
 

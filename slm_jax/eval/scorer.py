@@ -13,7 +13,10 @@
                           word (its pieces and the pause tokens that follow it; no EOS)
 
 Each sequence is one segment of its own row (`row_metadata`, segment 1, positions from 0); rows
-are padded (segment 0) to a length bucket (`slm_jax.buckets`) and batched, so results do not depend on batching.
+are padded (segment 0) to a length bucket (`slm_jax.buckets`) and batched, so results do not
+depend on batching. That batching is `BatchScorer.batched`, the one loop of every scorer:
+`Scorer`, the Pushdown scorers (`eval.pushdown_scoring`) and `eval.text_scorer.TextScorer`
+(plain token ids, e.g. a Hugging Face checkpoint's text) are built on it.
 All natural logarithms.
 """
 
@@ -90,7 +93,47 @@ def check_attention(model: Decoder, configuration: Configuration) -> None:
                      f"{model.config.attention.name}")
 
 
-class Scorer:
+class BatchScorer:
+  """The batching every scorer shares (`Scorer`, `TextScorer`, the Pushdown scorers): sequences
+  sorted by length, cut into chunks of `batch_size`, each chunk one padded batch — one sequence
+  per row (segment 1, padding segment 0 and `pad_id`), the width a length bucket, the row count
+  a bucket of at most `batch_size` (`slm_jax.buckets`, so few shapes compile) — handed to a
+  device call; its outputs are returned per sequence, in input order."""
+
+  def __init__(self, model, *, batch_size: int, pad_id: int, max_len: int | None = None):
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    self.model = model
+    self.batch_size = int(batch_size)
+    self.pad_id = int(pad_id)
+    self.max_len = max_len
+    self.graphdef, self.params = split_model(model)
+
+  def batched(self, arrays: SequenceT[tuple[np.ndarray, np.ndarray]],
+              call: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]
+              ) -> list[tuple[np.ndarray | None, ...]]:
+    """`arrays` = (ids [T], kinds [T]) per sequence; `call(tokens_BT, kinds_BT, segment_BT)`
+    returns a tuple of [B, …] arrays (or None): per sequence, the tuple of its rows (host
+    arrays, the padding not cut)."""
+    out: list[tuple[np.ndarray | None, ...]] = [()] * len(arrays)
+    order = sorted(range(len(arrays)), key=lambda i: len(arrays[i][0]))
+    for start in range(0, len(order), self.batch_size):
+      chunk = order[start:start + self.batch_size]
+      width = bucket(len(arrays[chunk[-1]][0]), LENGTH_BUCKET)
+      rows = bucket(len(chunk), 1, self.batch_size)
+      tokens = np.full((rows, width), self.pad_id, np.int32)
+      kinds = np.zeros((rows, width), np.int32)
+      segment = np.zeros((rows, width), np.int32)
+      for r, i in enumerate(chunk):
+        ids, kind = arrays[i]
+        tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
+      results = [None if x is None else np.asarray(x) for x in call(tokens, kinds, segment)]
+      for r, i in enumerate(chunk):
+        out[i] = tuple(None if x is None else x[r] for x in results)
+    return out
+
+
+class Scorer(BatchScorer):
   """Batched teacher-forced scoring with one model (see module docstring)."""
 
   def __init__(self, model: Decoder, tokenizer: Tokenizer, configuration: Configuration, *,
@@ -99,42 +142,23 @@ class Scorer:
       raise ValueError(f"model vocabulary ({model.config.vocab_size}) is smaller than the "
                        f"tokenizer's ({tokenizer.vocab_size})")
     check_attention(model, configuration)
-    if batch_size < 1:
-      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    self.model = model
+    super().__init__(model, batch_size=batch_size, pad_id=tokenizer.pad_id, max_len=max_len)
     self.tokenizer = tokenizer
     self.configuration = configuration
-    self.batch_size = int(batch_size)
-    self.max_len = max_len
-    self.graphdef, self.params = split_model(model)
 
   # ---- linearized sequences
 
   def logprobs(self, sequences: SequenceT[Sequence]) -> list[np.ndarray]:
     """Per-token log-probabilities of each sequence, float64 [T-1] aligned to tokens[1:]."""
     arrays = [self._ids(s, i) for i, s in enumerate(sequences)]
-    out: list[np.ndarray] = [np.zeros(0)] * len(arrays)
-    order = sorted(range(len(arrays)), key=lambda i: len(arrays[i][0]))
-    for start in range(0, len(order), self.batch_size):
-      chunk = order[start:start + self.batch_size]
-      width = bucket(len(arrays[chunk[-1]][0]), LENGTH_BUCKET)
-      rows = bucket(len(chunk), 1, self.batch_size)
-      tokens = np.full((rows, width), self.tokenizer.pad_id, np.int32)
-      kinds = np.zeros((rows, width), np.int32)
-      segment = np.zeros((rows, width), np.int32)
-      for r, i in enumerate(chunk):
-        ids, kind = arrays[i]
-        tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
-      lp = np.asarray(self.batch_logprobs(tokens, kinds, segment), np.float64)
-      for r, i in enumerate(chunk):
-        out[i] = lp[r, :len(arrays[i][0]) - 1]
-    return out
+    rows = self.batched(arrays, lambda *batch: (self.batch_logprobs(*batch),))
+    return [np.asarray(lp, np.float64)[:len(ids) - 1] for (lp,), (ids, _) in zip(rows, arrays)]
 
   def batch_logprobs(self, tokens_BT: np.ndarray, kinds_BT: np.ndarray,
                      segment_BT: np.ndarray) -> jax.Array:
     """The device call of one padded batch (one sequence per row, segment 1, padding 0):
     [B, T-1] log-probabilities aligned to tokens[:, 1:]. Subclasses replace it (the Pushdown
-    teacher-forced scorer) and keep the batching of `logprobs`."""
+    teacher-forced scorer) and keep the batching of `BatchScorer.batched`."""
     meta = jax.tree.map(jnp.asarray, row_metadata(kinds_BT, segment_BT))
     return _token_logprobs(self.graphdef, self.params, jnp.asarray(tokens_BT), meta)
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence as SequenceT
 import numpy as np
 
 from slm_jax.eval import sg_aggregate
-from slm_jax.parse.splitting import ptb_words
+from slm_jax.splitting import ptb_words
 
 _LOG = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@
 shards) tensor by tensor onto their mesh shards (`slm_jax.hf.load`); `slm_jax.hf.config` maps
 `config.json` both ways, `slm_jax.hf.layout` places each tensor, `slm_jax.hf.safetensors_io`
 reads and writes the files, `slm_jax.hf.tokenizer` runs the checkpoint's `tokenizer.json` and
-chat template. `python -m slm_jax.hf.export` writes a trained causal SLM as a Llama folder.
+chat template; `slm_jax.hf.export.write_llama` writes a causal SLM as a Llama folder (the CLI:
+`python -m slm_jax.export`).
 Nothing here imports torch or transformers.
 """
 

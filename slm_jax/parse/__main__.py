@@ -19,9 +19,10 @@ import pathlib
 import sys
 
 from slm_jax import cli
-from slm_jax.data.inputs import AUTO, PARSE_INPUTS
+from slm_jax.data.parse_reports import SHARD_GLOB, merged_report
+from slm_jax.inputs import AUTO, PARSE_INPUTS
 from slm_jax.parse.backends import BACKENDS, BENEPAR_DEFAULT_MODEL, make_backend
-from slm_jax.parse.stage import StageOptions, merged_report, run_shard
+from slm_jax.parse.stage import StageOptions, run_shard
 
 
 def _parser() -> cli.ArgumentParser:
@@ -58,7 +59,7 @@ def _report(output: str) -> int:
   folder = pathlib.Path(output)
   if not folder.is_dir():
     raise cli.CliError(f"--report {output}: no such folder")
-  if not any(folder.glob("shard-*-of-*")):
+  if not any(folder.glob(SHARD_GLOB)):
     raise cli.CliError(f"--report {output}: holds no parse shards (shard-*-of-*/); is it the "
                        "--output of python -m slm_jax.parse?")
   counts, missing = merged_report(output)
@@ -81,7 +82,7 @@ def _main(argv: list[str] | None) -> int:
                          max_words=args.max_words, batch_sentences=args.batch_size,
                          cache_dir=None if args.no_cache else args.cache_dir, force=args.force)
   if args.backend == "slm":
-    from slm_jax.parser.backend import SlmBackend  # pylint: disable=g-import-not-at-top
+    from slm_jax.parse.slm_backend import SlmBackend  # pylint: disable=g-import-not-at-top
     backend = SlmBackend(args.model)
   else:
     backend = make_backend(args.backend, model=args.model, batch_size=args.batch_size)

@@ -20,7 +20,7 @@ import dataclasses
 import os
 from typing import Any, Sequence
 
-from slm_jax.parse.splitting import Sentence
+from slm_jax.splitting import Sentence
 
 BENEPAR_DEFAULT_MODEL = "benepar_en3"
 

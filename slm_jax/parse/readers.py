@@ -1,6 +1,6 @@
 """Raw documents from Parquet shards (FineWeb-Edu layout), JSONL and plain text, in work units.
 
-Input files are found by `slm_jax.data.inputs.discover(paths, inputs.PARSE_INPUTS, fmt)`
+Input files are found by `slm_jax.inputs.discover(paths, inputs.PARSE_INPUTS, fmt)`
 (*.parquet, *.jsonl, *.txt / *.text). A work unit is the smallest piece one host reads on its
 own: a Parquet row group, a block of `JSONL_BLOCK` lines of a JSONL file, or a whole text file.
 Units are numbered (file index, part index) over the input files in sorted path order, so every

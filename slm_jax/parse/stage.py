@@ -33,13 +33,13 @@ from typing import Iterable, Sequence
 
 from slm_jax import ptb
 from slm_jax.data.accounting import StageCounts
-from slm_jax.data.inputs import PARSE_INPUTS, discover
+from slm_jax.data.parse_reports import REPORT_NAME, shard_dir
 from slm_jax.data.tree_documents import documents_of_text
+from slm_jax.inputs import PARSE_INPUTS, discover
 from slm_jax.parse import readers
 from slm_jax.parse.backends import ParseFailure, ParserBackend
-from slm_jax.parse.splitting import Sentence, Splitter, default_splitter
+from slm_jax.splitting import Sentence, Splitter, default_splitter
 
-REPORT_NAME = "report.json"
 _SQL_BATCH = 500
 
 
@@ -91,10 +91,6 @@ class SentenceCache:
 
   def close(self) -> None:
     self._db.close()
-
-
-def shard_dir(output: str | pathlib.Path, index: int, count: int) -> pathlib.Path:
-  return pathlib.Path(output) / f"shard-{index:05d}-of-{count:05d}"
 
 
 def _normalized(tree_text: str, report: ptb.ReadReport) -> str | ParseFailure:
@@ -287,22 +283,3 @@ def run_shard(inputs: Sequence[str | pathlib.Path], output: str | pathlib.Path,
       "shard": [index, count], "backend": backend.identity, "units": len(units),
       "units_done": done, "units_resumed": resumed, "counts": total.to_json()})
   return ShardResult(directory, total, done, resumed, time.time() - started)
-
-
-def merged_report(output: str | pathlib.Path) -> tuple[StageCounts, list[str]]:
-  """The counts of every finished shard under `output`, and which shards have no report yet."""
-  total = StageCounts()
-  missing = []
-  shards = sorted(pathlib.Path(output).glob("shard-*-of-*"))
-  for directory in shards:
-    report = directory / REPORT_NAME
-    if report.exists():
-      total.merge(StageCounts.from_json(json.loads(report.read_text())["counts"]))
-    else:
-      missing.append(directory.name)
-  if shards:
-    count = int(shards[0].name.rsplit("-", 1)[1])
-    present = {int(d.name.split("-")[1]) for d in shards}
-    missing.extend(f"shard-{i:05d}-of-{count:05d} (not started)" for i in range(count)
-                   if i not in present)
-  return total, missing

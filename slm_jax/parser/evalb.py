@@ -27,6 +27,7 @@ import sys
 from typing import Iterable, Sequence
 
 from slm_jax import cli, ptb
+from slm_jax.tables import markdown, number
 from slm_jax.trees import Tree
 
 PUNCTUATION = frozenset((
@@ -120,13 +121,13 @@ class Score:
                           for label, c in sorted(self.per_label.items())}}
 
   def table(self) -> str:
-    lines = [f"sentences {self.sentences}  precision {self.precision:.2f}  recall "
-             f"{self.recall:.2f}  F1 {self.f1:.2f}  exact {self.exact_match:.2f}",
-             "| label | gold | test | matched | P | R | F1 |", "|---|---|---|---|---|---|---|"]
-    for label, c in sorted(self.per_label.items(), key=lambda item: -item[1].gold):
-      lines.append(f"| {label} | {c.gold} | {c.test} | {c.matched} | {c.precision:.2f} | "
-                   f"{c.recall:.2f} | {c.f1:.2f} |")
-    return "\n".join(lines)
+    """The summary line, then a Markdown table per label (most gold brackets first)."""
+    rows = [[label, c.gold, c.test, c.matched, number(c.precision, 2), number(c.recall, 2),
+             number(c.f1, 2)]
+            for label, c in sorted(self.per_label.items(), key=lambda item: -item[1].gold)]
+    return (f"sentences {self.sentences}  precision {self.precision:.2f}  recall "
+            f"{self.recall:.2f}  F1 {self.f1:.2f}  exact {self.exact_match:.2f}\n"
+            + markdown(["label", "gold", "test", "matched", "P", "R", "F1"], rows))
 
 
 def score_trees(gold: Sequence[Tree], test: Sequence[Tree], labeled: bool = True) -> Score:

@@ -1,7 +1,7 @@
 """Parsing text with the chart parser: `python -m slm_jax.parser.parse [--model=DIR] FILE`.
 
 Input: one sentence per line (`-` = standard input). Raw text is split into PTB words by the parse
-stage's word splitter (`slm_jax.parse.splitting.ptb_words`: `don't` → `do n't`, `(` → `-LRB-`);
+stage's word splitter (`slm_jax.splitting.ptb_words`: `don't` → `do n't`, `(` → `-LRB-`);
 with `--pretokenized` the line's space-separated words are kept as they are.
 
 Output (stdout or `--output`): one bracketed tree per line (Viterbi), or with `--samples=K` up to K
@@ -25,9 +25,9 @@ import sys
 from typing import Iterator, TextIO
 
 from slm_jax import cli
-from slm_jax.parse.splitting import ptb_words
 from slm_jax.parser.api import load_parser
 from slm_jax.ptb import format_tree
+from slm_jax.splitting import ptb_words
 
 CHUNK = 512  # sentences parsed per call (input is streamed in chunks)
 

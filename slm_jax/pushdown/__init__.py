@@ -16,11 +16,11 @@ each next word, which stack element that word's completed constituent reduces wi
   distribution) and `attachments` (several candidate tokens' attachments at once).
 - `inference`: scoring by a beam over attachment decisions (SPEC §14: beam 300), and exhaustive
   enumeration for short sentences.
-- `scoring` (layer 6): the evaluators' `Scorer`s for Pushdown runs (SG, BLiMP, doc-PPL score them
-  as terminal models, the attachments marginalized by the beam; the downstream MC tasks and BoolQ
-  teacher-forced with the supplied parser spans, `PushdownTeacherScorer`).
-- `generate` (layer 6): XSum summaries by a joint beam over summary tokens and attachment actions
-  (SPEC §14, beam 6).
+Its evaluation-layer parts sit beside the evaluators: `eval.pushdown_scoring` (the `Scorer`s for
+Pushdown runs: SG, BLiMP, doc-PPL score them as terminal models, the attachments marginalized by
+the beam; the downstream MC tasks and BoolQ teacher-forced with the supplied parser spans,
+`PushdownTeacherScorer`) and `downstream.pushdown_generate` (XSum summaries by a joint beam over
+summary tokens and attachment actions, SPEC §14, beam 6).
 
 Configuration `pushdown` (`slm_jax.configurations`, `configs/pushdown_*.py`) trains it on the
 lin1 rows of the shared data pipeline (`model.pushdown_depths` > 0 selects the model).

@@ -8,8 +8,8 @@ tape row. `step` feeds token t of every row (RoPE position t), writes its keys/v
 t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and returns the
 log-probability of the next token and the attachment logits of that token — what one step of the
 attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass (`inference`
-tests it). The joint summary search (`pushdown.generate`) uses its two halves: `feed` (the same
-step, returning the full next-token log-softmax [N, V] and the new hidden state) and
+tests it). The joint summary search (`downstream.pushdown_generate`) uses its two halves: `feed`
+(the same step, returning the full next-token log-softmax [N, V] and the new hidden state) and
 `attachments` (the attachment logits of K candidate next tokens per row at once), after
 `prefill` has written a whole teacher-forced prompt row into the cache. `select` reorders the
 rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).

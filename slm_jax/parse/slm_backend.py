@@ -1,5 +1,8 @@
 """The parse stage's `--backend=slm`: our own chart parser (`slm_jax.parser`), offline.
 
+The parse stage sits above the parsers it runs (this module reads `slm_jax.parser`; the parser
+never imports the parse stage).
+
 `SlmBackend(model=None)` parses the stage's sentences (their PTB-escaped words, the leaves of the
 output trees) with `load_parser(model)` (None: the shipped GUM model), in length-bucketed batches.
 Its `identity` includes a digest of the model's weights, so the stage's sentence cache never
@@ -15,7 +18,7 @@ from typing import Sequence
 
 from slm_jax import ptb
 from slm_jax.parse.backends import ModelNotFoundError, ParseFailure, ParserBackend
-from slm_jax.parse.splitting import Sentence
+from slm_jax.splitting import Sentence
 
 
 class SlmBackend(ParserBackend):

@@ -1,0 +1,99 @@
+"""Where an evaluation's trees come from: the proposal sources its flags choose (SPEC §9).
+
+- `blimp_source(arg, k, seed)` (`--blimp_proposals`) and `docppl_data(args, first_cfg)`
+  (`--docppl_ptb`, `--docppl_proposals`: the documents and their source): `grammar` (the
+  embedded grammar's posterior, a flat tree where it has none), `flat`, `gold` (doc-PPL's PTB
+  trees: `eval.proposals.GoldProposals`), `parser[:DIR]` (`parser_source`: K samples of
+  slm_jax's own parser), a K-best FILE, or `beam`: None here, built per run by `beam_source` from the run's own
+  word-synchronous beam search (`beam_options`: the `BeamSearcher` options of the flags).
+- `source_stats(source)`: a source's counters (a fallback's merged with its primary's), so the
+  evaluator can report how many sentences took each source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slm_jax.eval.grammar_posterior import GrammarPosterior
+from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
+                                    FlatProposals, GoldProposals, ProposalSource)
+from slm_jax.trees import Tree
+
+
+def beam_options(args) -> dict[str, Any]:
+  """The `BeamSearcher` options of the command line (SG and beam proposals)."""
+  return dict(beam=args.sub_beam or args.beam, word_beam=args.beam, fast_track=args.fast_track,
+              max_len_factor=args.max_len_factor, min_len=args.min_len,
+              score_cnt2=args.beam_score_cnt2)
+
+
+def blimp_source(arg: str, k: int, seed: int) -> ProposalSource | None:
+  """The BLiMP source shared by all runs; None for `beam` (built per run by `beam_source`)."""
+  if arg == "beam":
+    return None
+  if arg == "flat":
+    return FlatProposals()
+  if arg == "grammar":
+    return FallbackProposals(GrammarPosterior(k=k, seed=seed), FlatProposals())
+  if is_parser(arg):
+    return parser_source(arg, k, seed)
+  return FileProposals(arg, k=k)
+
+
+def is_parser(arg: str | None) -> bool:
+  return arg is not None and (arg == "parser" or arg.startswith("parser:"))
+
+
+def parser_source(arg: str, k: int, seed: int) -> ProposalSource:
+  """`parser` (the shipped GUM model) or `parser:DIR`: K distinct CRF samples of slm_jax's own
+  parser per sentence; a sentence it cannot take (too long) falls back to a flat tree, counted."""
+  from slm_jax.eval.parser_proposals import ParserProposals  # pylint: disable=g-import-not-at-top
+  path = arg.partition(":")[2] or None
+  return FallbackProposals(ParserProposals(path, k=k, seed=seed), FlatProposals())
+
+
+def docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | None, dict]:
+  """(documents, their proposal source — None for `beam` —, what to record in the settings) of
+  doc-PPL: the `--docppl_ptb` files or the embedded test split of the first run's seed."""
+  limit = args.docppl_documents or args.max_items or 500
+  if args.docppl_ptb:
+    from slm_jax.ptb import read_documents
+    documents = read_documents(args.docppl_ptb)[:limit]
+    source_kind = args.docppl_proposals or "gold"
+    info = {"corpus": "PTB " + " ".join(str(p) for p in args.docppl_ptb)}
+  else:
+    from slm_jax.corpus.treebank import embedded_corpus
+    seed = int(first_cfg.data.embedded_seed)
+    documents = embedded_corpus("test", limit, seed)
+    source_kind = args.docppl_proposals or "grammar"
+    info = {"corpus": f"embedded test split (seed {seed})"}
+  if source_kind == "beam":
+    source: ProposalSource | None = None  # per run: `_beam_source`
+  elif source_kind == "gold":
+    source = GoldProposals(documents)
+  elif source_kind == "grammar":
+    source = FallbackProposals(GrammarPosterior(k=args.proposals, seed=args.seed), FlatProposals())
+  elif is_parser(source_kind):
+    source = parser_source(source_kind, args.proposals, args.seed)
+  else:
+    source = FileProposals(source_kind, k=args.proposals)
+  info.update(documents=len(documents), proposals=source_kind)
+  return documents, source, info
+
+
+def beam_source(run, scorer, args) -> ProposalSource | None:
+  """This run's beam proposals (flat tree where the beam completes nothing); None for terminal
+  models, which need no proposals."""
+  if not run.configuration.scheme.scored_with_structure:
+    return None
+  beam = BeamProposals.for_model(scorer, run.tokenizer, run.configuration, k=args.proposals,
+                                 **beam_options(args))
+  return FallbackProposals(beam, FlatProposals())
+
+
+def source_stats(source: ProposalSource | None) -> dict:
+  """A source's counters (a fallback's merged with its primary's)."""
+  stats = dict(getattr(source, "stats", None) or {})
+  if isinstance(source, FallbackProposals):
+    stats.update(getattr(source.primary, "stats", None) or {})
+  return stats
