@@ -21,7 +21,7 @@ def main(*args: str):
      "unknown key model.d_modle in --config.model.d_modle=3; did you mean model.d_model?"),
     (("--config=configs/nope.py",), "config file configs/nope.py not found"),
     (("--config=configs/tg_tiny.py", "--config.train.steps=abc"),
-     "flag --config.train.steps=abc: invalid literal"),
+     "invalid config: --config.train.steps=abc: train.steps='abc' is not an int"),
     (("--config=configs/tg_tiny.py", "--bogus"), "Unknown command line flag 'bogus'"),
     (("--config=configs/tree_tiny.py", "--config.configuration.attention=tg"),
      "attention tg needs linearization lin2"),
