@@ -35,6 +35,7 @@ import dataclasses
 import difflib
 import importlib.util
 import pathlib
+import textwrap
 import typing
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -244,10 +245,11 @@ class ConfigLoader:
   def describe(self) -> str:
     """The help paragraph of `--config` and `--config.KEY=VALUE`."""
     packaged = f" Packaged: {', '.join(self.names())}." if self.names() else ""
-    return ("--config=FILE|NAME: a Python file whose get_config() returns these settings (a "
-            f"ConfigDict or dict), or a packaged config.{packaged} --config.KEY=VALUE sets one "
-            "key; flags and --config.KEY override the file. Keys: "
-            + ", ".join(self.keys()) + ".")
+    return textwrap.fill(
+        "--config=FILE|NAME: a Python file whose get_config() returns these settings (a "
+        f"ConfigDict or dict), or a packaged config.{packaged} --config.KEY=VALUE sets one key; "
+        "flags and --config.KEY override the file. Keys: " + ", ".join(self.keys()) + ".",
+        width=100, break_on_hyphens=False, break_long_words=False)
 
   def add_config_argument(self, parser: argparse.ArgumentParser, default: str | None = None
                           ) -> None:
