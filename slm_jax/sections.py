@@ -17,8 +17,7 @@ This module is the machinery they share:
   (`config=False`, e.g. the model's attention comes from the configuration section), or that a
   config may leave out (`required=False`: keys added later, so older saved configs still load
   with the default). Every other key must be present.
-- `config_fields(cls, scale)` lists a section's config keys at a scale; `from_mapping(cls, d)`
-  builds a section from a config dict (JSON lists become tuples).
+- `config_fields(cls, scale)` lists a section's config keys at a scale.
 - A section may nest sections (a field whose type is a section dataclass: the parser's
   `TrainConfig.model`, every section of a run's `RunConfig`): `schema(cls, scale)` gives every
   dotted key of such a tree, `to_dict(instance)` its values as JSON-ready nested dicts. The root
@@ -33,7 +32,7 @@ import numbers
 import re
 import types
 import typing
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -160,20 +159,6 @@ class Rules:
       raise SectionError(self.problems)
 
 
-def from_mapping(cls: type, values: Mapping[str, Any], **extra: Any) -> Any:
-  """`cls(**values, **extra)` with JSON lists turned into tuples (unknown keys are the caller's
-  to report; they are ignored here)."""
-  names = {f.name for f in dataclasses.fields(cls)}
-  kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
-  kwargs.update(extra)
-  return cls(**kwargs)
-
-
-def as_mapping(instance: Any, scale: str | None = None) -> dict[str, Any]:
-  """The config keys of a section instance and their values (tuples kept)."""
-  return {f.name: getattr(instance, f.name) for f in config_fields(type(instance), scale)}
-
-
 def section_type(hint: Any) -> type | None:
   """The section class a field of type `hint` holds (None for a plain value)."""
   return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
@@ -213,7 +198,7 @@ def plain(value: Any) -> Any:
 
 def to_dict(instance: Any, scale: str | None = None) -> dict[str, Any]:
   """The config keys of a section tree and their values, nested like the tree (tuples kept:
-  `json.dumps` writes them as lists, which `from_mapping` reads back as tuples)."""
+  `json.dumps` writes them as lists, which the config loader reads back as tuples)."""
   hints = _hints(type(instance))
   out = {}
   for field in config_fields(type(instance), scale):

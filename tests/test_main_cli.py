@@ -42,3 +42,15 @@ def test_debug_shows_the_traceback(tmp_path):
   done = main("--config=configs/tree_tiny.py", "--config.configuration.attention=tg", "--debug",
               f"--workdir={tmp_path / 'w'}")
   assert done.returncode != 0 and "Traceback" in done.stderr and "ConfigError" in done.stderr
+
+
+def test_a_config_file_s_problems_name_it_in_one_line(tmp_path):
+  config = tmp_path / "mine.py"
+  config.write_text("from slm_jax.train import run_config\n\ndef get_config():\n"
+                    "  cfg = run_config.build('tg', 'tiny')\n"
+                    "  with cfg.unlocked():\n    cfg.train.stepz = 3\n  return cfg\n")
+  done = main(f"--config={config}", "--config.train.steps=abc", f"--workdir={tmp_path / 'w'}")
+  assert done.returncode == 2 and done.stderr.splitlines() == [
+      f"error: invalid config: --config.train.steps=abc: train.steps='abc' is not an int; "
+      f"unknown key train.stepz in {config}; did you mean train.steps?"]
+  assert not (tmp_path / "w").exists()

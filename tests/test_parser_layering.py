@@ -1,5 +1,5 @@
-"""slm_jax/parser imports only the layers below it (kinds, trees, ptb, linearize, cli,
-parse.splitting, and parse.backends: the stage's backend interface `parser.backend` implements) and third-party libraries — never the model, training or evaluation stacks."""
+"""slm_jax/parser imports only the layers below it (kinds, trees, ptb, linearize, cli, the config
+machinery sections and config_files, parse.splitting, and parse.backends: the stage's backend interface `parser.backend` implements) and third-party libraries — never the model, training or evaluation stacks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pathlib
 
 PARSER = pathlib.Path(__file__).resolve().parents[1] / "slm_jax" / "parser"
 ALLOWED = ("slm_jax.kinds", "slm_jax.trees", "slm_jax.ptb", "slm_jax.linearize", "slm_jax.cli",
-           "slm_jax.parse.splitting", "slm_jax.parse.backends", "slm_jax.parser")
+           "slm_jax.sections", "slm_jax.config_files", "slm_jax.parse.splitting",
+           "slm_jax.parse.backends", "slm_jax.parser")
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:

@@ -40,9 +40,7 @@ from flax import nnx
 from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
-# The settings (a config section) live in their own module; importers may take them from here.
-from slm_jax.downstream.finetune_settings import (  # pylint: disable=unused-import
-    TASK_DEFAULTS, FinetuneSettings)
+from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
 from slm_jax.train import sharding
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loading import LoadedRun
