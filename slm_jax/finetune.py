@@ -18,8 +18,8 @@ resumes an interrupted seed and skips finished ones. The settings
 (`slm_jax.config_files`): `--config=FILE|NAME` (a file whose get_config() returns some of them, or
 a packaged config: `tiny`, a few-second run for checks), the flags above (aliases of the keys of
 the same names), then `--config.KEY=VALUE` (every key, e.g. `--config.min_lr=1e-6`); `--epochs`,
-`--batch_size`, `--limit`, `--max_len` and `--warmup_steps` shrink a run for tests. Exit codes (`slm_jax.cli`): 0 done, 2 bad
-input, 3 non-finite loss; `--debug` shows tracebacks.
+`--batch_size`, `--limit`, `--max_len` and `--warmup_steps` shrink a run for tests. Exit codes
+(`slm_jax.cli`): 0 done, 2 bad input, 3 non-finite loss; `--debug` shows tracebacks.
 """
 
 from __future__ import annotations

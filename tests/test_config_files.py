@@ -223,7 +223,8 @@ def test_a_complete_config_with_scale_only_keys():
 
 def test_config_builder_is_only_an_alias_and_nothing_in_the_package_imports_it():
   from slm_jax import config_builder
-  assert config_builder.build is run_config.build and config_builder.RunConfig is run_config.RunConfig
+  assert config_builder.build is run_config.build
+  assert config_builder.RunConfig is run_config.RunConfig
   assert config_builder.ConfigError is ConfigError is run_config.ConfigError
   assert config_builder.did_you_mean is config_files.did_you_mean
   importers = [f"{path}:{line}" for path in sorted((ROOT / "slm_jax").rglob("*.py"))

@@ -1,5 +1,7 @@
 """slm_jax/parser imports only the layers below it (kinds, trees, ptb, linearize, cli, the config
-machinery sections and config_files, parse.splitting, and parse.backends: the stage's backend interface `parser.backend` implements) and third-party libraries — never the model, training or evaluation stacks."""
+machinery sections and config_files, parse.splitting, and parse.backends: the stage's backend
+interface `parser.backend` implements) and third-party libraries — never the model, training or
+evaluation stacks."""
 
 from __future__ import annotations
 

@@ -9,9 +9,11 @@ typed `RunConfig` and `load_config(FILE|NAME, overrides)` reads a config file wi
 `--config.KEY=VALUE` overrides, both through the one config loader (`slm_jax.config_files`:
 unknown keys with did-you-mean hints, types, every problem of every section at once, the file
 named); rules that join sections live in `RunConfig.__post_init__`. (`slm_jax.config_builder` is
-this module's old name, kept for users' own config files.) Scales: `tiny` (a few CPU minutes on the embedded corpus,
-explicit hyperparameters) and `100m`, `500m`, `1b` (SPEC §6 dims; peak LR and global batch from
-the Step Law, SPEC §7, for the configuration's training-token budget D).
+this module's old name, kept for users' own config files.)
+
+Scales: `tiny` (a few CPU minutes on the embedded corpus, explicit hyperparameters) and `100m`,
+`500m`, `1b` (SPEC §6 dims; peak LR and global batch from the Step Law, SPEC §7, for the
+configuration's training-token budget D).
 
 D (tokens incl. BOS/EOS and structural/pause positions; `TRAIN_TOKENS`): 100m/500m use the
 deduplicated BBC corpus of SPEC §7 / paper Table 8 (exact); 1b uses FineWeb-Edu, paper Table 2
