@@ -32,7 +32,7 @@ from flax import nnx  # noqa: E402
 
 from slm_jax.parser import labels as label_lib  # noqa: E402
 from slm_jax.parser.api import load_parser  # noqa: E402
-from slm_jax.parser.config import DEFAULT  # noqa: E402
+from slm_jax.parser.config import named_config  # noqa: E402
 from slm_jax.parser.model import Ensemble, PosTagger, TrainedParser  # noqa: E402
 from slm_jax.parser.corpus import gum_split_files, read_sentences  # noqa: E402
 from slm_jax.parser.train import Example, encode_batch, make_step, rows_for  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> int:
                     f"{len(few) / t_prop:,.2f} sentences/s (mean {distinct:.0f} distinct "
                     "trees)"]))
 
-  cfg = DEFAULT
+  cfg = named_config("default")
   scorer = model.model.members[0] if members > 1 else model.model
   pos_tags = 47  # GUM train's 46 tags + "no tag"; every word gets tag 1 (same cost as real tags)
   net = TrainedParser(scorer, PosTagger(scorer.cfg, pos_tags, nnx.Rngs(0)))

@@ -22,7 +22,7 @@ from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from slm_jax import config_builder  # noqa: E402
+from slm_jax.train import run_config as config_builder  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.data.loader import BatchIterator, PackedDataset  # noqa: E402
 from slm_jax.model.attention import resolve_attention_impl  # noqa: E402

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from slm_jax import benchtools, cli, configs
+from slm_jax import benchtools, cli, config_files, configs
 
 GIB = 1 << 30
 
@@ -296,11 +296,11 @@ def _limit(args, devices) -> int | None:
 
 
 def _main(argv: list[str] | None) -> int:
-  from slm_jax import config_builder  # pylint: disable=g-import-not-at-top
+  from slm_jax.train import run_config  # pylint: disable=g-import-not-at-top
   argv = sys.argv[1:] if argv is None else argv
-  overrides = [a for a in argv if a.startswith("--config.")]
-  args = _parser().parse_args([a for a in argv if not a.startswith("--config.")])
-  runs = [config_builder.load_config(configs.config_path(c), overrides) for c in args.config]
+  overrides, rest = config_files.split_overrides(argv)
+  args = _parser().parse_args(rest)
+  runs = [run_config.load_config(configs.config_path(c), overrides) for c in args.config]
   if args.topology != LOCAL:
     fused = sorted({r.model.attention_impl for r in runs} - {"auto", "xla"})
     if fused:

@@ -2,8 +2,11 @@
 
 - **Flag spelling**: long options are spelled with underscores (`--batch_size`, `--max_items`), as
   absl (`slm_jax.main`) and the config keys (`--config.train.global_batch`) spell them; the dashed
-  spelling (`--batch-size`) is accepted everywhere as an alias, so older command lines keep working.
+  spelling (`--batch-size`) is accepted everywhere as an alias (in argument groups and mutually
+  exclusive groups too), so older command lines keep working.
   `ArgumentParser.add_argument(..., aliases=("--old_name",))` keeps a renamed flag working too.
+- **Config**: a training CLI's `--config=FILE|NAME` and `--config.KEY=VALUE` are read by the one
+  config loader, `slm_jax.config_files`.
 - **Shards**: `--shard=i/n` (`add_shard_argument`, `parse_shard`) means the same in every stage.
 - **Errors → exit codes**: `run(main, argv)` turns an expected failure into one line on stderr,
   `error: <what and where>`, and an exit code (`EXIT_*`: 0 done, 1 incomplete, 2 user error, 3
@@ -57,9 +60,50 @@ def _spellings(name: str) -> list[str]:
   return [canonical] if canonical == dashed else [canonical, dashed]
 
 
-class ArgumentParser(argparse.ArgumentParser):
+def _spelled(names: Sequence[str], aliases: Sequence[str]) -> list[str]:
+  """Every spelling of an option's names and aliases (canonical first); positionals as given."""
+  if not names or not names[0].startswith("-"):
+    return list(names)
+  spelled: list[str] = []
+  for name in (*names, *aliases):
+    for spelling in _spellings(name):
+      if spelling not in spelled:
+        spelled.append(spelling)
+  return spelled
+
+
+class _Spelling:
+  """The spelling rule for `add_argument` of a parser and of every group made from it (argparse
+  groups have their own `add_argument`, which would skip the rule)."""
+
+  def add_argument(self, *names, aliases: Sequence[str] = (), **kwargs):
+    return super().add_argument(*_spelled(names, aliases), **kwargs)
+
+  def add_argument_group(self, *args, **kwargs):
+    group = _ArgumentGroup(self, *args, **kwargs)
+    self._action_groups.append(group)
+    return group
+
+  def add_mutually_exclusive_group(self, **kwargs):
+    group = _MutuallyExclusiveGroup(self, **kwargs)
+    self._mutually_exclusive_groups.append(group)
+    return group
+
+
+# pylint: disable=protected-access  # argparse's group classes, as its own factories use them
+class _ArgumentGroup(_Spelling, argparse._ArgumentGroup):
+  pass
+
+
+class _MutuallyExclusiveGroup(_Spelling, argparse._MutuallyExclusiveGroup):
+  pass
+# pylint: enable=protected-access
+
+
+class ArgumentParser(_Spelling, argparse.ArgumentParser):
   """argparse with the project's spelling rule: every long option also answers to its dashed (or
-  underscored) twin, and `aliases=` keeps renamed flags working. Help shows the canonical name."""
+  underscored) twin, also inside argument groups and mutually exclusive groups, and `aliases=`
+  keeps renamed flags working. Help shows the canonical name."""
 
   def __init__(self, *args, **kwargs):
     kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -67,16 +111,6 @@ class ArgumentParser(argparse.ArgumentParser):
     super().__init__(*args, **kwargs)
     self.add_argument("--debug", action="store_true",
                       help="show the traceback of an error (default: one line)")
-
-  def add_argument(self, *names, aliases: Sequence[str] = (), **kwargs):
-    if not names or not names[0].startswith("-"):
-      return super().add_argument(*names, **kwargs)
-    spelled: list[str] = []
-    for name in (*names, *aliases):
-      for spelling in _spellings(name):
-        if spelling not in spelled:
-          spelled.append(spelling)
-    return super().add_argument(*spelled, **kwargs)
 
   def error(self, message: str):
     """Usage errors end like every other error: one `error: …` line (with the --help hint), exit

@@ -3,26 +3,29 @@
   python -m slm_jax.main --config=configs/tgtree_tiny.py --workdir=runs/tgtree_tiny
   python -m slm_jax.main --config=configs/tg_tiny.py --config.train.steps=50 --workdir=/tmp/tg
 
-The config is validated at start-up (unknown keys and impossible combinations fail with a clear
-message). Rerunning the same command in the same workdir resumes from the newest checkpoint; a
-command for another run (configuration, model, data, tokenizer, …) is refused before anything is
-written (`slm_jax/train/workdir.py`). Exit codes: 0 done (or nothing to do), 2 bad input, 3
+`--config=FILE|NAME` is a config file or a packaged name (`--config=tgtree_tiny`); each
+`--config.KEY=VALUE` overrides one key. The config is read and validated at start-up by the one
+config loader (`slm_jax.config_files`: unknown keys with did-you-mean hints, wrong types and
+impossible combinations, every problem in one line naming the file or flag). Rerunning the same
+command in the same workdir resumes from the newest checkpoint; a command for another run
+(configuration, model, data, tokenizer, …) is refused before anything is written
+(`slm_jax/train/workdir.py`). Exit codes: 0 done (or nothing to do), 2 bad input, 3
 non-finite loss; `--debug` shows tracebacks.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-from slm_jax import cli, config_builder, configs
+from slm_jax import cli, config_files, configs
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "A config: configs/<name>_<scale>.py, or a packaged name such as tgtree_1b.",
-    lock_config=True)
+_CONFIG = flags.DEFINE_string(
+    "config", None, "FILE|NAME: a config file (configs/<name>_<scale>.py: get_config() returns "
+    "the run's config) or a packaged name such as tgtree_1b; --config.KEY=VALUE overrides a key "
+    "(--config.train.steps=50).")
+_OVERRIDES: list[str] = []  # the --config.KEY=VALUE arguments (parse_flags takes them from argv)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics, tokenizer. "
                                "Default: the config's checkpoint.dir.")
 
@@ -57,11 +60,12 @@ def summary_lines(cfg, summary) -> list[str]:
 
 
 def _train() -> int:
-  from slm_jax.train import sharding, trainer  # pylint: disable=g-import-not-at-top  # after flags
+  # pylint: disable-next=g-import-not-at-top  # after flags
+  from slm_jax.train import run_config, sharding, trainer
   if _CONFIG.value is None:
     raise cli.CliError("--config is required: configs/<name>_<scale>.py or a packaged name "
                        "(e.g. --config=tgtree_tiny)")
-  cfg = config_builder.validate(_CONFIG.value)
+  cfg = run_config.load_config(_CONFIG.value, _OVERRIDES, folder=configs.FOLDER)
   workdir = _WORKDIR.value or cfg.checkpoint.dir
   sharding.initialize_distributed(cfg.mesh.distributed)  # before any device query
   from slm_jax.eval.live import LiveSyntax  # pylint: disable=g-import-not-at-top
@@ -79,44 +83,14 @@ def main(argv: list[str]) -> int:
   return cli.run(lambda _: _train(), [], debug=_DEBUG.value)
 
 
-def resolve_config_argv(argv: list[str]) -> list[str]:
-  """`--config=tgtree_1b` (a packaged config name) → the packaged file; paths are kept."""
-  out = list(argv)
-  for i, arg in enumerate(out):
-    if arg.startswith("--config="):
-      out[i] = "--config=" + configs.config_path(arg.removeprefix("--config="))
-    elif arg == "--config" and i + 1 < len(out):
-      out[i + 1] = configs.config_path(out[i + 1])
-  return out
-
-
-def _override_problems(argv: list[str]) -> list[str]:
-  """Unknown keys among the `--config.a.b=v` overrides, with did-you-mean hints."""
-  known = config_builder.schema()
-  problems = []
-  for arg in argv:
-    if arg.startswith("--config."):
-      key = arg.removeprefix("--config.").split("=", 1)[0]
-      if key not in known:
-        problems.append(f"unknown key {key} in {arg}{config_builder.did_you_mean(key, known)}")
-  return problems
-
-
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with the CLI error contract: a bad flag, an unknown config key or an
-  unloadable config file is one `error: …` line and exit 2 (absl would print a traceback)."""
-  problems = _override_problems(argv)
-  for arg in argv:
-    path = arg.removeprefix("--config=").partition(":")[0]
-    if arg.startswith("--config=") and not os.path.isfile(path):
-      problems.append(f"config file {path} not found (give configs/<name>_<scale>.py or a "
-                      "packaged name, e.g. --config=tgtree_tiny)")
-  if problems:
-    print("error: invalid config: " + "; ".join(problems), file=sys.stderr)
-    sys.exit(cli.EXIT_USAGE)
+  """absl's flag parsing of every flag but the `--config.KEY=VALUE` overrides (kept for the config
+  loader), with the CLI error contract: a bad flag is one `error: …` line and exit 2 (absl would
+  print a traceback)."""
+  _OVERRIDES[:], argv = config_files.split_overrides(argv)
   try:
     return flags.FLAGS(argv)
-  except Exception as error:  # pylint: disable=broad-except  # flags.Error, config file errors
+  except Exception as error:  # pylint: disable=broad-except  # flags.Error
     if "--debug" in argv:
       raise
     print(f"error: {cli.describe_error(error)}", file=sys.stderr)
@@ -124,7 +98,6 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run() -> None:
-  sys.argv = resolve_config_argv(sys.argv)
   app.run(main, flags_parser=parse_flags)
 
 

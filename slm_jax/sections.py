@@ -1,11 +1,12 @@
 """Typed config sections: frozen dataclasses whose `__post_init__` holds every rule of a section.
 
-A config (`slm_jax.config_builder`) has sections (`configuration`, `model`, `data`, `optimizer`,
-`train`, `eval`, `checkpoint`, `mesh`), each mapped to ONE frozen dataclass that lives next to
-the code it configures (`ModelConfig` in `model/config.py`, `DataSection` in `data/config.py`,
-`MeshSection` in `train/sharding.py`, …). Its `__post_init__` is the only home of its rules, and
-it reports every problem at once (`SectionError.problems`), so `config_builder.validate` can list
-all problems of all sections in one message.
+A run's config (`slm_jax.train.run_config`) has sections (`configuration`, `model`, `data`,
+`optimizer`, `train`, `eval`, `checkpoint`, `mesh`), each mapped to ONE frozen dataclass that lives
+next to the code it configures (`ModelConfig` in `model/config.py`, `DataSection` in
+`data/config.py`, `MeshSection` in `train/sharding.py`, …); the other training CLIs' settings are
+sections too (`FinetuneSettings`, the parser's `TrainConfig`). A section's `__post_init__` is the
+only home of its rules, and it reports every problem at once (`SectionError.problems`), so the
+config loader (`slm_jax.config_files`) can list all problems of all sections in one message.
 
 This module is the machinery they share:
 - `Rules(section, instance)` collects problems: the field types first (from the annotations:
@@ -16,17 +17,24 @@ This module is the machinery they share:
   (`config=False`, e.g. the model's attention comes from the configuration section), or that a
   config may leave out (`required=False`: keys added later, so older saved configs still load
   with the default). Every other key must be present.
-- `config_fields(cls, scale)` lists a section's config keys at a scale; `from_mapping(cls, d)`
-  builds a section from a config dict (JSON lists become tuples).
+- `config_fields(cls, scale)` lists a section's config keys at a scale.
+- A section may nest sections (a field whose type is a section dataclass: the parser's
+  `TrainConfig.model`, every section of a run's `RunConfig`): `schema(cls, scale)` gives every
+  dotted key of such a tree, `to_dict(instance)` its values as JSON-ready nested dicts. The root
+  of a tree names its problems without a prefix (`Rules("", self)`: `lr must be positive`).
+  `slm_jax.config_files` loads such trees from files and command lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 import types
 import typing
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
+
+import numpy as np
 
 
 class SectionError(ValueError):
@@ -63,7 +71,7 @@ def config_fields(cls: type, scale: str | None = None) -> list[dataclasses.Field
   return out
 
 
-def _optional(hint: Any) -> tuple[Any, bool]:
+def optional_type(hint: Any) -> tuple[Any, bool]:
   """(inner type, optional?) of `X | None` / `Optional[X]`."""
   origin = typing.get_origin(hint)
   if origin in (typing.Union, types.UnionType):
@@ -75,7 +83,7 @@ def _optional(hint: Any) -> tuple[Any, bool]:
 
 def type_problem(hint: Any, value: Any) -> str | None:
   """Why `value` does not fit annotation `hint` (None when it does)."""
-  inner, optional = _optional(hint)
+  inner, optional = optional_type(hint)
   if value is None:
     return None if optional else "must be set (None is not allowed)"
   if inner is Any:
@@ -105,14 +113,14 @@ def type_problem(hint: Any, value: Any) -> str | None:
 
 def inner_type(cls: type, name: str) -> Any:
   """The type a field holds when set (`int` for `int | None`)."""
-  inner, _ = _optional(_hints(cls)[name])
+  inner, _ = optional_type(_hints(cls)[name])
   return typing.get_origin(inner) or inner
 
 
 def key_type(cls: type, name: str) -> str:
   """A readable form of a field's annotation (for messages)."""
   hint = _hints(cls)[name]
-  inner, optional = _optional(hint)
+  inner, optional = optional_type(hint)
   text = getattr(inner, "__name__", None) or str(inner).replace("typing.", "")
   return f"{text} or None" if optional else text
 
@@ -130,8 +138,11 @@ class Rules:
         continue
       problem = type_problem(hints[field.name], getattr(instance, field.name))
       if problem:
-        self.problems.append(f"{section}.{field.name} = {getattr(instance, field.name)!r} "
+        self.problems.append(f"{self._key(field.name)} = {getattr(instance, field.name)!r} "
                              f"{problem}")
+
+  def _key(self, name: str) -> str:
+    return f"{self.section}.{name}" if self.section else name
 
   @property
   def typed(self) -> bool:
@@ -140,7 +151,7 @@ class Rules:
 
   def need(self, ok: bool, message: str) -> None:
     if not ok:
-      named = message.startswith((self.section + ".", self.section + ":"))
+      named = not self.section or message.startswith((self.section + ".", self.section + ":"))
       self.problems.append(message if named else f"{self.section}.{message}")
 
   def done(self) -> None:
@@ -148,15 +159,62 @@ class Rules:
       raise SectionError(self.problems)
 
 
-def from_mapping(cls: type, values: Mapping[str, Any], **extra: Any) -> Any:
-  """`cls(**values, **extra)` with JSON lists turned into tuples (unknown keys are the caller's
-  to report; they are ignored here)."""
-  names = {f.name for f in dataclasses.fields(cls)}
-  kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
-  kwargs.update(extra)
-  return cls(**kwargs)
+def section_type(hint: Any) -> type | None:
+  """The section class a field of type `hint` holds (None for a plain value)."""
+  return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
-def as_mapping(instance: Any, scale: str | None = None) -> dict[str, Any]:
-  """The config keys of a section instance and their values (tuples kept)."""
-  return {f.name: getattr(instance, f.name) for f in config_fields(type(instance), scale)}
+def field_types(cls: type) -> dict[str, Any]:
+  """Field name → annotation (resolved) of section `cls`."""
+  return _hints(cls)
+
+
+def schema(cls: type, scale: str | None = None, prefix: str = ""
+           ) -> dict[str, tuple[type, dataclasses.Field]]:
+  """Dotted key → (the section class that owns it, its field), for every config key of the tree
+  rooted at `cls` (at `scale`, when given); nested sections are walked, not keys themselves."""
+  out: dict[str, tuple[type, dataclasses.Field]] = {}
+  hints = _hints(cls)
+  for field in config_fields(cls, scale):
+    nested = section_type(hints[field.name])
+    if nested is not None:
+      out.update(schema(nested, scale, f"{prefix}{field.name}."))
+    else:
+      out[f"{prefix}{field.name}"] = (cls, field)
+  return out
+
+
+def has_default(field: dataclasses.Field) -> bool:
+  return (field.default is not dataclasses.MISSING
+          or field.default_factory is not dataclasses.MISSING)
+
+
+def plain(value: Any) -> Any:
+  """A value as a config writes it: dtypes by name (`float32`), everything else as it is."""
+  if isinstance(value, np.dtype):
+    return value.name
+  return value
+
+
+def to_dict(instance: Any, scale: str | None = None) -> dict[str, Any]:
+  """The config keys of a section tree and their values, nested like the tree (tuples kept:
+  `json.dumps` writes them as lists, which the config loader reads back as tuples)."""
+  hints = _hints(type(instance))
+  out = {}
+  for field in config_fields(type(instance), scale):
+    value = getattr(instance, field.name)
+    out[field.name] = (to_dict(value, scale) if section_type(hints[field.name]) is not None
+                       else plain(value))
+  return out
+
+
+_KEY_AT_START = re.compile(r"[A-Za-z_][\w.]*")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+def keys_named(problem: str, known) -> list[str]:
+  """The config keys a problem message names: its leading key (`lr must be …`,
+  `model.d_model=…`) and every dotted key in it, in order, among `known`."""
+  lead = _KEY_AT_START.match(problem)
+  found = ([lead.group(0).rstrip(".")] if lead else []) + _DOTTED.findall(problem)
+  return [key for key in dict.fromkeys(found) if key in known]

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from slm_jax import aot, cli, config_builder
+from slm_jax import aot, cli
+from slm_jax.train import run_config as config_builder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config=tgtree_tiny", "--vocab_size=512", "--config.data.seq_len=128",

@@ -8,8 +8,9 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from slm_jax import config_builder, configurations
-from slm_jax.config_builder import ConfigError, build, load_config, validate
+from slm_jax import configurations
+from slm_jax.train import run_config
+from slm_jax.train.run_config import ConfigError, build, load_config, validate
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 NAMES = list(configurations.CONFIGURATIONS)
@@ -23,12 +24,12 @@ def config_file(name: str, scale: str) -> str:
 def test_exactly_the_60_files_and_the_hf_presets():
   files = {p.stem for p in CONFIG_DIR.glob("*.py")} - {"__init__"}
   paper = {f for f in files if not f.startswith("hf_")}
-  assert paper == {f"{n}_{s}" for n in NAMES for s in config_builder.SCALES}
+  assert paper == {f"{n}_{s}" for n in NAMES for s in run_config.SCALES}
   assert len(paper) == 60  # 14 configurations + the Pushdown reference, 4 scales each
   assert files - paper == {"hf_qwen2_5_7b", "hf_llama3_8b", "hf_olmo2_1b"}
 
 
-@pytest.mark.parametrize("scale", config_builder.SCALES)
+@pytest.mark.parametrize("scale", run_config.SCALES)
 @pytest.mark.parametrize("name", NAMES)
 def test_config_file_loads_and_validates(name, scale):
   cfg = load_config(config_file(name, scale))
@@ -53,10 +54,10 @@ def test_scale_dims_match_spec(scale, dims, weights, paper_n):
   assert (model.d_model, model.mlp_ratio, model.n_layers, model.n_heads) == dims
   assert model.n_kv_heads is None and model.tie_embeddings  # None = n_heads (no GQA)
   assert model.param_dtype == "float32" and model.compute_dtype == "bfloat16"
-  bare = config_builder.non_embedding_params(dims[0], dims[2], dims[1], dims[3], biases=False)
+  bare = run_config.non_embedding_params(dims[0], dims[2], dims[1], dims[3], biases=False)
   assert bare == pytest.approx(weights, rel=1e-3)
   assert model.include_bias  # OLMo include_bias: the paper's N is the model's own count
-  assert config_builder.count_non_embedding(model) == paper_n
+  assert run_config.count_non_embedding(model) == paper_n
 
 
 def test_count_matches_the_model():
@@ -67,11 +68,11 @@ def test_count_matches_the_model():
         vocab_size=100, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
         n_kv_heads=m.n_kv_heads or None, mlp_ratio=m.mlp_ratio, qkv_bias=m.qkv_bias,
         mlp_bias=m.mlp_bias, include_bias=m.include_bias)
-    assert decoder.non_embedding_param_count(model_config) == config_builder.count_non_embedding(m)
+    assert decoder.non_embedding_param_count(model_config) == run_config.count_non_embedding(m)
 
 
 def test_100m_total_with_paper_vocab():
-  n = config_builder.count_non_embedding(build("tree", "100m").model)
+  n = run_config.count_non_embedding(build("tree", "100m").model)
   assert n + 50_320 * 768 == pytest.approx(109e6, rel=1e-2)  # SPEC §6: ≈ 109M
 
 
@@ -158,7 +159,8 @@ def test_bad_type_from_file():
 
 
 def test_absl_subprocess():
-  """End to end through absl.app, as a training script would run."""
+  """End to end through absl.app, as a user's training script would run (through the old
+  module name `config_builder`, kept for such scripts and users' config files)."""
   script = (
       "from absl import app, flags\n"
       "from ml_collections import config_flags\n"
@@ -177,16 +179,15 @@ def test_absl_subprocess():
 def test_packaged_config_names(tmp_path, monkeypatch):
   """`--config=tgtree_1b` works without a checkout; a path that exists is kept as given."""
   from slm_jax import configs
-  from slm_jax.main import resolve_config_argv
   packaged = configs.FOLDER / "tgtree_1b.py"
   assert configs.config_path("tgtree_1b") == str(packaged)
   assert configs.config_path("tgtree_1b.py") == str(packaged)
   assert configs.config_path(config_file("tg", "tiny")) == config_file("tg", "tiny")
   monkeypatch.chdir(tmp_path)  # no configs/ here: the packaged copy answers
   assert configs.config_path("configs/tg_tiny.py") == str(configs.FOLDER / "tg_tiny.py")
-  assert configs.config_path("no_such_config") == "no_such_config"  # config_flags reports it
-  assert resolve_config_argv(["main", "--config=tg_tiny", "--workdir=w"]) == [
-      "main", f"--config={configs.FOLDER / 'tg_tiny.py'}", "--workdir=w"]
+  assert configs.config_path("no_such_config") == "no_such_config"  # the loader reports it
+  assert load_config("tg_tiny", folder=configs.FOLDER) == load_config(config_file("tg", "tiny"))
+  assert load_config("configs/tg_tiny.py", folder=configs.FOLDER).configuration.name == "tg"
   assert len(configs.names()) == 63  # 56 paper configs + 4 Pushdown + 3 Hugging Face presets
 
 

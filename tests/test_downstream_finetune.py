@@ -211,7 +211,8 @@ def _cli(*args):
 
 @pytest.mark.parametrize("args, message", [
     (("--task=xsum", "--workdir={run}", "--out={out}", "--bogus"), "unrecognized arguments"),
-    (("--task=summarize", "--workdir={run}", "--out={out}"), "invalid choice: 'summarize'"),
+    (("--task=summarize", "--workdir={run}", "--out={out}"),
+     "invalid config: task='summarize' is not one of xsum, boolq"),
     (("--task=xsum", "--workdir={tmp}/nope", "--out={out}", "--data_dir={tmp}"),
      "nope: no such folder"),
     (("--task=boolq", "--workdir={run}", "--out={out}", "--data_dir={tmp}/none"),

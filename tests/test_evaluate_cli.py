@@ -143,7 +143,7 @@ def test_cli_refuses_a_parser_folder_that_is_not_one(runs, tmp_path):
 
 
 def test_cli_refuses_beam_proposals_for_many_to_one_runs(tmp_path):
-  from slm_jax.config_builder import build, validate
+  from slm_jax.train.run_config import build, validate
   workdir = tmp_path / "noont"
   workdir.mkdir()
   (workdir / "config.json").write_text(validate(build("tree_noont", "tiny")).to_json())

@@ -211,7 +211,7 @@ def test_a_workdir_backbone_truncates_to_its_seq_len_by_default(root, tiny, tmp_
   """A workdir's data.seq_len is its context (the decoder has no position table): without
   --max_len the cache builder, and training through the cache, cut every too-long prompt from
   the left so prompt + answer letter ≤ seq_len, and count it; an explicit --max_len wins."""
-  from slm_jax.config_builder import build, validate  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.run_config import build, validate  # pylint: disable=import-outside-toplevel
   from slm_jax.train import loading  # pylint: disable=import-outside-toplevel
   _, model, tokenizer = tiny
   workdir = tmp_path / "run"

@@ -265,7 +265,7 @@ def test_sliding_window_on_is_refused(checkpoints, tmp_path):
                                                ("hf_olmo2_1b", (16, 16), 8192)])
 def test_presets_point_at_their_checkpoints(name, heads, hidden):
   from slm_jax import configs  # pylint: disable=import-outside-toplevel
-  from slm_jax.config_builder import load_config  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.run_config import load_config  # pylint: disable=import-outside-toplevel
   cfg = load_config(configs.config_path(name))
   assert cfg.model.init_from.startswith("checkpoints/")
   assert cfg.data.tokenizer_path == cfg.model.init_from + "/tokenizer.json"

@@ -1,13 +1,13 @@
 """Layers import downwards only: a module may import its own layer and the layers below it.
 
-  0 utilities    kinds, trees, sections, buckets, cli, benchtools, tables, inputs (no layered
-                 imports)
+  0 utilities    kinds, trees, sections, config_files, buckets, cli, benchtools, tables, inputs
+                 (no layered imports)
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations, splitting
   2 data         corpus, data
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
   4 model        model, parser (its own chart model), hf, pushdown (structure and stack: layer
                  1), parse (the parse stage: readers, backends, stage — it runs a parser)
-  5 train/config train, config_builder, configs
+  5 train/config train (with run_config), config_builder (its old name), configs
   6 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
   7 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
                  parse/__main__, the parser's CLIs, gtca's CLIs (and their helpers real_sets,
@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (
     ("slm_jax.kinds", 0), ("slm_jax.trees", 0), ("slm_jax.sections", 0), ("slm_jax.buckets", 0),
     ("slm_jax.cli", 0), ("slm_jax.benchtools", 0), ("slm_jax.tables", 0),
-    ("slm_jax.inputs", 0),
+    ("slm_jax.inputs", 0), ("slm_jax.config_files", 0),
     ("slm_jax.ptb", 1), ("slm_jax.linearize", 1), ("slm_jax.structure", 1),
     ("slm_jax.tokenizer", 1), ("slm_jax.tokenizer_bases", 1), ("slm_jax.configurations", 1),
     ("slm_jax.splitting", 1),

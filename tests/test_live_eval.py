@@ -49,14 +49,14 @@ def test_live_metrics_without_data_fail_at_start_up(tmp_path):
 
 
 def test_live_metrics_without_a_factory_are_refused(tmp_path):
-  from slm_jax import config_builder
+  from slm_jax.train import run_config as config_builder
   config = small_config("terminal", steps=2, **{"train.eval_syntax_every": 1})
   with pytest.raises(config_builder.ConfigError, match="live-metrics factory"):
     trainer.train(config, tmp_path / "run")
 
 
 def test_old_configs_load_without_the_live_keys():
-  from slm_jax import config_builder
+  from slm_jax.train import run_config as config_builder
   raw = json.loads(config_builder.validate(config_builder.build("tree", "tiny")).to_json())
   for key in ("eval_syntax_every", "eval_syntax_sg_items", "eval_syntax_blimp_pairs",
               "eval_syntax_beam", "eval_syntax_data"):

@@ -21,7 +21,7 @@ def main(*args: str):
      "unknown key model.d_modle in --config.model.d_modle=3; did you mean model.d_model?"),
     (("--config=configs/nope.py",), "config file configs/nope.py not found"),
     (("--config=configs/tg_tiny.py", "--config.train.steps=abc"),
-     "flag --config.train.steps=abc: invalid literal"),
+     "invalid config: --config.train.steps=abc: train.steps='abc' is not an int"),
     (("--config=configs/tg_tiny.py", "--bogus"), "Unknown command line flag 'bogus'"),
     (("--config=configs/tree_tiny.py", "--config.configuration.attention=tg"),
      "attention tg needs linearization lin2"),
@@ -42,3 +42,15 @@ def test_debug_shows_the_traceback(tmp_path):
   done = main("--config=configs/tree_tiny.py", "--config.configuration.attention=tg", "--debug",
               f"--workdir={tmp_path / 'w'}")
   assert done.returncode != 0 and "Traceback" in done.stderr and "ConfigError" in done.stderr
+
+
+def test_a_config_file_s_problems_name_it_in_one_line(tmp_path):
+  config = tmp_path / "mine.py"
+  config.write_text("from slm_jax.train import run_config\n\ndef get_config():\n"
+                    "  cfg = run_config.build('tg', 'tiny')\n"
+                    "  with cfg.unlocked():\n    cfg.train.stepz = 3\n  return cfg\n")
+  done = main(f"--config={config}", "--config.train.steps=abc", f"--workdir={tmp_path / 'w'}")
+  assert done.returncode == 2 and done.stderr.splitlines() == [
+      f"error: invalid config: --config.train.steps=abc: train.steps='abc' is not an int; "
+      f"unknown key train.stepz in {config}; did you mean train.steps?"]
+  assert not (tmp_path / "w").exists()

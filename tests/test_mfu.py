@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from slm_jax import config_builder
+from slm_jax.train import run_config as config_builder
 from slm_jax.model.decoder import non_embedding_param_count
 from slm_jax.train import mfu, trainer
 from tests.test_train import small_config

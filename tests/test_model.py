@@ -316,7 +316,7 @@ def test_registered_kernel_is_used(monkeypatch):
 def test_checkpoint_options_have_rules_and_old_configs_load():
   """The HF-import / LoRA options (SPEC §13) are checked like every model key, and a saved
   config written before they existed still validates with their defaults."""
-  from slm_jax import config_builder  # pylint: disable=import-outside-toplevel
+  from slm_jax.train import run_config as config_builder  # pylint: disable=import-outside-toplevel
   from slm_jax.sections import SectionError  # pylint: disable=import-outside-toplevel
   for bad, word in ((dict(norm_position="side"), "norm_position"),
                     (dict(rope_scaling="yarn"), "rope_scaling"),

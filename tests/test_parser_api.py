@@ -14,7 +14,7 @@ from slm_jax import cli
 from slm_jax.eval.proposals import FileProposals
 from slm_jax.parser import parse as parse_cli
 from slm_jax.parser.api import load_parser
-from slm_jax.parser.config import TINY
+from slm_jax.parser.config import named_config
 from slm_jax.parser.labels import LabelVocab
 from slm_jax.parser.model import SpanScorer
 from slm_jax.parser.vocab import Vocab
@@ -25,7 +25,7 @@ WORDS = ["the", "cat", "sat", "on", "a", "mat", "."]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> pathlib.Path:
-  cfg = dataclasses.replace(TINY.model, max_words=12)
+  cfg = dataclasses.replace(named_config("tiny").model, max_words=12)
   vocab = Vocab.from_sentences([WORDS], min_count=1)
   labels = LabelVocab(("∅", "NP", "VP", "S", "PP", "S+VP"))
   model = SpanScorer(cfg, len(vocab.words), len(vocab.chars), len(labels), nnx.Rngs(3))

@@ -162,13 +162,14 @@ def test_enumeration_oracle_counts_catalan_trees():
 def tiny_parser(seed: int = 0):
   from flax import nnx
   from slm_jax.parser.api import Parser
-  from slm_jax.parser.config import TINY
+  from slm_jax.parser.config import named_config
   from slm_jax.parser.labels import LabelVocab
   from slm_jax.parser.model import SpanScorer
   from slm_jax.parser.vocab import Vocab
   vocab = Vocab.from_sentences([["the", "cat", "sat", "on", "a", "mat", "."]], min_count=1)
   labels = LabelVocab(("∅", "NP", "VP", "S", "PP", "S+VP"))
-  model = SpanScorer(TINY.model, len(vocab.words), len(vocab.chars), len(labels), nnx.Rngs(seed))
+  model = SpanScorer(named_config("tiny").model, len(vocab.words), len(vocab.chars), len(labels),
+                     nnx.Rngs(seed))
   return Parser(model, vocab, labels)
 
 

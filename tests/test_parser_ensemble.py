@@ -12,14 +12,14 @@ import pytest
 from flax import nnx
 
 from slm_jax.parser import api, ensemble
-from slm_jax.parser.config import TINY
+from slm_jax.parser.config import named_config
 from slm_jax.parser.labels import LabelVocab
 from slm_jax.parser.model import Ensemble, SpanScorer
 from slm_jax.parser.vocab import Vocab
 from slm_jax.parser.weights import ParserFileError, save_parser
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "."]
-CFG = dataclasses.replace(TINY.model, max_words=12)
+CFG = dataclasses.replace(named_config("tiny").model, max_words=12)
 LABELS = LabelVocab(("∅", "NP", "VP", "S", "PP", "S+VP"))
 
 

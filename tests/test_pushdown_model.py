@@ -166,7 +166,7 @@ def test_a_tiny_run_trains_through_the_trainer(tmp_path):
 
 
 def test_the_configuration_and_the_model_section_agree():
-  from slm_jax import config_builder  # pylint: disable=g-import-not-at-top
+  from slm_jax.train import run_config as config_builder  # pylint: disable=g-import-not-at-top
   run = config_builder.validate(config_builder.build("pushdown", "tiny"))
   assert run.model.pushdown_depths == config_builder.PUSHDOWN_DEPTHS
   assert run.resolved.reference == "pushdown" and run.resolved.linearization == "lin1"

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from slm_jax import config_builder
+from slm_jax.train import run_config as config_builder
 from slm_jax.train import sharding, trainer
 from tests import xla_env
 from tests.test_train import losses, small_config

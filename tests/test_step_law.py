@@ -2,7 +2,7 @@
 
 import pytest
 
-from slm_jax import config_builder
+from slm_jax.train import run_config as config_builder
 from slm_jax.train.step_law import step_law
 
 # (model, D, peak LR, global batch, seq_len): SPEC §7.

@@ -34,7 +34,7 @@ def test_training_from_tfds_resumes_exactly(tmp_path):
 
 
 def test_source_tfds_needs_a_dataset_name():
-  from slm_jax.config_builder import ConfigError  # pylint: disable=g-import-not-at-top
+  from slm_jax.train.run_config import ConfigError  # pylint: disable=g-import-not-at-top
   with pytest.raises(ConfigError, match="source=tfds needs data.tfds_name"):
     small_config("tg", steps=1, **{"data.source": "tfds"})
   assert small_config("tg", steps=1, **{"data.source": "tfds",

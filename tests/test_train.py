@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from slm_jax import config_builder
+from slm_jax.train import run_config as config_builder
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.train import trainer
 from flax import nnx

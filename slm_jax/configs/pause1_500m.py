@@ -1,7 +1,7 @@
-"""pause1 (SPEC §5) at scale 500m; every setting comes from slm_jax.config_builder."""
+"""pause1 (SPEC §5) at scale 500m; every setting comes from slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("pause1", "500m")
+  return run_config.build("pause1", "500m")

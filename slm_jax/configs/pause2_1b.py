@@ -1,7 +1,7 @@
-"""pause2 (SPEC §5) at scale 1b; every setting comes from slm_jax.config_builder."""
+"""pause2 (SPEC §5) at scale 1b; every setting comes from slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("pause2", "1b")
+  return run_config.build("pause2", "1b")

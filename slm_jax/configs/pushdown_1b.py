@@ -1,8 +1,8 @@
 """pushdown (SPEC §14, the Pushdown reference) at scale 1b; every setting comes from
-slm_jax.config_builder."""
+slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("pushdown", "1b")
+  return run_config.build("pushdown", "1b")

@@ -1,7 +1,7 @@
-"""tgtree (SPEC §5) at scale tiny; every setting comes from slm_jax.config_builder."""
+"""tgtree (SPEC §5) at scale tiny; every setting comes from slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("tgtree", "tiny")
+  return run_config.build("tgtree", "tiny")

@@ -1,7 +1,7 @@
-"""tree_noont (SPEC §5) at scale 100m; every setting comes from slm_jax.config_builder."""
+"""tree_noont (SPEC §5) at scale 100m; every setting comes from slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("tree_noont", "100m")
+  return run_config.build("tree_noont", "100m")

@@ -1,7 +1,7 @@
-"""tree_shuffle (SPEC §5) at scale 1b; every setting comes from slm_jax.config_builder."""
+"""tree_shuffle (SPEC §5) at scale 1b; every setting comes from slm_jax.train.run_config."""
 
-from slm_jax import config_builder
+from slm_jax.train import run_config
 
 
 def get_config():
-  return config_builder.build("tree_shuffle", "1b")
+  return run_config.build("tree_shuffle", "1b")

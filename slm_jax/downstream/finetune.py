@@ -35,7 +35,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import time
@@ -48,6 +47,7 @@ from flax import nnx
 from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
+from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
 from slm_jax.train import identity, sharding
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loading import LoadedRun
@@ -60,52 +60,8 @@ from slm_jax.train.sweep import SweepItem, run_sweep
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, check_workdir
 
 SEEDS = (42, 2026, 6198, 13171, 31723)
-TASK_DEFAULTS = {  # SPEC §11 / paper App. C
-    "xsum": {"epochs": 3, "lr": 6e-5, "batch_size": 40},
-    "boolq": {"epochs": 5, "lr": 3e-4, "batch_size": 40},
-}
 SETTINGS_FILE = "finetune.json"
 SUMMARY_FILE = "summary.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneSettings:
-  """Everything that fixes a fine-tuning trajectory (but the seed), saved in `finetune.json`."""
-  task: str
-  source: str  # the trained run's workdir
-  epochs: int
-  lr: float
-  batch_size: int
-  max_len: int = 2048
-  warmup_steps: int = 100
-  min_lr: float = 1e-6
-  weight_decay: float = 0.1
-  b1: float = 0.9
-  b2: float = 0.95
-  eps: float = 1e-8
-  clip: float = 1.0
-  micro_batches: int = 1  # gradient accumulation inside one step (same update)
-  limit: int = 0  # first N training examples only (0 = all)
-  tree_source: str = "parser"
-  log_every: int = 10
-  checkpoint_every: int = 500
-
-  RESUMABLE = ("log_every", "checkpoint_every")
-
-  def __post_init__(self):
-    problems = [f"--{name} must be positive, got {getattr(self, name)}"
-                for name in ("epochs", "lr", "batch_size", "max_len", "micro_batches",
-                             "log_every", "checkpoint_every") if not getattr(self, name) > 0]
-    problems += [f"--{name} must be ≥ 0, got {getattr(self, name)}"
-                 for name in ("warmup_steps", "limit") if getattr(self, name) < 0]
-    if self.batch_size % max(self.micro_batches, 1):
-      problems.append(f"--batch_size={self.batch_size} is not a multiple of "
-                      f"--micro_batches={self.micro_batches}")
-    if problems:
-      raise cli.CliError("; ".join(problems))
-
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
 
 class FinetuneMismatchError(cli.CliError):

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import ml_collections
 
-from slm_jax.config_builder import did_you_mean
+from slm_jax.config_files import did_you_mean
 from slm_jax.gtca.plans import Settings
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent / "configs"

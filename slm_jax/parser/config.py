@@ -1,13 +1,26 @@
 """Frozen configurations of the chart parser: the model (`ModelConfig`) and its training
-(`TrainConfig`), with the named presets `tiny` (tests), `default` (CPU) and `gpu` (full training on
-an accelerator). `ModelConfig` is saved beside the weights (`config.json`), so a shipped model is
-rebuilt from it alone.
+(`TrainConfig`, whose `model` key holds the model's), both `sections` sections with their rules in
+`__post_init__` (every problem at once). `LOADER` reads them through the one config loader
+(`slm_jax.config_files`: `python -m slm_jax.parser.train --config=FILE|NAME --config.KEY=VALUE`);
+the packaged configs (`parser/configs/`) are `tiny` (tests), `default` (CPU) and `gpu` (full
+training on an accelerator), `named_config(NAME)` loads one. `ModelConfig` is saved beside the
+weights (`config.json`), so a shipped model is rebuilt from it alone (`ModelConfig.from_json`,
+checked by the same loader).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any
+
+from slm_jax import sections
+from slm_jax.config_files import ConfigLoader
+from slm_jax.sections import Rules
+
+ENCODERS = ("bilstm", "transformer")
+SCHEDULES = ("plateau", "cosine")
+CONFIG_DIR = pathlib.Path(__file__).resolve().parent / "configs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,21 +43,29 @@ class ModelConfig:
   max_words: int = 300  # the longest sentence the parser accepts
 
   def __post_init__(self):
-    if self.encoder not in ("bilstm", "transformer"):
-      raise ValueError(f"encoder must be 'bilstm' or 'transformer', got {self.encoder!r}")
-    if self.encoder == "transformer" and (2 * self.hidden) % self.heads:
-      raise ValueError(f"2 × hidden ({2 * self.hidden}) must divide into {self.heads} heads")
+    rules = Rules("model", self)
+    if rules.typed:
+      rules.need(self.encoder in ENCODERS,
+                 f"encoder={self.encoder!r} is not one of {', '.join(ENCODERS)}")
+      for name in ("char_dim", "char_filters", "char_kernel", "max_word_chars", "word_dim",
+                   "hidden", "layers", "heads", "ff_dim", "mlp_dim", "max_words"):
+        rules.need(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+      for name in ("dropout", "word_dropout"):
+        rules.need(0 <= getattr(self, name) < 1,
+                   f"{name} must be in [0, 1), got {getattr(self, name)}")
+      if self.encoder == "transformer" and self.heads > 0:
+        rules.need((2 * self.hidden) % self.heads == 0,
+                   f"heads: 2 × model.hidden ({2 * self.hidden}) must divide into {self.heads} "
+                   "heads")
+    rules.done()
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
 
   @classmethod
-  def from_json(cls, data: dict[str, Any]) -> ModelConfig:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-      raise ValueError(f"unknown parser model settings: {', '.join(unknown)}")
-    return cls(**data)
+  def from_json(cls, data: dict[str, Any], source: str | None = None) -> ModelConfig:
+    """The model of a saved `config.json`'s "model" entry (`source`: the file, for problems)."""
+    return MODEL_LOADER.validate(data, source=source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,33 +104,33 @@ class TrainConfig:
   seed: int = 0
 
   def __post_init__(self):
-    if self.schedule not in ("plateau", "cosine"):
-      raise ValueError(f"schedule must be 'plateau' or 'cosine', got {self.schedule!r}")
-    if self.tag_weight < 0:
-      raise ValueError(f"tag_weight must be ≥ 0, got {self.tag_weight}")
-    if self.members < 1:
-      raise ValueError(f"members must be ≥ 1, got {self.members}")
+    rules = Rules("", self)
+    if rules.typed:
+      rules.need(self.schedule in SCHEDULES,
+                 f"schedule={self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+      for name in ("learning_rate", "warmup_steps", "batch_words", "max_train_words",
+                   "max_epochs", "patience", "decay_patience", "log_every", "members"):
+        rules.need(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+      for name in ("weight_decay", "clip_norm", "min_word_count", "eval_every",
+                   "tag_weight", "checkpoint_every_s", "max_minutes"):
+        rules.need(getattr(self, name) >= 0, f"{name} must be ≥ 0, got {getattr(self, name)}")
+      rules.need(0 < self.lr_decay <= 1, f"lr_decay must be in (0, 1], got {self.lr_decay}")
+      rules.need(0 <= self.final_lr_fraction <= 1,
+                 f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction}")
+      rules.need(bool(self.buckets) and all(b > 0 for b in self.buckets)
+                 and list(self.buckets) == sorted(set(self.buckets)),
+                 f"buckets={self.buckets} must be positive padded lengths in increasing order")
+    rules.done()
+
+  def to_dict(self) -> dict[str, Any]:
+    """Every key and its value, nested like a config file (the model under `model`)."""
+    return sections.to_dict(self)
 
 
-TINY = TrainConfig(
-    model=ModelConfig(char_dim=8, char_filters=16, max_word_chars=12, word_dim=16, hidden=16,
-                      layers=1, heads=2, ff_dim=32, mlp_dim=16, dropout=0.1, max_words=160),
-    learning_rate=5e-3, warmup_steps=5, batch_words=120, buckets=(8, 16, 32, 64),
-    max_train_words=64, min_word_count=1, max_epochs=3, patience=2, log_every=2,
-    checkpoint_every_s=1e9, tag_weight=0.5)
-# CPU: 20 epochs of a cosine with the POS head, three seeds ensembled (the shipped GUM model;
-# 40–75 min per member on 2 cores).
-DEFAULT = TrainConfig(schedule="cosine", max_epochs=20, tag_weight=0.5, members=3)
-# The default's recipe (cosine, POS head) on a wider, deeper encoder; not yet run on an accelerator.
-GPU = TrainConfig(
-    model=ModelConfig(char_filters=256, word_dim=300, hidden=400, layers=3, mlp_dim=500),
-    batch_words=3000, max_train_words=304, max_epochs=60, patience=8, schedule="cosine",
-    tag_weight=0.5)
-CONFIGS = {"tiny": TINY, "default": DEFAULT, "gpu": GPU}
+LOADER = ConfigLoader(TrainConfig, folder=CONFIG_DIR)
+MODEL_LOADER = ConfigLoader(ModelConfig)
 
 
 def named_config(name: str) -> TrainConfig:
-  try:
-    return CONFIGS[name]
-  except KeyError:
-    raise ValueError(f"unknown parser config {name!r}; choose from {', '.join(CONFIGS)}") from None
+  """The packaged config `name` (`tiny`, `default`, `gpu`)."""
+  return LOADER.load(name)

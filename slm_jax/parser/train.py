@@ -1,5 +1,12 @@
-"""Training the chart parser: `python -m slm_jax.parser.train --workdir=DIR [--config=tiny|default|gpu]
-[--train=FILES --dev=FILES --test=FILES | --split=gum] [--export=DIR] [--max_minutes=M]`.
+"""Training the chart parser: `python -m slm_jax.parser.train --workdir=DIR [--config=FILE|NAME]
+[--config.KEY=VALUE] [--train=FILES --dev=FILES --test=FILES | --split=gum] [--export=DIR]
+[--max_minutes=M]`.
+
+Settings (`slm_jax.parser.config.TrainConfig`) come from the one config loader
+(`slm_jax.config_files`): `--config=FILE|NAME` (a file whose get_config() returns some keys, or a
+packaged config: tiny, default (the default), gpu), then the flags `--encoder` (= `model.encoder`),
+`--max_minutes`, `--max_epochs`, `--eval_every`, `--seed`, `--members`, then `--config.KEY=VALUE`
+(every key, e.g. `--config.model.hidden=300`).
 
 Data: PTB files or folders (comma-separated), SPEC §1 normalized; with no `--train`/`--dev`, GUM's
 official split (`../shared/data/gum/splits.md`: train / dev / test). Training sentences longer than
@@ -51,10 +58,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from slm_jax import cli
+from slm_jax import cli, config_files
+from slm_jax.parser import config as parser_config
 from slm_jax.parser import crf, ensemble, evalb
 from slm_jax.parser.api import Parser, load_parser
-from slm_jax.parser.config import TrainConfig, named_config
+from slm_jax.parser.config import TrainConfig
 from slm_jax.parser.corpus import resolve, resolve_tagged
 from slm_jax.parser.labels import LabelVocab, binarize
 from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
@@ -179,11 +187,17 @@ class Log:
       f.write(line + "\n")
 
 
+# The flags that set a config key: flag name -> key.
+CONFIG = dataclasses.replace(parser_config.LOADER, aliases={
+    "encoder": "model.encoder", "max_minutes": "max_minutes", "max_epochs": "max_epochs",
+    "eval_every": "eval_every", "seed": "seed", "members": "members"})
+
+
 def main(argv=None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.parser.train",
                               description=__doc__.split("\n\n", 1)[0])
   parser.add_argument("--workdir", required=True)
-  parser.add_argument("--config", default="default", help="tiny | default | gpu")
+  CONFIG.add_config_argument(parser, default="default")
   parser.add_argument("--train", default="", help="PTB files/folders, comma-separated")
   parser.add_argument("--dev", default="")
   parser.add_argument("--test", default="", help="scored once at the end (GUM test by default "
@@ -192,27 +206,21 @@ def main(argv=None) -> int:
                       "GUM train/dev/test split)")
   parser.add_argument("--gum", default=None, help="GUM folder (default ../shared/data/gum)")
   parser.add_argument("--encoder", default=None, help="override the config: bilstm | transformer")
-  parser.add_argument("--max_minutes", type=float, default=None)
-  parser.add_argument("--max_epochs", type=int, default=None)
-  parser.add_argument("--eval_every", type=int, default=None, help="steps between dev "
+  parser.add_argument("--max_minutes", default=None, help="stop (resumable) after this wall "
+                      "time (default: the config's; 0 = no limit)")
+  parser.add_argument("--max_epochs", default=None)
+  parser.add_argument("--eval_every", default=None, help="steps between dev "
                       "evaluations (default: the config's; 0 = once per epoch)")
   parser.add_argument("--export", default=None, help="folder for the final (best) model")
-  parser.add_argument("--seed", type=int, default=None, help="override the config's seed "
+  parser.add_argument("--seed", default=None, help="override the config's seed "
                       "(initialization, batch order, dropout)")
-  parser.add_argument("--members", type=int, default=None, help="override the config's "
+  parser.add_argument("--members", default=None, help="override the config's "
                       "ensemble size (1 = a single parser)")
-  args = parser.parse_args(argv)
+  overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
+  args = parser.parse_args(rest)
   if args.split != "gum":
     raise cli.CliError(f"--split={args.split}: the only named split is 'gum'")
-  cfg = named_config(args.config)
-  if args.encoder:
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoder=args.encoder))
-  overrides = {k: v for k, v in (("max_minutes", args.max_minutes),
-                                 ("max_epochs", args.max_epochs),
-                                 ("eval_every", args.eval_every),
-                                 ("seed", args.seed),
-                                 ("members", args.members)) if v is not None}
-  cfg = dataclasses.replace(cfg, **overrides)
+  cfg = CONFIG.load(args.config, overrides, CONFIG.flag_values(args))
   if cfg.members > 1:
     return train_ensemble(cfg, pathlib.Path(args.workdir), args)
   return train(cfg, pathlib.Path(args.workdir), args)

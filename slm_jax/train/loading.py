@@ -14,7 +14,7 @@ import pathlib
 import jax
 from flax import nnx
 
-from slm_jax.config_builder import ConfigError, RunConfig, validate
+from slm_jax.train.run_config import ConfigError, RunConfig, validate
 from slm_jax.configurations import Configuration
 from slm_jax.model.decoder import Decoder
 from slm_jax.pushdown.model import PushdownLM

@@ -99,7 +99,7 @@ PRESET = {
 def hf_preset(name: str, configuration: str, folder: str, model: dict[str, Any]):
   """The locked ConfigDict of preset `name`: `configuration` trained from checkpoint `folder`
   (downloaded there first, see the README), `model` its architecture keys, `PRESET` the rest."""
-  from slm_jax import config_builder  # pylint: disable=import-outside-toplevel
+  from slm_jax.train import run_config as config_builder  # pylint: disable=import-outside-toplevel
   cfg = config_builder.build(configuration, "1b")
   values = {**PRESET, **{f"model.{k}": v for k, v in model.items()},
             "model.init_from": folder, "data.tokenizer_path": f"{folder}/tokenizer.json",

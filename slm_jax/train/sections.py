@@ -2,7 +2,7 @@
 
 Each is a frozen dataclass whose `__post_init__` holds its rules (`slm_jax.sections`); rules that
 join sections (the global batch against the optimizer's accumulation steps) live in
-`config_builder.RunConfig`.
+`run_config.RunConfig`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Step Law (Li et al., 2025): peak learning rate and batch size from N and D (SPEC §7).
 
-The only place the law lives; `slm_jax.config_builder` calls it for the 100m/500m/1b scales.
+The only place the law lives; `slm_jax.train.run_config` calls it for the 100m/500m/1b scales.
 
 Convention that reproduces the paper's Table 8 (SPEC §7) exactly: N is OLMo's
 `num_params(include_embedding=False)` with `include_bias=True`, i.e. every linear layer has a bias

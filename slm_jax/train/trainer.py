@@ -19,7 +19,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from slm_jax import config_builder
+from slm_jax.train import run_config as config_builder
 from slm_jax.data.config import DROP_WARNING
 from slm_jax.data.loader import BatchIterator, PackedDataset
 from slm_jax.data.sources import load_corpus, load_or_build_tokenizer

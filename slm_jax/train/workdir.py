@@ -70,7 +70,7 @@ def checkpoint_steps(workdir: pathlib.Path) -> tuple[list[int], list[str]]:
 
 def check_workdir(run: Any, workdir: pathlib.Path) -> None:
   """Refuses a workdir that holds another run (see the module docstring); reads only."""
-  from slm_jax.config_builder import ConfigError, validate  # pylint: disable=g-import-not-at-top
+  from slm_jax.train.run_config import ConfigError, validate  # pylint: disable=g-import-not-at-top
   config_path = workdir / CONFIG_FILE
   steps, unreadable = checkpoint_steps(workdir)
   if config_path.exists():
