@@ -6,8 +6,9 @@
 A random float32 backbone per scale (`tiny`: d_model 128, 2 layers, 4 heads; `1b`: d_model 2048,
 16 layers, 16 heads, mlp_ratio 8), LoRA r = `--lora_rank` on every projection, and one batch of
 `--batch` rows of `--seq` tokens whose chunks tile the row (layer ℓ: spans of 2^(ℓ+1) tokens, the
-first K = 64 of them). Three jitted train steps of `slm_jax.gtca.forward.make_gtca_train_step`
-(AdamW on the trained part only), the SPEC §10 stages:
+first K = 64 of them). Three jitted train steps of a `slm_jax.gtca.model.GtcaLM`, the one the
+GTCA stages run (`slm_jax.train.steps.make_train_step` with `optimizer.trainable` = the stage's
+groups; AdamW from `make_optimizer`, state for the trained part only), the SPEC §10 stages:
   stage 1 `lora`       LoRA only, no branch (the baseline),
   stage 2 `gtca`       the branch only, backbone and LoRA frozen (α = 0.15),
   stage 3 `lora+gtca`  both.
@@ -25,7 +26,6 @@ column is O(nK); the backbone's own attention is O(n²)). `small` is d_model 512
 
 from __future__ import annotations
 
-import math
 import pathlib
 import sys
 import time
@@ -33,16 +33,17 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from slm_jax.benchtools import median_of, parser as make_parser, table  # noqa: E402
-from slm_jax.gtca import forward  # noqa: E402
 from slm_jax.gtca.branch import Gtca, GtcaConfig  # noqa: E402
+from slm_jax.gtca.model import GtcaLM, params_of  # noqa: E402
 from slm_jax.hf.scoring import plain_rows  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
+from slm_jax.train.optimizer import OptimizerSection, make_optimizer, trainable_mask  # noqa: E402
+from slm_jax.train.steps import make_train_step  # noqa: E402
 
 SHAPES = {"tiny": dict(d_model=128, n_layers=2, n_heads=4, mlp_ratio=4),
           "small": dict(d_model=512, n_layers=8, n_heads=8, mlp_ratio=4),
@@ -79,67 +80,75 @@ def _rebuild(start, end, last, mask) -> Chunks:
 
 
 def build(scale: str, args, k: int = 64):
-  """(model config, graphdefs, params) of a random backbone at `scale` with a K-chunk branch."""
+  """(model config, models) of a random backbone at `scale`: models = {False: the backbone
+  alone, True: with a K-chunk branch}, each as (graphdef, params)."""
   mconfig = ModelConfig(vocab_size=args.vocab if scale != "tiny" else 512, **SHAPES[scale],
                         compute_dtype=jnp.float32, param_dtype=jnp.float32,
                         attention_impl="xla", lora_rank=args.lora_rank, lora_alpha=16.0)
   decoder = Decoder(mconfig, rngs=nnx.Rngs(0))
   gtca = Gtca(GtcaConfig.from_model(mconfig, k=k), rngs=nnx.Rngs(1))
-  graphdefs, params = forward.split_models(decoder, gtca)
-  return mconfig, graphdefs, params
+  return mconfig, {False: params_of(GtcaLM(decoder)), True: params_of(GtcaLM(decoder, gtca))}
 
 
 def make_batch(mconfig, batch: int, seq: int, k: int) -> dict:
   ids = np.random.default_rng(0).integers(1, mconfig.vocab_size, (batch, seq))
   tokens, meta = plain_rows(list(ids), seq, batch)
   return {"tokens": jnp.asarray(tokens), "meta": jax.tree.map(jnp.asarray, meta),
-          "targets": jnp.ones((batch, seq), bool), "chunks": Chunks(batch, mconfig.n_layers, seq, k)}
+          "targets": jnp.ones((batch, seq), bool),
+          "chunks": Chunks(batch, mconfig.n_layers, seq, k),
+          "alpha": jnp.full((batch,), 0.15, jnp.float32)}
 
 
 def count(tree) -> int:
   return sum(x.size for x in jax.tree.leaves(tree))
 
 
-def measure(graphdefs, params, batch: dict, stages, repeats: int) -> list[dict]:
+def measure(models: dict, batch: dict, stages, repeats: int) -> list[dict]:
   """Per stage: trained parameters, median s/step (compile excluded), compiled peak and
   temporary bytes, compile seconds and the last loss."""
-  tx = optax.adamw(1e-4, weight_decay=0.0)
   results = []
   for name, trainable, branch in stages:
-    stage_params = params if branch else {"backbone": params["backbone"]}
-    trained, frozen = forward.partition(stage_params, trainable)
-    trained = jax.tree.map(jnp.copy, trained)  # the step donates what it trains
-    opt_state = tx.init(trained)
-    step = forward.make_gtca_train_step(graphdefs, tx)
-    alpha = jnp.float32(0.15)
+    graphdef, params = models[branch]
+    section = OptimizerSection(peak_lr=1e-4, min_lr=1e-4, warmup_steps=0, warmup_start_lr=0.0,
+                               weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip=0.0,
+                               grad_accum_steps=1, trainable=trainable)
+    tx = make_optimizer(section, 1_000_000, accumulate=False)
+    params = jax.tree.map(jnp.copy, params)  # the step donates its parameters
+    opt_state = tx.init(params)
+    stage_batch = batch if branch else {k: v for k, v in batch.items()
+                                        if k not in ("chunks", "alpha")}
+    step = make_train_step(graphdef, tx, 1, trainable=trainable)
     started = time.perf_counter()
-    compiled = step.lower(trained, frozen, opt_state, batch, alpha).compile()
+    compiled = step.lower(params, opt_state, stage_batch).compile()
     compile_s = time.perf_counter() - started
     memory = compiled.memory_analysis()
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
-    state = [trained, opt_state]
+    trained = sum(x.size for x, m in zip(jax.tree.leaves(params),
+                                          jax.tree.leaves(trainable_mask(params, trainable))) if m)
+    state = [params, opt_state]
 
     def run():
-      state[0], state[1], sums = compiled(state[0], frozen, state[1], batch, alpha)
+      state[0], state[1], sums = compiled(state[0], state[1], stage_batch)
       return sums
 
     seconds, sums = median_of(repeats, run, warmup=0)
-    results.append(dict(stage=name, trained=count(trained), seconds=seconds, peak=peak,
+    results.append(dict(stage=name, trained=trained, seconds=seconds, peak=peak,
                         temp=memory.temp_size_in_bytes, compile_s=compile_s,
                         loss=float(sums["loss_sum"] / sums["count"])))
-    del state, trained, opt_state, compiled
+    del state, params, opt_state, compiled
   return results
 
 
 def bench_scale(scale: str, args) -> list[list]:
   started = time.perf_counter()
-  mconfig, graphdefs, params = build(scale, args)
+  mconfig, models = build(scale, args)
+  params = models[True][1]
   batch = make_batch(mconfig, args.batch, args.seq, 64)
   print(f"{scale}: backbone {count(params['backbone']) / 1e6:,.1f}M parameters (LoRA included), "
         f"GTCA {count(params['gtca']) / 1e6:,.2f}M; built in {time.perf_counter() - started:.0f} s",
         flush=True)
-  results = measure(graphdefs, params, batch, STAGES, args.repeats)
+  results = measure(models, batch, STAGES, args.repeats)
   for r in results:
     print(f"  {r['stage']}: {r['seconds']:.2f} s/step, peak {r['peak'] / GIB:.3f} GiB, "
           f"compile {r['compile_s']:.0f} s", flush=True)
@@ -156,10 +165,10 @@ def sweep(scale: str, seqs: list[int], ks: list[int], args) -> list[list]:
   (LoRA only), in time and in compiled temporaries, and both divided by n·K."""
   rows = []
   for k in ks:
-    mconfig, graphdefs, params = build(scale, args, k)
+    mconfig, models = build(scale, args, k)
     for seq in seqs:
       batch = make_batch(mconfig, args.batch, seq, k)
-      base, both = measure(graphdefs, params, batch, (STAGES[0], STAGES[2]), args.repeats)
+      base, both = measure(models, batch, (STAGES[0], STAGES[2]), args.repeats)
       extra_s, extra_b = both["seconds"] - base["seconds"], both["temp"] - base["temp"]
       nk = args.batch * seq * k
       rows.append([scale, seq, k, f"{base['seconds'] * 1e3:.1f}", f"{both['seconds'] * 1e3:.1f}",
@@ -168,7 +177,7 @@ def sweep(scale: str, seqs: list[int], ks: list[int], args) -> list[list]:
                    f"{extra_b / nk:.0f}"])
       print(f"  n {seq} K {k}: lora {base['seconds'] * 1e3:.1f} ms, lora+gtca "
             f"{both['seconds'] * 1e3:.1f} ms, extra temps {extra_b / 2 ** 20:.1f} MiB", flush=True)
-    del params
+    del models
   return rows
 
 

@@ -1,7 +1,8 @@
 """GTCA's branch (SPEC §10): causality of the chunk mask (values and gradients, and the reference
 code's inverted mask caught by the same checks), exact zeros for tokens that see no chunk, α = 0
-leaving the decoder bitwise unchanged, the gate ≡ 1 and m ≡ 1 ablations, GQA ≡ MHA with
-repeated K/V, and a frozen-backbone train step that changes the branch only (bitwise)."""
+leaving the decoder bitwise unchanged (and the model without a branch being the decoder), α per
+row, the gate ≡ 1 and m ≡ 1 ablations, GQA ≡ MHA with repeated K/V, and a frozen-backbone train
+step (`train.steps.make_train_step` on a `GtcaLM`) that changes the branch only (bitwise)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
-from slm_jax.gtca import forward
 from slm_jax.gtca.branch import ChunkMemory, Gtca, GtcaConfig, span_means
+from slm_jax.gtca.model import GtcaLM, changed_arrays, params_of
 from slm_jax.hf.scoring import plain_rows
 from slm_jax.model import Decoder, ModelConfig
+from slm_jax.train.optimizer import OptimizerSection, make_optimizer, trainable_mask
+from slm_jax.train.steps import make_train_step
 
 VOCAB, B, T, K = 50, 2, 12, 64
 
@@ -93,8 +95,8 @@ def _probe(decoder, gtca, tokens_BT, meta, chunks, w_BTD):
   """(logits [B, T, V], later-position gradients [T, B, S, D]): row t of the second is
   |∂ <w, hidden[:, t]> / ∂ x[:, s]| (a vmapped VJP), zeroed where s ≤ t. The input embeddings
   x feed both the backbone and the chunk memories."""
-  h_BTD, vjp = jax.vjp(lambda x: forward.gtca_hidden(decoder, gtca, x, meta, chunks, 0.7),
-                       decoder.embed(tokens_BT))
+  model = GtcaLM(decoder, gtca)
+  h_BTD, vjp = jax.vjp(lambda x: model.hidden(x, meta, chunks, 0.7), decoder.embed(tokens_BT))
   at_TBTD = w_BTD[None] * jnp.eye(T, dtype=w_BTD.dtype)[:, None, :, None]
   grads_TBSD = jax.vmap(lambda ct: vjp(ct)[0])(at_TBTD)
   later_TS = jnp.arange(T)[None, :] > jnp.arange(T)[:, None]
@@ -177,9 +179,28 @@ def test_alpha_zero_leaves_the_decoder_bitwise_unchanged():
   chunks = make_chunks(0)
   assert gtca.config.alpha == 0.0  # the default, not the reference code's 1.0
   plain = np.asarray(jax.jit(lambda d: d(tokens, meta))(decoder))
-  branch = jax.jit(lambda d, g, a: forward.gtca_logits(d, g, tokens, meta, chunks, a))
+  branch = jax.jit(lambda d, g, a: GtcaLM(d, g).logits(tokens, meta, chunks, a))
   assert np.asarray(branch(decoder, gtca, 0.0)).tobytes() == plain.tobytes()
-  assert np.abs(np.asarray(branch(decoder, gtca, 0.5)) - plain).max() > 1e-4
+  half = np.asarray(branch(decoder, gtca, 0.5))
+  assert np.abs(half - plain).max() > 1e-4
+  # α as a per-row field (a training batch's): the same bits as the scalar
+  rows_alpha = np.asarray(branch(decoder, gtca, jnp.full((B,), 0.5, jnp.float32)))
+  assert rows_alpha.tobytes() == half.tobytes()
+  mixed = np.asarray(branch(decoder, gtca, jnp.asarray([0.0, 0.5], jnp.float32)))
+  assert mixed[0].tobytes() == plain[0].tobytes() and mixed[1].tobytes() == half[1].tobytes()
+
+
+def test_the_model_without_a_branch_is_the_decoder_bitwise():
+  decoder, _ = models()
+  tokens, meta = rows(0)
+  plain = np.asarray(jax.jit(lambda d: d(tokens, meta))(decoder))
+  alone = np.asarray(jax.jit(lambda d: GtcaLM(d).logits(tokens, meta))(decoder))
+  assert alone.tobytes() == plain.tobytes()
+  batch = {"tokens": tokens, "meta": meta, "targets": jnp.ones((B, T), bool)}
+  want = jax.jit(lambda d: d.loss_sums(batch))(decoder)
+  got = jax.jit(lambda d: GtcaLM(d).loss_sums(batch))(decoder)
+  assert jax.tree.map(lambda a, b: np.asarray(a).tobytes() == np.asarray(b).tobytes(),
+                      got, want) == jax.tree.map(lambda _: True, want)
 
 
 def _copy_params(src: Gtca, dst: Gtca,
@@ -261,7 +282,7 @@ def test_span_means_and_shape_errors():
     gtca.memories(x_BTD, chunks._replace(update_mask_BT=chunks.update_mask_BT[:, :5]))
   decoder = Decoder(model_config(n_layers=1), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="n_layers: backbone 1, branch 2"):
-    forward.gtca_hidden(decoder, gtca, x_BTD, rows(0)[1], chunks)
+    GtcaLM(decoder, gtca)
   with pytest.raises(ValueError, match="gate"):
     GtcaConfig.from_model(model_config(), gate="none")
 
@@ -280,31 +301,37 @@ def test_per_layer_cross_attention_has_one_set_per_layer():
 
 def test_train_step_changes_only_the_branch():
   decoder, gtca = models(lora_rank=4)  # stage 2: LoRA adapters frozen with the backbone
-  graphdefs, params = forward.split_models(decoder, gtca)
-  params = jax.tree.map(jnp.array, params)  # own buffers: the step donates what it trains
+  graphdef, params = params_of(GtcaLM(decoder, gtca))
+  params = jax.tree.map(jnp.array, params)  # own buffers: the step donates its parameters
   before = jax.tree.map(np.array, params)
-  everything = set(forward.changed_arrays(before, jax.tree.map(lambda x: x + 1, before)))
+  everything = set(changed_arrays(before, jax.tree.map(lambda x: x + 1, before)))
   gtca_paths = {p for p in everything if p.startswith("gtca/")}
   lora_paths = {p for p in everything if p.rsplit("/", 1)[-1] in ("lora_a", "lora_b")}
   assert gtca_paths and lora_paths
   selected = lambda trainable: {p for p, m in zip(sorted(everything), _flat_mask(
-      forward.trainable_mask(params, trainable))) if m}
+      trainable_mask(params, trainable))) if m}
   assert selected("lora,gtca") == gtca_paths | lora_paths  # stage 3's selection
   assert selected("gtca") == gtca_paths
-  trained, frozen = forward.partition(params, "gtca")
-  tx = optax.adam(3e-2)
-  opt_state = tx.init(trained)
-  step = forward.make_gtca_train_step(graphdefs, tx)
+  assert selected("lora") == lora_paths
+  section = OptimizerSection(peak_lr=3e-2, min_lr=3e-2, warmup_steps=0, warmup_start_lr=0.0,
+                             weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip=0.0,
+                             grad_accum_steps=1, trainable="gtca")
+  tx = make_optimizer(section, 6, accumulate=False)
+  opt_state = tx.init(params)
+  step = make_train_step(graphdef, tx, 1, trainable="gtca")
   tokens, meta = rows(0)
   batch = {"tokens": tokens, "meta": meta, "targets": jnp.ones((B, T), bool),
-           "chunks": jax.tree.map(jnp.asarray, make_chunks(0))}
+           "chunks": jax.tree.map(jnp.asarray, make_chunks(0)),
+           "alpha": jnp.full((B,), 0.5, jnp.float32)}
   losses = []
   for _ in range(6):
-    trained, opt_state, sums = step(trained, frozen, opt_state, batch, jnp.float32(0.5))
+    params, opt_state, sums = step(params, opt_state, batch)
     losses.append(float(sums["loss_sum"] / sums["count"]))
-  changed = set(forward.changed_arrays(before, forward.combine(trained, frozen)))
+  changed = set(changed_arrays(before, params))
   assert changed == gtca_paths, sorted(changed ^ gtca_paths)[:5]  # every branch array moved
   assert losses[-1] < losses[0] - 0.05, losses
+  with pytest.raises(ValueError, match="no alpha"):  # never silently at the config's α
+    GtcaLM(decoder, gtca).loss_sums({k: v for k, v in batch.items() if k != "alpha"})
 
 
 def _flat_mask(mask) -> list[bool]:

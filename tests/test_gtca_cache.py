@@ -12,7 +12,7 @@ import pytest
 
 from slm_jax import cli
 from slm_jax.gtca import cache as gcache
-from slm_jax.gtca import prompts, spans
+from slm_jax.gtca import cache_builder, parse_cache, prompts, spans
 from slm_jax.ptb import parse_trees
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -25,15 +25,15 @@ IDENTITY = {"tokenizer": "sha256:aaa", "parser": "given"}
 def test_cache_key_is_sha256_of_little_endian_uint32():
   ids = [0, 1, 255, 256, 65535, 70000, 2**32 - 1]
   expected = hashlib.sha256(struct.pack("<%dI" % len(ids), *ids)).hexdigest()
-  assert gcache.cache_key(ids) == expected
-  assert gcache.cache_key(np.asarray(ids, np.int64)) == expected
-  assert gcache.cache_key(np.asarray(ids, ">u4")) == expected  # byte order of the input ignored
-  assert gcache.cache_key([]) == hashlib.sha256(b"").hexdigest()
-  assert gcache.cache_key([1, 2]) != gcache.cache_key([2, 1])
+  assert parse_cache.cache_key(ids) == expected
+  assert parse_cache.cache_key(np.asarray(ids, np.int64)) == expected
+  assert parse_cache.cache_key(np.asarray(ids, ">u4")) == expected  # byte order of the input ignored
+  assert parse_cache.cache_key([]) == hashlib.sha256(b"").hexdigest()
+  assert parse_cache.cache_key([1, 2]) != parse_cache.cache_key([2, 1])
   with pytest.raises(ValueError, match="token ids"):
-    gcache.cache_key([1, -2])
+    parse_cache.cache_key([1, -2])
   with pytest.raises(ValueError, match="token ids"):
-    gcache.cache_key([[1, 2]])
+    parse_cache.cache_key([[1, 2]])
 
 
 def small_tree(n: int) -> spans.SpanTree:
@@ -43,28 +43,28 @@ def small_tree(n: int) -> spans.SpanTree:
 
 def test_get_put_and_a_miss_names_the_example(tmp_path):
   path = tmp_path / "c.sqlite"
-  with gcache.ParseCache(path, IDENTITY, writable=True) as cache:
-    cache.put_many([(gcache.cache_key([5, 6, 7]), small_tree(3))])
+  with parse_cache.ParseCache(path, IDENTITY, writable=True) as cache:
+    cache.put_many([(parse_cache.cache_key([5, 6, 7]), small_tree(3))])
     assert len(cache) == 1
-  with gcache.ParseCache(path, {"tokenizer": IDENTITY["tokenizer"]}) as cache:
+  with parse_cache.ParseCache(path, {"tokenizer": IDENTITY["tokenizer"]}) as cache:
     assert cache.get([5, 6, 7], example="ex-1") == small_tree(3)
     assert cache.meta["parser"] == "given"
-    with pytest.raises(gcache.CacheMissError, match="example ex-2 .*3 tokens"):
+    with pytest.raises(parse_cache.CacheMissError, match="example ex-2 .*3 tokens"):
       cache.get([5, 6, 8], example="ex-2")
   with pytest.raises(FileNotFoundError, match="not found"):
-    gcache.ParseCache(tmp_path / "none.sqlite", IDENTITY)
+    parse_cache.ParseCache(tmp_path / "none.sqlite", IDENTITY)
 
 
 def test_a_cache_from_another_tokenizer_is_refused(tmp_path):
   path = tmp_path / "c.sqlite"
-  gcache.ParseCache(path, IDENTITY, writable=True).close()
-  with pytest.raises(gcache.StaleCacheError, match="tokenizer 'sha256:aaa', not 'sha256:bbb'"):
-    gcache.ParseCache(path, {"tokenizer": "sha256:bbb"})
-  with pytest.raises(gcache.StaleCacheError, match="parser"):
-    gcache.ParseCache(path, {**IDENTITY, "parser": "gum sha256:123"}, writable=True)
+  parse_cache.ParseCache(path, IDENTITY, writable=True).close()
+  with pytest.raises(parse_cache.StaleCacheError, match="tokenizer 'sha256:aaa', not 'sha256:bbb'"):
+    parse_cache.ParseCache(path, {"tokenizer": "sha256:bbb"})
+  with pytest.raises(parse_cache.StaleCacheError, match="parser"):
+    parse_cache.ParseCache(path, {**IDENTITY, "parser": "gum sha256:123"}, writable=True)
   (tmp_path / "junk.sqlite").write_bytes(b"not sqlite at all, " * 100)
   with pytest.raises(ValueError, match="not a GTCA span cache"):
-    gcache.ParseCache(tmp_path / "junk.sqlite", IDENTITY)
+    parse_cache.ParseCache(tmp_path / "junk.sqlite", IDENTITY)
 
 
 def test_tokenizer_identity_is_stable_and_distinguishes_tokenizers(tmp_path):
@@ -124,13 +124,13 @@ def test_cli_builds_resumes_and_counts(setup, capsys):
   assert "parsed 0, cached already 4, duplicates 0" in stdout  # m1, m2, s1 and dup's key
   # The trainer side: the stored prompt format rebuilds the ids, the tree comes back.
   tok = prompts.TextTokenizer.load(tokenizer_path)
-  with gcache.ParseCache(out, {"tokenizer": tok.identity}) as cache:
+  with parse_cache.ParseCache(out, {"tokenizer": tok.identity}) as cache:
     fmt = prompts.PromptFormat.from_meta(cache.meta)
     for record in RECORDS[:3]:
       prompt = fmt.prompt(record, tok)
       tree = cache.get(prompt.ids_T, example=record["id"])
       assert tree == spans.span_tree(prompt, parse_trees(record["tree"]))
-    with pytest.raises(gcache.CacheMissError, match="example bad-tree"):
+    with pytest.raises(parse_cache.CacheMissError, match="example bad-tree"):
       cache.get(fmt.prompt(RECORDS[4], tok).ids_T, example="bad-tree")
   # Another tokenizer on the same cache: refused in one line, exit 2.
   other = tmp_path / "other.json"
@@ -146,7 +146,7 @@ def test_cli_truncates_from_the_left_and_counts(setup, capsys):
   code, stdout, _ = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
                             f"--out={out}", "--max_len=30")
   assert "truncated 2" in stdout, stdout  # the two MCQA prompts are longer than 30 tokens
-  with gcache.ParseCache(out, {}) as cache:
+  with parse_cache.ParseCache(out, {}) as cache:
     assert json.loads(cache.meta["prompt_format"])["max_len"] == 30
 
 
@@ -158,12 +158,12 @@ def test_cli_shards_then_merge(setup, capsys):
   code, _, stderr = run_cli(capsys, "--merge", f"--out={out}")
   assert code == cli.EXIT_INCOMPLETE and "shards [1] of 2 are missing" in stderr
   run_cli(capsys, *base, "--shard=1/2")
-  assert gcache.shard_path(out, 1, 2).name == "sharded.shard-00001-of-00002.sqlite"
+  assert parse_cache.shard_path(out, 1, 2).name == "sharded.shard-00001-of-00002.sqlite"
   code, stdout, _ = run_cli(capsys, "--merge", f"--out={out}")
   assert code == cli.EXIT_OK and "merged 2 shards" in stdout and "3 span trees" in stdout
   whole = tmp_path / "whole.sqlite"
   run_cli(capsys, *base[:2], f"--out={whole}")
-  with gcache.ParseCache(out, {}) as merged, gcache.ParseCache(whole, {}) as single:
+  with parse_cache.ParseCache(out, {}) as merged, parse_cache.ParseCache(whole, {}) as single:
     rows = lambda c: sorted(c._db.execute("SELECT key, tree FROM spans"))  # noqa: E731
     assert rows(merged) == rows(single) and len(merged) == 3
     assert merged.meta["tokenizer"] == single.meta["tokenizer"]
@@ -188,7 +188,7 @@ def test_cli_on_a_checkpoint_folder_uses_its_chat_template_bos_and_context(setup
   assert "parsed 3" in stdout and "truncated 2" in stdout, stdout  # max_len 40 from config.json
   backbone = prompts.TextTokenizer.load(folder)
   assert backbone.bos_id == tok.token_to_id("<s>")
-  with gcache.ParseCache(out, {"tokenizer": backbone.identity}) as cache:
+  with parse_cache.ParseCache(out, {"tokenizer": backbone.identity}) as cache:
     fmt = prompts.PromptFormat.from_meta(cache.meta)
     assert fmt == prompts.PromptFormat(max_len=40, chat=True, bos=True)
     prompt = fmt.prompt(RECORDS[2], backbone)
@@ -217,8 +217,8 @@ def test_the_shipped_parser_builds_aligned_trees_for_quotes_brackets_and_contrac
   from slm_jax.parser import api  # pylint: disable=import-outside-toplevel
   tok = prompts.TextTokenizer(tiny_tokenizer(), bos_id=0, name="tiny")
   fmt = prompts.PromptFormat(bos=True)
-  with gcache.ParseCache(tmp_path / "c.sqlite", IDENTITY, writable=True) as cache:
-    report = gcache.build_cache(PUNCTUATED, tok, cache, fmt, api.load_parser)
+  with parse_cache.ParseCache(tmp_path / "c.sqlite", IDENTITY, writable=True) as cache:
+    report = cache_builder.build_cache(PUNCTUATED, tok, cache, fmt, api.load_parser)
     assert (report.errors, report.parsed) == (0, 3), report.messages
     for example, record in PUNCTUATED:
       prompt = fmt.prompt(record, tok, example)
@@ -260,7 +260,7 @@ def test_cli_caches_two_pairs_per_paradigm_of_the_shared_blimp(tmp_path, capsys)
   assert "blimp all: 67 paradigms, 134 pairs, 268 sentences (good and bad of every pair)" in out
   assert (f"examples 268, parsed {distinct}, cached already 0, duplicates {268 - distinct}, "
           "truncated 0, errors 0") in out, out
-  with gcache.ParseCache(tmp_path / "blimp.sqlite", {}) as cache:
+  with parse_cache.ParseCache(tmp_path / "blimp.sqlite", {}) as cache:
     assert len(cache) == distinct and cache.meta["parser"] == "right_branching"
   code, out, _ = run_cli(capsys, *args)  # a rerun finds every sentence
   assert code == cli.EXIT_OK and "parsed 0, cached already 268, duplicates 0" in out, out
@@ -318,7 +318,7 @@ def test_cli_parses_with_benepar_when_it_is_installed(tmp_path, monkeypatch, cap
   assert code == 0 and "parsed 2" in stdout and "errors 0" in stdout, stdout
   assert ["Cats", "(", "quietly", ")", "chase", "mice", "."] in seen  # raw words for its encoder
   tok = prompts.TextTokenizer.load(tokenizer_path)
-  with gcache.ParseCache(out, {"tokenizer": tok.identity, "parser": "benepar:fake_model"}) as cache:
+  with parse_cache.ParseCache(out, {"tokenizer": tok.identity, "parser": "benepar:fake_model"}) as cache:
     fmt = prompts.PromptFormat.from_meta(cache.meta)
     prompt = fmt.prompt(BENEPAR_RECORDS[0], tok)
     expected = parse_trees("(S Cats (VP -LRB- quietly -RRB- chase mice .))")  # TOP, tags dropped

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from slm_jax.gtca import backbone as gtca_backbone  # noqa: E402
-from slm_jax.gtca import train  # noqa: E402
+from slm_jax.gtca import runs, train  # noqa: E402
 from slm_jax.gtca.toy_task import make_toy_task  # noqa: E402
 from slm_jax.hf.load import load_model  # noqa: E402
 
@@ -88,8 +88,8 @@ def test_gtca_train_cli_on_a_hf_backbone(checkpoint, tmp_path):
   assert len(result["backbone_checks"]) == 3
   assert all("bitwise equal to the loaded ones" in line for line in result["backbone_checks"]), result["backbone_checks"]
   assert 0.0 <= result["metrics"]["toy"] <= 100.0
-  settings, restored, *_ = train.restore_run(out, log=lambda _: None)
-  assert settings.backbone == str(checkpoint) and restored.added_words == ()
+  restored = runs.restore_run(out, log=lambda _: None)
+  assert restored.settings.backbone == str(checkpoint) and restored.backbone.added_words == ()
 
 
 def test_a_letter_of_several_tokens_is_refused(tmp_path, task):

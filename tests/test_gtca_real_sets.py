@@ -20,9 +20,10 @@ from slm_jax.data.rows import RowDataError
 from slm_jax.downstream import tasks
 from slm_jax.gtca import backbone as gbackbone
 from slm_jax.gtca import cache as gcache
-from slm_jax.gtca import ablations, evaluate, mcqa_data, prompts, real_sets, spans, train
+from slm_jax.gtca import ablations, evaluate, mcqa_data, metrics, probe, prompts, real_sets
+from slm_jax.gtca import parse_cache, runs, spans, structural_probe, train
 from slm_jax.gtca.branch import Gtca, GtcaConfig
-from slm_jax.gtca.forward import gtca_logits, merge_models, split_models
+from slm_jax.gtca.model import GtcaLM, params_of
 from slm_jax.gtca.spans import chunk_batch
 from slm_jax.hf.scoring import plain_rows
 from slm_jax.model import Decoder, ModelConfig
@@ -166,7 +167,7 @@ def test_threshold_maximizes_mcc_on_the_fitting_scores():
   labels = np.array([0, 0, 1, 1, 1])
   threshold = real_sets.best_threshold(scores, labels)
   assert -4.0 < threshold < -3.0  # every acceptable sentence above, every other below
-  assert evaluate.matthews_corrcoef(labels, scores > threshold) == pytest.approx(1.0)
+  assert metrics.matthews_corrcoef(labels, scores > threshold) == pytest.approx(1.0)
   assert real_sets.best_threshold(np.array([1.0, 1.0]), np.array([0, 1])) == 1.0
 
 
@@ -179,7 +180,7 @@ def test_cache_cli_builds_every_set_from_its_hub_layout(root, tiny, tmp_path, ca
                                    f"--split={split}")
       assert code == 0, err
       assert f"{name} {split}: " in out and "errors 0" in out, out
-  with gcache.ParseCache(tmp_path / "cloth.sqlite", {}) as cache:
+  with parse_cache.ParseCache(tmp_path / "cloth.sqlite", {}) as cache:
     assert cache.meta["parser"] == "right_branching" and len(cache) == 8  # test rows repeat train's
   # unlabeled rows are counted and reported, never cached silently
   code, out, _ = build_cache(capsys, root / "cloth_passages", workdir, "cloth",
@@ -271,7 +272,7 @@ def test_a_cache_of_another_prompt_tokenizer_is_refused_naming_the_fix(root, tin
   cache, fmt = real_sets.open_cache(tmp_path / "cola.sqlite", two, 2)
   assert fmt.bos and cache.meta["parser"] == "right_branching"
   cache.close()
-  with pytest.raises(gcache.StaleCacheError, match="built with tokenizer .*--options=4, the run's "
+  with pytest.raises(parse_cache.StaleCacheError, match="built with tokenizer .*--options=4, the run's "
                                                    "option letters"):
     real_sets.open_cache(tmp_path / "cola.sqlite", four, 4)
 
@@ -367,38 +368,39 @@ def test_cache_cli_builds_both_sentences_of_every_blimp_pair(root, tiny, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def branch_run(tiny) -> tuple:
-  """What `train.restore_run` returns for a finished GTCA run of the tiny backbone (α = 0.15): its
+def branch_run(tiny) -> runs.RestoredRun:
+  """What `runs.restore_run` returns for a finished GTCA run of the tiny backbone (α = 0.15): its
   branch's parameters drawn at random (scale 0.5), so that the branch moves every score."""
   _, model, tokenizer = tiny
   k = 8
   backbone = gbackbone.prepare_backbone(model, tokenizer, n_options=2)
   gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=k), rngs=nnx.Rngs(1))
-  graphdefs, params = split_models(backbone.decoder, gtca)
+  graphdef, params = params_of(GtcaLM(backbone.decoder, gtca))
   leaves, treedef = jax.tree.flatten(params["gtca"])
   keys = jax.random.split(jax.random.key(3), len(leaves))
   params["gtca"] = jax.tree.unflatten(treedef, [
       x + 0.5 * jax.random.normal(key, x.shape, x.dtype) for x, key in zip(leaves, keys)])
   settings = types.SimpleNamespace(k=k, n_options=2, name="gtca", seed=0)
-  return settings, backbone, gtca, graphdefs, params, 0.15
+  return runs.RestoredRun(settings, backbone, nnx.merge(graphdef, params), graphdef, params, 0.15)
 
 
 def _direct_blimp(restored, root, cache_path) -> tuple[dict, np.ndarray]:
   """BLiMP's metrics computed without `real_sets`: every sentence (duplicates too) in one
-  forward pass of the decoder + branch (`forward.gtca_logits`), summed log-probs after the first token, read off position by
-  position, and the mean of per-paradigm accuracies."""
-  settings, backbone, _, graphdefs, params, alpha = restored
+  forward pass of the decoder + branch (`GtcaLM.logits`), summed log-probs after the first
+  token, read off position by position, and the mean of per-paradigm accuracies."""
+  settings, backbone, graphdef, params, alpha = (
+      restored.settings, restored.backbone, restored.graphdef, restored.params, restored.alpha)
   n_layers = backbone.decoder.config.n_layers
   split = mcqa_data.load_set("blimp", root)
   sentences = [s for pair in split.examples for s in pair.sentences()]
-  with gcache.ParseCache(cache_path, {}) as cache:
+  with parse_cache.ParseCache(cache_path, {}) as cache:
     fmt = prompts.PromptFormat.from_meta(cache.meta)
     ids = [fmt.prompt(s.record(), backbone.text_tokenizer).ids_T for s in sentences]
     trees = [cache.get(x) for x in ids]
   width = max(map(len, ids))
   tokens, meta = plain_rows(ids, width, len(ids))
   chunks = chunk_batch(trees, n_layers, width, settings.k)
-  forward = jax.jit(lambda p, *x: gtca_logits(*merge_models(graphdefs, p), *x, alpha))
+  forward = jax.jit(lambda p, *x: nnx.merge(graphdef, p).logits(*x, alpha))
   logits = forward(params, tokens, meta, chunks)
   logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)), np.float64)
   sums = [sum(logp[n, t - 1, x[t]] for t in range(1, len(x))) for n, x in enumerate(ids)]
@@ -423,7 +425,7 @@ def test_blimp_scores_of_a_run_equal_a_direct_computation(root, tiny, branch_run
   assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite")[0] == 0
   got = {}
   for alpha in (0.0, 0.15):
-    restored = (*branch_run[:5], alpha)
+    restored = branch_run._replace(alpha=alpha)
     out = real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", log=lambda _: None)
     want, scores = _direct_blimp(restored, root, tmp_path / "b.sqlite")
     assert set(out["metrics"]) == set(want) == {"blimp_real", "blimp_real_morphology",
@@ -448,7 +450,7 @@ def test_blimp_cache_miss_names_the_pair(root, tiny, branch_run, tmp_path, capsy
   out = real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", limit=1,
                             log=lambda _: None)
   assert out["counts"]["pairs"]["pairs"] == 3
-  with pytest.raises(gcache.CacheMissError, match=r"no span tree for example "
+  with pytest.raises(parse_cache.CacheMissError, match=r"no span tree for example "
                                                   r"adjunct_island:1:good \(5 tokens"):
     real_sets.score_run(restored, "blimp", root, tmp_path / "b.sqlite", limit=2,
                         log=lambda _: None)
@@ -460,7 +462,7 @@ def test_evaluate_cli_adds_real_blimp_to_an_old_result_file(root, tiny, branch_r
   `blimp` (left as it was), writes eval_blimp.json, and the tables show both, labelled apart."""
   assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite")[0] == 0
   restored = branch_run
-  monkeypatch.setattr(train, "restore_run", lambda run, log: restored)
+  monkeypatch.setattr(runs, "restore_run", lambda run, log: restored)
   run = tmp_path / "run"
   run.mkdir()
   (run / "result.json").write_text(json.dumps({"method": "gtca", "metrics": {"blimp": 61.0,
@@ -521,7 +523,7 @@ def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys)
   assert evaluate.main([f"--run={run}", "--task=blimp", f"--data_root={root}",
                         f"--cache={tmp_path / 'blimp.sqlite'}"]) == 0
   metrics = json.loads((run / "result.json").read_text())["metrics"]
-  want, _ = _direct_blimp(train.restore_run(run, lambda _: None), root, tmp_path / "blimp.sqlite")
+  want, _ = _direct_blimp(runs.restore_run(run, lambda _: None), root, tmp_path / "blimp.sqlite")
   assert metrics["blimp_real"] == pytest.approx(want["blimp_real"]) and "cola" in metrics
   capsys.readouterr()
   assert evaluate.main([f"--runs={run}"]) == 0
@@ -531,7 +533,7 @@ def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys)
   # a cache built with another prompt tokenizer (4 letters) is refused, with the fix named
   assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola4.sqlite",
                      "--options=4")[0] == 0
-  with pytest.raises(gcache.StaleCacheError, match="--options=2, the run's option letters"):
+  with pytest.raises(parse_cache.StaleCacheError, match="--options=2, the run's option letters"):
     evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
                    f"--cache={tmp_path / 'cola4.sqlite'}"])
 
@@ -540,14 +542,14 @@ def test_a_cache_miss_stops_training_naming_the_example(root, patched, tmp_path,
   workdir = patched
   # only the evaluation split is cached: the first training example misses
   assert build_cache(capsys, root, workdir, "winogrande", tmp_path / "w.sqlite")[0] == 0
-  with pytest.raises(gcache.CacheMissError, match=r"no span tree for example .*winogrande_xl/"
+  with pytest.raises(parse_cache.CacheMissError, match=r"no span tree for example .*winogrande_xl/"
                                                   r"train-00000-of-00001\.parquet:\d"):
     _train(tmp_path / "run", root, tmp_path / "w.sqlite", f"--backbone={workdir}",
            "--task=winogrande", "--methods=backbone")
   with pytest.raises(cli.CliError, match="needs --data_root"):
     train.main([f"--backbone={workdir}", f"--out={tmp_path}", "--task=mmlu"])
   with pytest.raises(ValueError, match="needs a cache built with --parser=random"):
-    real_sets.check_tree_source(gcache.ParseCache(tmp_path / "w.sqlite", {}), "random")
+    real_sets.check_tree_source(parse_cache.ParseCache(tmp_path / "w.sqlite", {}), "random")
   with pytest.raises(ValueError, match="cola is not a multiple-choice set"):
     real_sets.load_real("cola", root, 4, 2, 4)
 
@@ -565,7 +567,6 @@ def test_a_trained_run_restores_for_evaluation_and_the_probe(root, patched, tmp_
   """Direct-Joint (LoRA + GTCA, one stage) trained on CLOTH through the CLI; re-scoring its own
   test split from the restored checkpoint gives the numbers training wrote, MMLU is scored by
   the same run, and the probe's GTCA switch restores it too."""
-  from slm_jax.gtca import probe
   from tests.shared_data import require_shared
   workdir = patched
   cache = tmp_path / "cloth.sqlite"
@@ -592,5 +593,6 @@ def test_a_trained_run_restores_for_evaluation_and_the_probe(root, patched, tmp_
   out = tmp_path / "probe"
   assert probe.main([f"--gtca={run}", f"--cache={ptb_cache}", f"--train={files[0]}",
                      f"--test={files[1]}", f"--out={out}", "--rank=4", "--steps=3"]) == 0
-  assert json.loads((out / "gtca" / probe.RESULTS_FILE).read_text())["method"] == "direct_joint"
-  assert (out / probe.PLOT_FILE).is_file()
+  probed = json.loads((out / "gtca" / structural_probe.RESULTS_FILE).read_text())
+  assert probed["method"] == "direct_joint"
+  assert (out / structural_probe.PLOT_FILE).is_file()

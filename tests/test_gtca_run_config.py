@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.gtca import run_config, train
+from slm_jax.gtca import plans, run_config, train
 from slm_jax.gtca import backbone as gbackbone
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
@@ -34,10 +34,10 @@ def test_file_then_flags_then_overrides(tmp_path):
   assert config.seeds == (3,) and config.methods == ("gtca", "lora_only")
   assert config.stage_steps == (1, 2, 3) and config.batch_size == 8
   assert config.lora_rank == 4 and config.blimp_pairs is False
-  assert config.alpha == train.ALPHA and config.option_order == "random"  # Settings' defaults
+  assert config.alpha == plans.ALPHA and config.option_order == "random"  # Settings' defaults
   kwargs = run_config.settings_kwargs(config)
   assert "seed" not in kwargs and "method" not in kwargs and kwargs["lora_rank"] == 4
-  settings = train.Settings(out="x", method="gtca", seed=3, **kwargs)
+  settings = plans.Settings(out="x", method="gtca", seed=3, **kwargs)
   assert settings.stage_steps == (1, 2, 3) and settings.lr == 5e-3
 
 
@@ -69,8 +69,8 @@ def test_every_packaged_config_builds_its_runs(name):
   config = run_config.resolve(name, {})
   assert config.methods and config.seeds
   for method in config.methods:
-    base, ablation = train.variant(method)
-    train.Settings(out="x", method=base, ablation=ablation, seed=0,
+    base, ablation = plans.variant(method)
+    plans.Settings(out="x", method=base, ablation=ablation, seed=0,
                    **run_config.settings_kwargs(config))
   assert set(run_config.names()) >= {"toy", "mmlu_qwen"}
 

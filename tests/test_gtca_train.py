@@ -1,24 +1,32 @@
-"""GTCA training: backbone preparation, the frozen check, stage plans, chaining and resuming."""
+"""GTCA training: backbone preparation, the frozen check, stage plans, the stage optimizer, batch
+order, chaining and resuming (also from a checkpoint of the optimizer-state layout before GTCA
+trained through `train.steps`), the progress line."""
 
 from __future__ import annotations
 
 import collections
 import json
 import shutil
+import time
 
 import jax
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.gtca import train
+from slm_jax.gtca import plans, runs, stages, toy_encoding
+from slm_jax.gtca.backbone import prepare_backbone
+from slm_jax.gtca.model import changed_arrays, params_of
 from slm_jax.gtca.toy_task import make_toy_task
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
+from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.train.params import backbone_check, fingerprints
+from slm_jax.train.optimizer import make_schedule, trainable_mask
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +49,7 @@ def _flat(model):
 
 def test_prepare_backbone_extends_the_vocabulary_and_copies_every_array(tiny):
   model, tokenizer = tiny
-  backbone = train.prepare_backbone(model, tokenizer, seed=3)
+  backbone = prepare_backbone(model, tokenizer, seed=3)
   assert backbone.added_words == ("Question:", "Options:", "Answer:", "___", "A.", "B.", "A", "B")
   old, new = _flat(model), _flat(backbone.decoder)
   v = tokenizer.vocab_size
@@ -58,12 +66,12 @@ def test_prepare_backbone_extends_the_vocabulary_and_copies_every_array(tiny):
   ids, _ = backbone.text_tokenizer.encode("Question: the keys ___ .")
   assert ids.tolist() == [v, 1, 5, v + 3, 2]
   with pytest.raises(ValueError, match="word-level"):
-    train.prepare_backbone(model, type("T", (), {"base": object()})())
+    prepare_backbone(model, type("T", (), {"base": object()})())
 
 
 def test_frozen_backbone_check_detects_a_changed_array(tiny):
   model, tokenizer = tiny
-  backbone = train.prepare_backbone(model, tokenizer)
+  backbone = prepare_backbone(model, tokenizer)
   params = nnx.to_pure_dict(nnx.state(backbone.decoder, nnx.Param))
   prints = fingerprints(params, "lora")
   assert backbone_check(prints, params, "lora")[0]
@@ -78,36 +86,36 @@ def test_frozen_backbone_check_detects_a_changed_array(tiny):
 
 
 def test_plans_and_alpha_ramp():
-  settings = lambda method, **kw: train.Settings("b", "o", method, stage_steps=(10, 20, 30), **kw)
-  assert [s.name for s in train.plan(settings("gtca"))] == ["lora", "gtca", "joint"]
-  assert [(s.trainable, s.steps) for s in train.plan(settings("gtca"))] == [
+  settings = lambda method, **kw: plans.Settings("b", "o", method, stage_steps=(10, 20, 30), **kw)
+  assert [s.name for s in plans.plan(settings("gtca"))] == ["lora", "gtca", "joint"]
+  assert [(s.trainable, s.steps) for s in plans.plan(settings("gtca"))] == [
       ("lora", 10), ("gtca", 20), ("lora,gtca", 30)]
-  assert [(s.trainable, s.steps) for s in train.plan(settings("lora_only"))] == [("lora", 60)]
-  assert [(s.trainable, s.steps) for s in train.plan(settings("direct_joint"))] == [
+  assert [(s.trainable, s.steps) for s in plans.plan(settings("lora_only"))] == [("lora", 60)]
+  assert [(s.trainable, s.steps) for s in plans.plan(settings("direct_joint"))] == [
       ("lora,gtca", 60)]
-  assert train.plan(settings("backbone")) == []
-  stage2 = train.plan(settings("gtca"))[1]
+  assert plans.plan(settings("backbone")) == []
+  stage2 = plans.plan(settings("gtca"))[1]
   assert [round(stage2.alpha(s), 4) for s in (0, 1, 5)] == [0.075, 0.15, 0.15]
-  ramp = train.ramp(0.15, 100)
+  ramp = plans.ramp(0.15, 100)
   assert [round(ramp(s), 4) for s in (0, 4, 9, 10, 99)] == [0.015, 0.075, 0.15, 0.15, 0.15]
-  assert train.plan(settings("gtca"))[0].alpha(5) == 0.0
-  assert train.eval_alpha(settings("lora_only")) == 0 and train.eval_alpha(settings("gtca")) == 0.15
+  assert plans.plan(settings("gtca"))[0].alpha(5) == 0.0
+  assert plans.eval_alpha(settings("lora_only")) == 0 and plans.eval_alpha(settings("gtca")) == 0.15
   assert settings("gtca", ablation="no_gate").name == "no_gate"
   with pytest.raises(ValueError, match="applies to method gtca"):
     settings("lora_only", ablation="no_gate")
   with pytest.raises(ValueError, match="method 'bert'"):
     settings("bert")
-  assert train.variant("permuted_trees") == ("gtca", "permuted_trees")
+  assert plans.variant("permuted_trees") == ("gtca", "permuted_trees")
   with pytest.raises(cli.CliError, match="unknown method"):
-    train.variant("none")
+    plans.variant("none")
 
 
 def test_batch_order_is_a_function_of_seed_stage_and_step():
-  steps = [train.batch_indices(10, 4, s, seed=1, stage=0) for s in range(5)]  # 20 rows: 2 epochs
+  steps = [stages.batch_indices(10, 4, s, seed=1, stage=0) for s in range(5)]  # 20 rows: 2 epochs
   flat = np.concatenate(steps)
   assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
-  assert np.array_equal(train.batch_indices(10, 4, 3, 1, 0), steps[3])
-  assert not np.array_equal(train.batch_indices(10, 4, 3, 1, 1), steps[3])
+  assert np.array_equal(stages.batch_indices(10, 4, 3, 1, 0), steps[3])
+  assert not np.array_equal(stages.batch_indices(10, 4, 3, 1, 1), steps[3])
 
 
 def _adapters(out, stage):
@@ -126,13 +134,13 @@ def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeyp
   """Two stages of the gtca plan (LoRA, then GTCA only: two compilations keep the test short;
   `test_plans_and_alpha_ramp` checks the real plan's three)."""
   model, tokenizer = tiny
-  real = train.plan
-  monkeypatch.setattr(train, "plan", lambda settings: real(settings)[:2])
+  real = plans.plan
+  monkeypatch.setattr(runs, "plan", lambda settings: real(settings)[:2])
   out = tmp_path / "run"
-  settings = train.Settings("tiny", str(out), "gtca", stage_steps=(2, 2, 2), batch_size=4,
+  settings = plans.Settings("tiny", str(out), "gtca", stage_steps=(2, 2, 2), batch_size=4,
                             checkpoint_every=1, log_every=1, blimp_pairs=False)
   lines = []
-  result = train.run(settings, lines.append, backbone=train.prepare_backbone(model, tokenizer),
+  result = runs.run(settings, lines.append, backbone=prepare_backbone(model, tokenizer),
                      task=task)
   assert len(result["backbone_checks"]) == 2
   assert all("bitwise equal" in line for line in result["backbone_checks"])
@@ -150,7 +158,7 @@ def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeyp
   shutil.rmtree(out / "stage2_gtca" / "2")
   (out / "result.json").unlink()
   lines = []
-  again = train.run(settings, lines.append, backbone=train.prepare_backbone(model, tokenizer),
+  again = runs.run(settings, lines.append, backbone=prepare_backbone(model, tokenizer),
                     task=task)
   assert any("stage 1 (lora): resumed at step 2/2" in line for line in lines)
   assert any("stage 2 (gtca): resumed at step 1/2" in line for line in lines)
@@ -161,7 +169,7 @@ def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeyp
   other = Decoder(model.config, rngs=nnx.Rngs(5))
   (out / "result.json").unlink()
   with pytest.raises(Exception, match="another backbone"):
-    train.run(settings, lines.append, backbone=train.prepare_backbone(other, tokenizer), task=task)
+    runs.run(settings, lines.append, backbone=prepare_backbone(other, tokenizer), task=task)
 
 
 def test_toy_rows_are_cut_from_the_left_to_the_backbone_context(tiny, task):
@@ -169,13 +177,88 @@ def test_toy_rows_are_cut_from_the_left_to_the_backbone_context(tiny, task):
   answer letter ≤ context, and the cut rows are counted."""
   model, tokenizer = tiny
   items = task.splits["test"]
-  free = train.encode_items(items, train.prepare_backbone(model, tokenizer), "gold", 0)
+  free = toy_encoding.encode_items(items, prepare_backbone(model, tokenizer), "gold", 0)
   limit = min(len(e.ids_T) for e in free) - 3
   tally = collections.Counter()
-  cut = train.encode_items(items, train.prepare_backbone(model, tokenizer, context=limit),
+  cut = toy_encoding.encode_items(items, prepare_backbone(model, tokenizer, context=limit),
                            "gold", 0, tally)
   assert tally["truncated"] == len(items)
   for a, b in zip(free, cut):
     assert len(b.ids_T) == limit and b.ids_T[-1] == a.ids_T[-1]  # the letter is kept
     assert b.ids_T[:-1].tolist() == a.ids_T[:-1][-(limit - 1):].tolist()
     assert b.tree.n_tokens == limit - 1
+
+
+def test_stage_optimizer_expresses_the_stage_schedule():
+  settings = plans.Settings("b", "o", "gtca", lr=3e-3)
+  for steps, warmup in ((1, 0), (2, 1), (19, 1), (150, 7), (400, 20)):
+    stage = plans.Stage("gtca", "gtca", steps, lambda _: 0.15)
+    section = stages.stage_optimizer(settings, stage)
+    assert (section.warmup_steps, section.peak_lr, section.min_lr) == (warmup, 3e-3, 3e-3 * 0.1)
+    assert (section.b2, section.weight_decay, section.clip, section.trainable) == (
+        0.999, 0.0, 1.0, "gtca")
+  stage = plans.Stage("joint", "lora,gtca", 150, lambda _: 0.15)
+  schedule = make_schedule(stages.stage_optimizer(settings, stage), 150)
+  assert 0 < float(schedule(1)) < 3e-3 and float(schedule(7)) == pytest.approx(3e-3)
+  assert float(schedule(150)) == pytest.approx(3e-4)  # cosine to lr / 10 at the last update
+
+
+def test_progress_rate_starts_after_the_first_step():
+  pace = stages._pace  # pylint: disable=protected-access
+  assert "first step" in pace(1, 1, time.perf_counter(), 10)
+  line = pace(5, 1, time.perf_counter() - 2.0, 10)
+  rate = float(line.split(" steps/s")[0])
+  assert 1.5 < rate <= 2.0 and line.endswith("s") and "ETA" in line  # 4 steps in ~2 s
+
+
+def _tiny_params(tiny):
+  model, tokenizer = tiny
+  backbone = prepare_backbone(model, tokenizer)
+  settings = plans.Settings("tiny", "o", "gtca", stage_steps=(2, 2, 2), k=8)
+  _, params = params_of(runs.make_model(backbone, settings))
+  return settings, params
+
+
+def _old_layout_state(settings, stage, params):
+  """What a stage checkpoint held before GTCA trained through train.steps: optax's chain of
+  clip and AdamW over the trained leaves only (None elsewhere)."""
+  warmup = min(max(1, stage.steps // 20), stage.steps - 1)
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+      optax.warmup_cosine_decay_schedule(0.0, settings.lr, warmup, stage.steps,
+                                         settings.lr * 0.1), weight_decay=0.0))
+  mask = trainable_mask(params, stage.trainable)
+  trained = jax.tree.map(lambda x, m: x if m else None, params, mask)
+  return {"adapters": stages.adapters_of(params), "opt_state": tx.init(trained)}
+
+
+def test_stage_checkpoints_restore_in_both_layouts(tmp_path, tiny):
+  settings, params = _tiny_params(tiny)
+  stage = plans.plan(settings)[1]  # stage 2: GTCA only
+  digest = stages.digest_line(fingerprints(params["backbone"], "lora"))
+  moved = jax.tree.map(lambda x: x + 1, stages.adapters_of(params))
+  tx = stages.stage_tx(settings, stage)
+  # a finished stage in the old layout: its adapters are reused
+  saved = _old_layout_state(settings, stage, params)
+  saved["adapters"] = moved
+  old = Checkpointer(tmp_path / "old", async_save=False)
+  old.save(stage.steps, saved, {"backbone": digest})
+  old.wait()
+  got, opt_state, step = stages.restore_stage(old, params, tx.init(params), digest, stage.steps)
+  assert step == stage.steps and opt_state is None
+  assert changed_arrays(stages.with_adapters(params, moved), got) == []
+  # a partial stage in the old layout cannot resume: refused, naming the folder
+  partial = Checkpointer(tmp_path / "old_partial", async_save=False)
+  partial.save(1, _old_layout_state(settings, stage, params), {"backbone": digest})
+  partial.wait()
+  with pytest.raises(CheckpointError, match="old_partial: step 1 .*another layout"):
+    stages.restore_stage(partial, params, tx.init(params), digest, stage.steps)
+  # a partial stage in today's layout resumes with its optimizer state; another backbone: refused
+  new = Checkpointer(tmp_path / "new", async_save=False)
+  state = tx.init(params)
+  new.save(1, {"adapters": moved, "opt_state": state}, {"backbone": digest})
+  new.wait()
+  got, opt_state, step = stages.restore_stage(new, params, tx.init(params), digest, stage.steps)
+  assert step == 1 and changed_arrays(stages.with_adapters(params, moved), got) == []
+  assert changed_arrays(state, opt_state) == []
+  with pytest.raises(CheckpointError, match="another backbone"):
+    stages.restore_stage(new, params, tx.init(params), "other", stage.steps)

@@ -10,8 +10,8 @@
   5 train/config train (with run_config), config_builder (its old name), configs
   6 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
   7 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
-                 parse/__main__, the parser's CLIs, gtca's CLIs (and their helpers real_sets,
-                 probe_gtca, probe_trees), finetune
+                 parse/__main__, the parser's CLIs, gtca's CLIs (train, evaluate, probe,
+                 cache), finetune
 
 Every `import` / `from … import` is read with `ast`, also those inside functions (a lazy import
 is still a dependency). `layer_violations(root)` is a function so it can be pointed at another
@@ -55,11 +55,7 @@ LAYERS = (
     ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
     ("slm_jax.export", 7), ("slm_jax.tfds_build", 7),
     ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
-    # GTCA's real-set scoring and the probe's GTCA switch use the scorers of gtca.evaluate and
-    # the restore of gtca.train, which sit at the CLI layer, so they sit there too.
-    ("slm_jax.gtca.real_sets", 7), ("slm_jax.gtca.probe_gtca", 7),
-    # The probe's gold trees read evalb's punctuation words (the parser's scoring CLI).
-    ("slm_jax.gtca.probe_trees", 7),
+    ("slm_jax.gtca.cache", 7),
     ("slm_jax.finetune", 7),
     ("pallas_kernels", 3),  # where the kernels lived before they moved into the package
 )

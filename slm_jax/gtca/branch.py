@@ -207,7 +207,8 @@ class Gtca(nnx.Module):
             alpha: float | jax.Array | None = None) -> jax.Array:
     """δ [B, T, D] of block `layer` from its normalized input x (compute dtype).
 
-    δ = α · m_t · W_o(concat_h g_h ⊙ O_h); rows that see no chunk are exactly 0.
+    δ = α · m_t · W_o(concat_h g_h ⊙ O_h); rows that see no chunk are exactly 0. α: a scalar
+    or float32 [B] (one per row); None: `config.alpha`.
     """
     c = self.config
     B, T, D = x_BTD.shape
@@ -234,8 +235,10 @@ class Gtca(nnx.Module):
                              + self.gate_b[i].astype(jnp.float32))
       gated_BTHE = o_BTHE * g_BTH[..., None].astype(o_BTHE.dtype)
     y_BTD = gated_BTHE.reshape(B, T, H * E).astype(dtype) @ param(self.o)
-    alpha = c.alpha if alpha is None else alpha
-    scale_BT1 = (jnp.asarray(alpha, jnp.float32) * memory.update_mask_BT)[..., None]
+    alpha = jnp.asarray(c.alpha if alpha is None else alpha, jnp.float32)
+    if alpha.ndim == 1:  # one α per row [B] (a training batch's field)
+      alpha = alpha[:, None]
+    scale_BT1 = (alpha * memory.update_mask_BT)[..., None]
     delta_BTD = (scale_BT1 * y_BTD.astype(jnp.float32)).astype(dtype)
     return jnp.where(visible_BTK.any(axis=-1)[..., None], delta_BTD, jnp.zeros((), dtype))
 

@@ -39,10 +39,10 @@ from slm_jax.parse.splitting import Sentence
 from slm_jax.tokenizer_bases import ptb_unescape
 from slm_jax.gtca import ablations
 from slm_jax.gtca.mcqa_data import PAIRS, load_set, set_of
+from slm_jax.gtca.probe_trees import read_trees
 from slm_jax.trees import Tree
 
 WEAK_PARSERS = ("right_branching", "random")
-PTB_OPTIONS = ptb.NormalizeOptions(drop_preterminals=False)  # as slm_jax.gtca.probe reads trees
 
 
 def _shard(items: list, index: int, count: int) -> list:
@@ -80,7 +80,7 @@ def ptb_records(paths: Sequence[str], index: int = 0, count: int = 1
     raise FileNotFoundError(f"--ptb {', '.join(paths)}: no PTB files")
   records = []
   for path in files:
-    trees = [doc[0] for doc in ptb.read_documents([path], sentences=True, normalize=PTB_OPTIONS)]
+    trees = read_trees([path])  # as the probe reads them (POS layer kept)
     for number, tree in enumerate(trees):
       records.append((f"{path}:{number}", {"sentence": " ".join(tree.leaves()),
                                            "tree": tree.to_bracketed()}))

@@ -5,7 +5,8 @@ validated at construction). `plan(settings)` gives its stages: `backbone` none, 
 LoRA stage at α = 0, `direct_joint` one LoRA + GTCA stage at α = 0.15, `gtca` the paper's three
 (LoRA at α = 0; GTCA with α warmed linearly over the first 10% of its steps, `ramp`; both at
 α = 0.15). `ABLATION_SWITCHES` maps each ablation to its branch options and tree source; every
-ablation runs the `gtca` plan. `slm_jax.gtca.train` runs them.
+ablation runs the `gtca` plan; `variant` maps a table row (a method or an ablation) to both.
+`slm_jax.gtca.runs` runs them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import math
 from typing import Callable
 
+from slm_jax import cli
 from slm_jax.gtca.mcqa_data import MCQA_SETS
 from slm_jax.gtca.spans import K
 
@@ -90,7 +92,7 @@ class Settings:
 @dataclasses.dataclass(frozen=True)
 class Stage:
   name: str
-  trainable: str  # forward.trainable_mask groups: "lora", "gtca", "lora,gtca"
+  trainable: str  # optimizer.trainable groups: "lora", "gtca", "lora,gtca"
   steps: int
   alpha: Callable[[int], float]  # step (0-based) -> α
 
@@ -118,3 +120,13 @@ def plan(settings: Settings) -> list[Stage]:
 def eval_alpha(settings: Settings) -> float:
   """α at evaluation: 0 for methods without a trained branch."""
   return 0.0 if settings.method in ("backbone", "lora_only") else settings.alpha
+
+
+def variant(name: str) -> tuple[str, str]:
+  """A table row name → (method, ablation): `gtca`, `lora_only`, … or an ablation (`no_gate`)."""
+  if name in METHODS:
+    return name, "none"
+  if name in ABLATION_SWITCHES and name != "none":
+    return "gtca", name
+  raise cli.CliError(f"unknown method or ablation {name!r}; expected one of "
+                     f"{', '.join(METHODS + tuple(a for a in ABLATION_SWITCHES if a != 'none'))}")

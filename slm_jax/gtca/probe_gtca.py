@@ -2,12 +2,12 @@
 same probe on the frozen backbone and on a GTCA-trained run, both curves in one figure.
 
 - **GTCA**: the run restored as `python -m slm_jax.gtca.train` left it
-  (`train.restore_run`: the backbone from its workdir, LoRA + the branch from the last stage's
+  (`runs.restore_run`: the backbone from its workdir, LoRA + the branch from the last stage's
   checkpoint), the branch active at the run's evaluation α. Each probed sentence's span tree is
   read from the parse cache under the sha256 of the exact ids the probe feeds (BOS + the word
   ids), all before anything is probed; a miss is an error naming the sentence
   (`CacheMissError`), never a run without the branch. The branch runs inside the jitted
-  forward (`probe.word_vectors(branch=…)`). `python -m slm_jax.gtca.cache --ptb=FILES
+  forward (`structural_probe.word_vectors(branch=…)`). `python -m slm_jax.gtca.cache --ptb=FILES
   --workdir=BACKBONE --options=N --bos` (N: the run's option letters) builds that cache (each
   tree's own words and brackets, read with the probe's normalization).
 - **Backbone**: the frozen backbone as its workdir loads it (no adapters, no branch).
@@ -17,8 +17,6 @@ same probe on the frozen backbone and on a GTCA-trained run, both curves in one 
   own one-curve plot) and OUT/uuas.png with both curves; the trained curve is labelled with
   the run's method (`GTCA`, `LoRA-only` — a LoRA-only run probes its adapters at α = 0, …).
 
-Lives at the CLI layer (tests/test_layering.py): it restores a run through `slm_jax.gtca.train`
-and probes through `slm_jax.gtca.probe`, both CLIs.
 """
 
 from __future__ import annotations
@@ -28,40 +26,41 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slm_jax.gtca import probe
+from slm_jax.gtca import structural_probe
 from slm_jax.gtca.backbone import frozen_model
-from slm_jax.gtca.cache import ParseCache
-from slm_jax.gtca.evaluate import DISPLAY
-from slm_jax.gtca.spans import SpanTree, chunk_batch
+from slm_jax.gtca.batches import padded_chunks
+from slm_jax.gtca.parse_cache import ParseCache
+from slm_jax.gtca.probe_trees import Sentence
+from slm_jax.gtca.report import DISPLAY
+from slm_jax.gtca.runs import restore_run
+from slm_jax.gtca.spans import SpanTree
 
 PLOT_LABELS = ("backbone", "GTCA")
 
 
-def cached_trees(cache: ParseCache, sentences: Sequence[probe.Sentence], encode_word: Callable,
+def cached_trees(cache: ParseCache, sentences: Sequence[Sentence], encode_word: Callable,
                  bos_id: int | None) -> dict[tuple[str, ...], SpanTree]:
   """words → span tree of every sentence, read before anything is probed (a miss stops the
   probe at once, naming the sentence)."""
   out = {}
   for s in sentences:
     if s.words not in out:
-      ids, _ = probe.encode(s, encode_word, bos_id)
+      ids, _ = structural_probe.encode(s, encode_word, bos_id)
       out[s.words] = cache.get(ids, example=f"probe sentence {' '.join(s.words)[:60]!r}")
   return out
 
 
 def cached_branch(gtca, trees: dict, n_layers: int, alpha: float, k: int) -> tuple:
-  """`branch=(arrays_for, build)` for `probe.word_vectors`: per batch the rows' chunk layout
-  (their cached span trees) and the branch's parameters go into the jitted forward, where the
-  chunk memories are made from the frozen embeddings and the branch's hook is built."""
+  """`branch=(arrays_for, build)` for `structural_probe.word_vectors`: per batch the rows' chunk
+  layout (their cached span trees) and the branch's parameters go into the jitted forward, where
+  the chunk memories are made from the frozen embeddings and the branch's hook is built."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
   graphdef, state = nnx.split(gtca)
 
-  def arrays_for(batch: probe.ProbeBatch):
+  def arrays_for(batch: structural_probe.ProbeBatch):
     rows, width = batch.tokens_BT.shape
-    span_trees = [trees[s.words] for s in batch.sentences]
-    span_trees += [SpanTree(None, 0)] * (rows - len(span_trees))
-    chunks = chunk_batch(span_trees, n_layers, width, k)
+    chunks = padded_chunks([trees[s.words] for s in batch.sentences], rows, n_layers, width, k)
     return {"chunks": type(chunks)(*(jnp.asarray(x) for x in chunks)), "gtca": state}
 
   def build(x_BTD, arrays):
@@ -72,12 +71,13 @@ def cached_branch(gtca, trees: dict, n_layers: int, alpha: float, k: int) -> tup
 
 
 def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathlib.Path,
-                            train: Sequence[probe.Sentence], test: Sequence[probe.Sentence],
+                            train: Sequence[Sentence], test: Sequence[Sentence],
                             out: str | pathlib.Path, *, log: Callable[[str], None] = print,
                             **options) -> dict[str, dict]:
-  """Both probes (module docstring); `options` go to `probe.probe_model` (rank, steps, …)."""
-  from slm_jax.gtca import train as gtca_train  # pylint: disable=import-outside-toplevel
-  settings, backbone, gtca, _, _, alpha = gtca_train.restore_run(run_dir, log)
+  """Both probes (module docstring); `options` go to `structural_probe.probe_model` (rank,
+  steps, …)."""
+  restored = restore_run(run_dir, log)
+  settings, backbone, alpha = restored.settings, restored.backbone, restored.alpha
   tokenizer = backbone.text_tokenizer
   bos_id = tokenizer.bos_id
   encode_word = lambda word: [int(i) for i in tokenizer.encode(word)[0]]  # noqa: E731
@@ -86,19 +86,20 @@ def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathl
   log(f"{len(trees)} span trees of the probed sentences read from {cache_path}")
   out = pathlib.Path(out)
   frozen = frozen_model(settings.backbone)
-  results = {"backbone": probe.probe_model(
+  results = {"backbone": structural_probe.probe_model(
       frozen, encode_word, bos_id, train, test, out / "backbone", label=PLOT_LABELS[0], log=log,
       extra={"model": settings.backbone}, **options)}
-  branch = cached_branch(gtca, trees, backbone.decoder.config.n_layers, alpha, settings.k)
+  branch = cached_branch(restored.model.gtca, trees, backbone.decoder.config.n_layers, alpha,
+                         settings.k)
   # the trained curve is named after the run's method (a LoRA-only run probes at α = 0)
   label = DISPLAY.get(settings.name, settings.name)
-  results["gtca"] = probe.probe_model(
+  results["gtca"] = structural_probe.probe_model(
       backbone.decoder, encode_word, bos_id, train, test, out / "gtca", label=label,
       branch=branch, log=log, extra={"model": str(run_dir), "method": settings.name,
                                      "alpha": alpha, "cache": str(cache_path)}, **options)
-  probe.plot([(PLOT_LABELS[0], results["backbone"]), (label, results["gtca"])],
-             out / probe.PLOT_FILE)
+  structural_probe.plot([(PLOT_LABELS[0], results["backbone"]), (label, results["gtca"])],
+                        out / structural_probe.PLOT_FILE)
   gains = np.asarray(results["gtca"]["uuas"]) - np.asarray(results["backbone"]["uuas"])
   log(f"UUAS {label} − backbone per layer: {' '.join(f'{g:+.3f}' for g in gains)}; wrote "
-      f"{out / probe.PLOT_FILE} (both curves)")
+      f"{out / structural_probe.PLOT_FILE} (both curves)")
   return results

@@ -12,9 +12,10 @@ read POS tags, so trees are read with their preterminals kept (`read_trees`); a 
 (skeletal trees) just never matches a tag in the priority lists.
 
 Punctuation: removed from the tree before head finding (words tagged '' , . : `` -LRB- -RRB-, the
-tag set of Hewitt & Manning's evaluation; for untagged words, evalb's punctuation words except # and
-$), so it is neither probed nor part of any gold edge or distance, and a constituent left with only
-punctuation disappears. The model still reads every word, punctuation included: word vectors come
+tag set of Hewitt & Manning's evaluation; an untagged word when it is one of the caller's
+`punct_words` — the probe CLI passes evalb's punctuation words except # and $), so it is neither
+probed nor part of any gold edge or distance, and a constituent left with only punctuation
+disappears. The model still reads every word, punctuation included: word vectors come
 from the full sentence in context. Sentences with fewer than 2 remaining words have no edge and are
 skipped.
 """
@@ -31,20 +32,12 @@ from slm_jax import ptb
 from slm_jax.kinds import PTB_LABELS
 from slm_jax.trees import Tree
 
-# Hewitt & Manning's punctuation tags; for untagged words evalb's punctuation words minus # and $
-# (PTB tags those # and $, and they head their phrases: "$ 100").
+# Hewitt & Manning's punctuation tags (an untagged word is looked up in the caller's words).
 PUNCT_TAGS = frozenset(("''", ",", ".", ":", "``", "-LRB-", "-RRB-"))
 _PHRASES = frozenset(PTB_LABELS)
 EDGE_DEFINITION = ("dependencies by Collins (1999) head rules over the constituency tree, "
                    "punctuation removed; distance = path length in that tree")
 
-
-def _punct_words() -> frozenset:
-  from slm_jax.parser.evalb import PUNCTUATION  # pylint: disable=import-outside-toplevel
-  return PUNCTUATION - {"#", "$"}
-
-
-PUNCT_WORDS = _punct_words()
 
 # --- gold dependency trees ----------------------------------------------------------------------
 
@@ -112,14 +105,17 @@ def _is_preterminal(node: Tree) -> bool:
           and node.label not in _PHRASES)
 
 
-def is_punctuation(word: str, tag: str | None) -> bool:
-  return tag in PUNCT_TAGS if tag is not None else word in PUNCT_WORDS
+def is_punctuation(word: str, tag: str | None, punct_words: frozenset) -> bool:
+  """A tagged word by its tag (`PUNCT_TAGS`), an untagged one by `punct_words`."""
+  return tag in PUNCT_TAGS if tag is not None else word in punct_words
 
 
-def tree_dependencies(tree: Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
+def tree_dependencies(tree: Tree, punct_words: frozenset
+                      ) -> tuple[list[str], np.ndarray, np.ndarray]:
   """(every leaf word, indices of the non-punctuation words among them [n], head of each of those
   among the n (-1 = the root) [n]) of a constituency tree, by `head_child`, punctuation removed
-  first (module docstring). A POS preterminal's label is its word's tag."""
+  first (module docstring; `punct_words`: the untagged punctuation words). A POS preterminal's
+  label is its word's tag."""
   words: list[str] = []
   kept: list[int] = []
   heads: list[int] = []
@@ -128,7 +124,7 @@ def tree_dependencies(tree: Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
     if isinstance(node, str) or _is_preterminal(node):
       word, tag = (node, None) if isinstance(node, str) else (node.children[0], node.label)
       words.append(word)
-      if is_punctuation(word, tag):
+      if is_punctuation(word, tag, punct_words):
         return None, None
       kept.append(len(words) - 1)
       heads.append(-1)
@@ -213,17 +209,18 @@ class Sentence:
     return len(self.kept)
 
 
-def sentence(tree: Tree) -> Sentence:
-  words, kept, heads = tree_dependencies(tree)
+def sentence(tree: Tree, punct_words: frozenset) -> Sentence:
+  words, kept, heads = tree_dependencies(tree, punct_words)
   return Sentence(tuple(words), kept, heads, tree_distances(heads), tree)
 
 
-def sentences_from_trees(trees: Iterable[Tree], max_words: int | None = None) -> list[Sentence]:
+def sentences_from_trees(trees: Iterable[Tree], punct_words: frozenset,
+                         max_words: int | None = None) -> list[Sentence]:
   """The probed sentences of `trees`: those with ≥ 2 non-punctuation words (and at most
   `max_words` words in all, when given)."""
   out = []
   for tree in trees:
-    s = sentence(tree)
+    s = sentence(tree, punct_words)
     if s.n >= 2 and (max_words is None or len(s.words) <= max_words):
       out.append(s)
   return out

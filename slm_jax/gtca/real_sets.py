@@ -26,7 +26,7 @@ tree sources an ablation may use, and CoLA's Matthews correlation.
   field as BLiMP writes it) and overall (`blimp_real`) as the **mean over paradigms** of
   per-paradigm accuracy (macro; the mean over pairs when every paradigm has as many pairs, as
   BLiMP's 67 × 1,000 and any `--limit` below 1,000 do), ×100. `blimp_real`, not `blimp`: `blimp`
-  is the toy task's BLiMP-style pairs (`slm_jax.gtca.train`).
+  is the toy task's BLiMP-style pairs (`slm_jax.gtca.runs`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ from typing import Sequence
 import numpy as np
 
 from slm_jax.eval.blimp import pair_verdicts, summarize
-from slm_jax.gtca import ablations, evaluate
+from slm_jax.gtca import ablations, scoring
 from slm_jax.gtca.backbone import Backbone
-from slm_jax.gtca.cache import ParseCache, StaleCacheError
+from slm_jax.gtca.batches import Encoded, row_width
+from slm_jax.gtca.metrics import REAL_BLIMP, matthews_corrcoef, mcqa_metrics, option_drift
+from slm_jax.gtca.parse_cache import ParseCache, StaleCacheError
 from slm_jax.gtca.mcqa_data import MCQA, PAIRS, SENTENCE, GtcaSplit, load_set, set_of
 from slm_jax.gtca.prompts import PromptFormat, TextTokenizer
 
@@ -125,7 +127,7 @@ def check_tree_source(cache: ParseCache, tree_source: str) -> None:
 
 def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt: PromptFormat,
                   tree_source: str = "gold", seed: int = 0,
-                  counts: collections.Counter | None = None) -> list[evaluate.Encoded]:
+                  counts: collections.Counter | None = None) -> list[Encoded]:
   """Prompt + answer-letter rows of labeled MCQA examples with their cached span trees."""
   check_tree_source(cache, tree_source)
   counts = collections.Counter() if counts is None else counts
@@ -141,7 +143,7 @@ def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt
       tree = ablations.permute_leaves(tree, np.random.default_rng([seed, index]))
     ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[example.answer]]])
     counts["over_context"] += backbone.context is not None and len(ids) > backbone.context
-    out.append(evaluate.Encoded(ids, tree, backbone.letter_ids[:len(example.options)],
+    out.append(Encoded(ids, tree, backbone.letter_ids[:len(example.options)],
                                 example.answer, example.group, example.source))
   counts["encoded"] += len(out)
   return out
@@ -168,14 +170,14 @@ def best_threshold(scores_N: np.ndarray, labels_N: np.ndarray) -> float:
   if values.size < 2:
     return float(values[0]) if values.size else 0.0
   candidates = np.concatenate([[values[0] - 1.0], (values[1:] + values[:-1]) / 2])
-  mccs = [evaluate.matthews_corrcoef(labels_N, scores_N > t) for t in candidates]
+  mccs = [matthews_corrcoef(labels_N, scores_N > t) for t in candidates]
   return float(candidates[int(np.argmax(mccs))])
 
 
 def mean_token_scores(scorer, params, rows: Sequence[tuple], alpha: float, *, n_layers: int,
                       k: int) -> np.ndarray:
   """Mean per-token log-likelihood of each sentence row (its tokens after the first)."""
-  sums = evaluate.sentence_scores(scorer, params, rows, alpha, n_layers=n_layers, k=k)
+  sums = scoring.sentence_scores(scorer, params, rows, alpha, n_layers=n_layers, k=k)
   tokens = np.asarray([max(len(ids) - 1, 1) for ids, _ in rows], np.float64)
   return sums / tokens
 
@@ -187,7 +189,7 @@ def cola_mcc(scorer, params, fit_rows: Sequence[tuple], fit_labels: Sequence[int
   fit = mean_token_scores(scorer, params, fit_rows, alpha, n_layers=n_layers, k=k)
   threshold = best_threshold(fit, np.asarray(fit_labels))
   scores = mean_token_scores(scorer, params, eval_rows, alpha, n_layers=n_layers, k=k)
-  mcc = evaluate.matthews_corrcoef(np.asarray(eval_labels), scores > threshold)
+  mcc = matthews_corrcoef(np.asarray(eval_labels), scores > threshold)
   return {"cola": 100.0 * mcc, "cola_threshold": threshold}
 
 
@@ -204,14 +206,14 @@ def blimp_metrics(scorer, params, split: GtcaSplit, tokenizer: TextTokenizer, ca
   where_N = np.asarray([unique.setdefault(ids.tobytes(), n) for n, (ids, _) in enumerate(rows)],
                        np.int64)
   first, where_N = np.unique(where_N, return_inverse=True)
-  scores = evaluate.sentence_scores(scorer, params, [rows[i] for i in first], alpha,
+  scores = scoring.sentence_scores(scorer, params, [rows[i] for i in first], alpha,
                                     n_layers=n_layers, k=k)
   scores_P2 = scores[where_N].reshape(-1, 2)
   correct, ties, nonfinite = pair_verdicts(scores_P2[:, 0], scores_P2[:, 1])
   which = np.asarray([pair.paradigm for pair in split.examples], np.int64)
   result = summarize(split.paradigms, correct, which)
-  metrics = {evaluate.REAL_BLIMP: result.overall,
-             **{f"{evaluate.REAL_BLIMP}_{f}": v for f, v in result.fields.items()}}
+  metrics = {REAL_BLIMP: result.overall,
+             **{f"{REAL_BLIMP}_{f}": v for f, v in result.fields.items()}}
   counted = {"pairs": len(correct), "sentences": len(rows), "unique_sentences": len(first),
              "ties": ties, "nonfinite_pairs": nonfinite}
   return metrics, counted, {"terms": result.terms, "paradigms": result.paradigms}
@@ -221,14 +223,15 @@ def is_sentence_set(name: str) -> bool:
   return set_of(name).kind == SENTENCE
 
 
-def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: str | pathlib.Path,
+def score_run(restored, name: str, root: str | pathlib.Path, cache_path: str | pathlib.Path,
               *, limit: int = 0, fit_limit: int = 0, log=print) -> dict:
-  """The metrics of a restored run (`slm_jax.gtca.train.restore_run`) on one real set's
+  """The metrics of a restored run (`slm_jax.gtca.runs.restore_run`) on one real set's
   evaluation split: MCQA accuracy (`name`, `name_<group>`) and, for branch methods, the option
   drift; CoLA's MCC (`cola`, threshold fitted on `fit_limit` train rows); BLiMP's accuracies
   (`blimp_metrics`; `limit`: pairs per paradigm). Returns {"metrics", "counts"} and for BLiMP
   "breakdown" (per-term and per-paradigm accuracies)."""
-  settings, backbone, _, graphdefs, params, alpha = restored
+  settings, backbone, graphdef, params, alpha = (
+      restored.settings, restored.backbone, restored.graphdef, restored.params, restored.alpha)
   n_layers, k = backbone.decoder.config.n_layers, settings.k
   spec = set_of(name)
   cache, fmt = open_cache(cache_path, backbone.text_tokenizer, settings.n_options)
@@ -244,7 +247,7 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
     tally: collections.Counter = collections.Counter()
     if spec.kind == PAIRS:
       metrics, counts["pairs"], extra["breakdown"] = blimp_metrics(
-          evaluate.make_sequence_scorer(graphdefs), params, evaluated, backbone.text_tokenizer,
+          scoring.make_sequence_scorer(graphdef), params, evaluated, backbone.text_tokenizer,
           cache, fmt, alpha, n_layers=n_layers, k=k, counts=tally, context=backbone.context)
     elif spec.kind == SENTENCE:
       fitted = load_set(name, root, spec.train_split, limit=_limit(fit_limit))
@@ -254,21 +257,21 @@ def score_run(restored: tuple, name: str, root: str | pathlib.Path, cache_path: 
                                backbone.context)
       eval_rows = sentence_rows(evaluated.labeled(), backbone.text_tokenizer, cache, fmt, tally,
                                 backbone.context)
-      scorer = evaluate.make_sequence_scorer(graphdefs)
+      scorer = scoring.make_sequence_scorer(graphdef)
       metrics = cola_mcc(scorer, params, fit_rows, [x.label for x in fitted.labeled()],
                          eval_rows, [x.label for x in evaluated.labeled()], alpha,
                          n_layers=n_layers, k=k)
     else:
       encoded = encode_cached(evaluated.labeled(), backbone, cache, fmt, counts=tally)
-      scorer = evaluate.make_letter_scorer(graphdefs)
-      width = evaluate.row_width(encoded)
-      scores = evaluate.letter_scores(scorer, params, encoded, alpha, n_layers=n_layers, k=k,
+      scorer = scoring.make_letter_scorer(graphdef)
+      width = row_width(encoded)
+      scores = scoring.letter_scores(scorer, params, encoded, alpha, n_layers=n_layers, k=k,
                                       width=width)
-      metrics = evaluate.mcqa_metrics(scores, encoded, name)
+      metrics = mcqa_metrics(scores, encoded, name)
       if alpha > 0:
-        off = evaluate.letter_scores(scorer, params, encoded, 0.0, n_layers=n_layers, k=k,
+        off = scoring.letter_scores(scorer, params, encoded, 0.0, n_layers=n_layers, k=k,
                                      width=width)
-        metrics[f"{name}_drift"] = evaluate.option_drift(scores, off)
+        metrics[f"{name}_drift"] = option_drift(scores, off)
     counts["truncated"] = tally["truncated"]
     counts["over_context"] = tally["over_context"]
   return {"metrics": metrics, "counts": counts, **extra}

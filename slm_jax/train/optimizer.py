@@ -49,6 +49,7 @@ TRAINABLE_GROUPS = {
     "biases": lambda path: path.endswith("/bias") and "norm" not in path.rsplit("/", 2)[-2],
     "attn": lambda path: "/attn/" in path and not is_lora_path(path),
     "mlp": lambda path: "/mlp/" in path and not is_lora_path(path),
+    "gtca": lambda path: path.startswith("gtca/"),  # the GTCA branch of a gtca.model.GtcaLM
 }
 
 

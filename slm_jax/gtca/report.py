@@ -1,0 +1,132 @@
+"""GTCA's result tables (SPEC §10): the paper's main and ablation tables over seeds.
+
+- **Seeds**: `mean_sd` (sample SD, ddof = 1; one run → SD 0) and `format_mean_sd`.
+- **Tables**: `main_table` (paper's main table: one row per method — Backbone, LoRA-only,
+  Direct-Joint, GTCA — one column per benchmark) and `ablation_table` (full GTCA then one row
+  per ablation), mean ± SD over seeds, the best mean per column in bold.
+- `collect` reads every `result.json` that `python -m slm_jax.gtca.train` wrote under some
+  folders (one per method, ablation and seed) and groups them by method; `report` prints both
+  tables with the columns some run measured (`present`).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import pathlib
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from slm_jax.gtca.metrics import REAL_BLIMP
+
+MAIN_METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
+ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "random_trees",
+             "permuted_trees")
+DISPLAY = {"backbone": "Backbone", "lora_only": "LoRA-only", "direct_joint": "Direct-Joint",
+           "gtca": "GTCA", "no_gate": "w/o gate (g ≡ 1)", "no_mask": "w/o mask (m ≡ 1)",
+           "stage2_only": "Stage 1+2 (no stage 3)", "weak_parser": "Weak parser",
+           "random_trees": "Random trees", "permuted_trees": "Permuted trees"}
+METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "toy_orc": "ORC↑",
+                "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",
+                REAL_BLIMP: "BLiMP (67 paradigms)↑", "cola": "CoLA (MCC)↑",
+                "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓"}
+LOWER_BETTER = {"drift"}
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+  """(mean, sample SD with ddof=1; 0 for one value) of finite values; (NaN, NaN) when none."""
+  v = np.asarray([x for x in values if x is not None and np.isfinite(x)], np.float64)
+  if not v.size:
+    return float("nan"), float("nan")
+  return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def format_mean_sd(values: Sequence[float], digits: int = 2) -> str:
+  """`83.12 ± 0.41` (n > 1), `83.12` (one run), `–` (none)."""
+  mean, sd = mean_sd(values)
+  if not math.isfinite(mean):
+    return "–"
+  n = sum(1 for x in values if x is not None and np.isfinite(x))
+  return f"{mean:.{digits}f} ± {sd:.{digits}f}" if n > 1 else f"{mean:.{digits}f}"
+
+
+def _table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Sequence[str],
+           metrics: Sequence[str], first: str) -> str:
+  rows = [r for r in rows if r in results]
+  header = [first, *(METRIC_NAMES.get(m, m) for m in metrics), "n"]
+  best = {}
+  for m in metrics:
+    means = [(mean_sd(results[r].get(m, ()))[0], r) for r in rows]
+    means = [(v, r) for v, r in means if math.isfinite(v)]
+    if len(means) > 1:
+      best[m] = (min if m in LOWER_BETTER else max)(means)[1]
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
+  for r in rows:
+    cells = [DISPLAY.get(r, r)]
+    for m in metrics:
+      text = format_mean_sd(results[r].get(m, ()), 3 if m == "drift" else 2)
+      cells.append(f"**{text}**" if best.get(m) == r else text)
+    seeds = max((len(results[r].get(m, ())) for m in metrics), default=0)
+    cells.append(str(seeds))
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main_table(results: Mapping[str, Mapping[str, Sequence[float]]],
+               metrics: Sequence[str] = ("toy", "toy_pp", "toy_src", "toy_orc", "blimp"),
+               methods: Sequence[str] = MAIN_METHODS) -> str:
+  """The paper's main-table layout: method rows, benchmark columns, mean ± SD over seeds."""
+  return _table(results, methods, metrics, "Method")
+
+
+def ablation_table(results: Mapping[str, Mapping[str, Sequence[float]]],
+                   metrics: Sequence[str] = ("toy", "toy_pp", "toy_src", "toy_orc", "blimp",
+                                             "drift"),
+                   ablations: Sequence[str] = ABLATIONS) -> str:
+  """The paper's ablation-table layout: full GTCA first, then one row per ablation."""
+  return _table(results, ablations, metrics, "Variant")
+
+
+def collect(run_dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, list[float]]]:
+  """method → metric → values over seeds, from every `result.json` under `run_dirs`."""
+  grouped: dict[str, dict[str, list[float]]] = collections.defaultdict(
+      lambda: collections.defaultdict(list))
+  found = 0
+  for root in run_dirs:
+    root = pathlib.Path(root)
+    files = [root] if root.is_file() else sorted(root.rglob("result.json"))
+    for path in files:
+      try:
+        result = json.loads(path.read_text())
+        method, metrics = result["method"], result["metrics"]
+      except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a GTCA result file ({type(error).__name__}: {error})"
+                         ) from None
+      found += 1
+      for name, value in metrics.items():
+        if isinstance(value, (int, float)):
+          grouped[method][name].append(float(value))
+  if not found:
+    raise FileNotFoundError(f"no result.json under {', '.join(map(str, run_dirs))}")
+  return {m: dict(v) for m, v in grouped.items()}
+
+
+MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mmlu", "hellaswag",
+                "winogrande", "blimp", REAL_BLIMP, "cola")
+
+
+def present(results: Mapping[str, Mapping[str, Sequence[float]]],
+            columns: Sequence[str]) -> tuple[str, ...]:
+  """The columns some method has a value for (a table shows only measured benchmarks)."""
+  return tuple(c for c in columns if any(results[m].get(c) for m in results))
+
+
+def report(results: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+  """Both tables as Markdown, each under a heading, with the benchmarks the runs measured."""
+  return ("## Main results (mean ± SD over seeds)\n\n"
+          + main_table(results, present(results, MAIN_COLUMNS)) +
+          "\n\n## Ablations (mean ± SD over seeds)\n\n"
+          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift"))) + "\n")
+
