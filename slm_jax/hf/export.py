@@ -1,4 +1,5 @@
-"""`python -m slm_jax.hf.export --workdir=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM`.
+"""`python -m slm_jax.hf.export --workdir=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM`
+(`--checkpoint=FILE.gguf`: a GGUF file as a safetensors folder, `slm_jax.hf.gguf_export`).
 
 Writes `config.json`, `model.safetensors` (sharded with an index above 5 GB), `tokenizer.json`
 (the run's base vocabulary plus every reserved structural token at its id),
@@ -21,6 +22,7 @@ from flax import nnx
 
 from slm_jax import cli
 from slm_jax.hf.config import llama_config
+from slm_jax.hf.gguf_export import export_gguf
 from slm_jax.hf.layout import sources, to_hf
 from slm_jax.hf.safetensors_io import write_checkpoint
 from slm_jax.hf.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, special_tokens_map, tokenizer_json
@@ -69,14 +71,19 @@ def export(workdir: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
 
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.hf.export", description=__doc__)
-  parser.add_argument("--workdir", required=True, help="the slm_jax training workdir")
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--workdir", help="the slm_jax training workdir")
+  source.add_argument("--checkpoint", help="a .gguf file (written as a safetensors folder)")
   parser.add_argument("--out", required=True, help="the folder to write (HF layout)")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
   parser.add_argument("--dtype", choices=DTYPES, default="float32",
                       help="dtype of the written tensors (default float32)")
   parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
   args = parser.parse_args(argv)
-  export(args.workdir, args.out, step=args.step, dtype=args.dtype, force=args.force)
+  if args.checkpoint:
+    export_gguf(args.checkpoint, args.out, dtype=args.dtype, force=args.force)
+  else:
+    export(args.workdir, args.out, step=args.step, dtype=args.dtype, force=args.force)
   return cli.EXIT_OK
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from slm_jax.hf.config import HfConfigError
-from slm_jax.hf.gguf_quant import check_type, dequantize_rows
+from slm_jax.hf.gguf_quant import check_type, dequantize_rows, type_name
 from slm_jax.hf.layout import sources
 from slm_jax.hf.safetensors_io import CheckpointError, TensorInfo
 
@@ -238,10 +238,20 @@ class GgufTensors:
     for tensor in g.reader.tensors:  # listed under their own names: reported as unused
       if tensor.name not in mapped:
         self.tensors[tensor.name] = TensorInfo(g.path, tuple(int(n) for n in reversed(
-            tensor.shape)), _type_name(tensor.tensor_type))
+            tensor.shape)), type_name(tensor.tensor_type))
 
   def __contains__(self, name: str) -> bool:
     return name in self._where
+
+  @property
+  def hf_names(self) -> list[str]:
+    """The HF names of the tensors the file holds (sorted)."""
+    return list(self._where)
+
+  @property
+  def unnamed(self) -> list[str]:
+    """The file's tensors without an HF name (besides rope_freqs), under their GGUF names."""
+    return [name for name in self.tensors if name not in self._where]
 
   def info(self, name: str) -> TensorInfo:
     if name not in self._where:
@@ -271,7 +281,3 @@ class GgufTensors:
 def _contiguous(rows: np.ndarray) -> bool:
   return len(rows) > 0 and bool(np.all(np.diff(rows) == 1))
 
-
-def _type_name(tensor_type) -> str:
-  from slm_jax.hf.gguf_quant import type_name  # pylint: disable=import-outside-toplevel
-  return type_name(tensor_type)

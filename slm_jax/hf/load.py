@@ -129,17 +129,24 @@ def load_params(path: str | pathlib.Path, cfg: ModelConfig, *,
   of arrays placed by `shardings` (see the module docstring). `cfg` must match the checkpoint's
   architecture (`strict=False`: only the tensor shapes must, for experiments that change e.g.
   the RoPE)."""
-  hf, config_path = checkpoint_config(path)
+  build = lambda: nnx.state(Decoder(cfg, rngs=nnx.Rngs(seed)), nnx.Param)
+  return _load_params(path, cfg, nnx.to_pure_dict(nnx.eval_shape(build)), shardings=shardings,
+                      seed=seed, strict=strict)
+
+
+def _load_params(checkpoint: str | pathlib.Path, cfg: ModelConfig, abstract: dict, *,
+                 shardings: Shardings | None, seed: int, strict: bool) -> dict:
+  """`load_params` given the abstract parameters (pure dict of shapes) of `Decoder(cfg)`."""
+  hf, config_path = checkpoint_config(checkpoint)
   arch = architecture(hf, config_path)
   if strict:
-    check_matches(cfg, path)
-  files = checkpoint_files(path)
+    check_matches(cfg, checkpoint)
+  files = checkpoint_files(checkpoint)
   hf_vocab = int(hf["vocab_size"])
   if cfg.vocab_size < hf_vocab:
     _LOG.warning("vocab_size=%d is below the checkpoint's %d: its last rows are dropped",
                  cfg.vocab_size, hf_vocab)
   build = lambda: nnx.state(Decoder(cfg, rngs=nnx.Rngs(seed)), nnx.Param)
-  abstract = nnx.to_pure_dict(nnx.eval_shape(build))
   placement = _flat((shardings or _default_shardings)(abstract))
   shapes = {path: tuple(x.shape) for path, x in _flat(abstract).items()}
   srcs = sources(cfg, arch)
@@ -159,7 +166,7 @@ def load_params(path: str | pathlib.Path, cfg: ModelConfig, *,
     for path, axis in (("embed_tokens/embedding", 0), ("lm_head/kernel", 1)):
       if path in flat:
         flat[path] = _fill_new_rows(flat[path], hf_vocab, axis, placement[path])
-  _LOG.info("imported %s (%s, %.2f GB on disk) into %d parameters", path, arch,
+  _LOG.info("imported %s (%s, %.2f GB on disk) into %d parameters", checkpoint, arch,
             files.nbytes() / 1e9, sum(math.prod(s) for s in shapes.values()))
   return _unflat(abstract, flat)
 
@@ -179,9 +186,10 @@ def load_model(path: str | pathlib.Path, cfg: ModelConfig | None = None, *,
                **overrides) -> Decoder:
   """A `Decoder` holding checkpoint `path` (its own config, or `cfg`, with `overrides`)."""
   cfg = import_config(path, **overrides) if cfg is None else cfg.replace(**overrides)
-  params = load_params(path, cfg, shardings=shardings, seed=seed, strict=strict)
   model = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)))
   state = nnx.state(model, nnx.Param)
+  params = _load_params(path, cfg, nnx.to_pure_dict(state), shardings=shardings, seed=seed,
+                        strict=strict)  # one abstract model for both: tracing it takes seconds
   nnx.replace_by_pure_dict(state, params)
   nnx.update(model, state)
   return model
