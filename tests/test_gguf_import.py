@@ -6,6 +6,8 @@ bit for bit); llama3 RoPE recovered from `rope_freqs`; and what is refused, by n
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,19 @@ def test_truncated_file(tmp_path):
   path.write_bytes(path.read_bytes()[:5000])
   with pytest.raises(CheckpointError, match=r"model\.gguf: not a readable GGUF file"):
     open_gguf(path)
+
+
+def test_score_cli_reads_a_gguf_file(models, tmp_path, capsys):
+  from slm_jax import score  # pylint: disable=import-outside-toplevel
+  _, theirs, path, _ = models["qwen2"]
+  text = tmp_path / "in.txt"
+  text.write_text("the cats chase the mice\nNumbers: 1234567, 2024 and 42!\n")
+  assert score.main([f"--checkpoint={path}", f"--text_file={text}", "--bos"]) == 0
+  rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+  for line, row in zip(text.read_text().splitlines(), rows):
+    assert row["ids"] == [tok.bos_token_id] + tok(line).input_ids
+    with torch.no_grad():
+      logp = torch.log_softmax(theirs(torch.tensor([row["ids"]])).logits[0], -1).numpy()
+    want = logp[np.arange(len(row["ids"]) - 1), row["ids"][1:]]
+    np.testing.assert_allclose(row["logprobs"][1:], want, atol=TOL)
