@@ -21,13 +21,13 @@ import importlib.util
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from hf_bench import child  # noqa: E402  (this folder is on sys.path: the script's own)
 from slm_jax.benchtools import parser as make_parser, shared_data_dir, table  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -117,15 +117,6 @@ def blimp_sentences(paradigms: int, pairs: int) -> list[str]:
       item = json.loads(line)
       out += [item["sentence_good"], item["sentence_bad"]]
   return out
-
-
-def child(script: str) -> dict:
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                        cwd=ROOT)
-  if done.returncode:
-    raise RuntimeError(done.stderr[-3000:])
-  return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
 
 
 def max_delta(a: list, b: list) -> float:

@@ -115,6 +115,8 @@ def _hf_config(g: GgufFile) -> dict[str, Any]:
                         f"or llama3 factors in {ROPE_FREQS})")
   sizes = {key: g.arch_value(key) for key in ("embedding_length", "block_count",
                                               "feed_forward_length", "attention.head_count")}
+  sizes["attention.head_count_kv"] = g.arch_value("attention.head_count_kv",
+                                                  sizes["attention.head_count"])
   for key, value in sizes.items():
     if not isinstance(value, int):
       raise HfConfigError(f"{where}: {g.arch}.{key}={value!r}: one value for all layers is "
@@ -138,7 +140,7 @@ def _hf_config(g: GgufFile) -> dict[str, Any]:
       "architectures": [ARCHITECTURES[g.arch]], "model_type": g.arch, "hidden_size": d,
       "intermediate_size": sizes["feed_forward_length"],
       "num_hidden_layers": sizes["block_count"], "num_attention_heads": heads,
-      "num_key_value_heads": g.arch_value("attention.head_count_kv", heads),
+      "num_key_value_heads": sizes["attention.head_count_kv"],
       "head_dim": head_dim, "vocab_size": int(vocab), "hidden_act": "silu",
       "rms_norm_eps": float(g.arch_value("attention.layer_norm_rms_epsilon")),
       "max_position_embeddings": g.arch_value("context_length", None),

@@ -2,11 +2,14 @@
 template (rendered with jinja2 exactly as transformers renders it), and the reverse direction:
 the `tokenizer.json` of an slm_jax `Tokenizer` with its reserved structural tokens, for export.
 
-`CheckpointTokenizer(folder)`: `encode(text, bos=False)` → ids (no special tokens added unless
-`bos`), `pieces(ids)`, `decode(ids)`, `bos_id` / `eos_id` (from `tokenizer_config.json`, else
-`config.json`), `chat(messages, add_generation_prompt=...)` → the rendered prompt. The template
-comes from `tokenizer_config.json` (`chat_template`: a string, or a list of named templates, of
-which "default") or `chat_template.jinja`; it runs in jinja2's immutable sandbox with
+`CheckpointTokenizer(path)` (a checkpoint folder, or a `.gguf` file: its tokenizer rebuilt from
+the file's vocabulary by `slm_jax.hf.gguf_tokenizer`): `encode(text, bos=False)` → ids (no
+special tokens added unless `bos`), `pieces(ids)`, `decode(ids)`, `bos_id` / `eos_id` (from
+`tokenizer_config.json`, else `config.json`), `add_bos` (whether the checkpoint's tokenizer adds
+its BOS: `add_bos_token`, else what its post-processor adds), `chat(messages,
+add_generation_prompt=...)` → the rendered prompt. The template comes from
+`tokenizer_config.json` (`chat_template`: a string, or a list of named templates, of which
+"default") or `chat_template.jinja` (GGUF: `tokenizer.chat_template`); it runs in jinja2's immutable sandbox with
 `trim_blocks`, `lstrip_blocks`, the loop controls extension, transformers' `tojson` filter and
 its `raise_exception` / `strftime_now` globals, given the special tokens by name.
 
