@@ -1,4 +1,5 @@
-"""`python -m slm_jax.export --workdir=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM` folder.
+"""`python -m slm_jax.export --workdir=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM` folder
+(`--checkpoint=FILE.gguf --out=DIR`: a GGUF file as a safetensors folder, `hf.gguf_export`).
 
 Loads the run's newest checkpoint (or `--step`) with `train.loading.load_run` and writes it with
 `hf.export.write_llama` (config, safetensors, tokenizer with the structural tokens; LoRA adapters
@@ -13,6 +14,7 @@ import sys
 
 from slm_jax import cli
 from slm_jax.hf.export import write_llama
+from slm_jax.hf.gguf_export import export_gguf
 from slm_jax.train.loading import load_run
 
 DTYPES = ("float32", "bfloat16")
@@ -35,14 +37,19 @@ def export(workdir: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
 
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.export", description=__doc__)
-  parser.add_argument("--workdir", required=True, help="the slm_jax training workdir")
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--workdir", help="the slm_jax training workdir")
+  source.add_argument("--checkpoint", help="a .gguf file (written as a safetensors folder)")
   parser.add_argument("--out", required=True, help="the folder to write (HF layout)")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
   parser.add_argument("--dtype", choices=DTYPES, default="float32",
                       help="dtype of the written tensors (default float32)")
   parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
   args = parser.parse_args(argv)
-  export(args.workdir, args.out, step=args.step, dtype=args.dtype, force=args.force)
+  if args.checkpoint:
+    export_gguf(args.checkpoint, args.out, dtype=args.dtype, force=args.force)
+  else:
+    export(args.workdir, args.out, step=args.step, dtype=args.dtype, force=args.force)
   return cli.EXIT_OK
 
 

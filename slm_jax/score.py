@@ -3,13 +3,15 @@
   python -m slm_jax.score --checkpoint=DIR (--text_file=F | --ids_file=F) [--out=F.jsonl]
       [--dtype=float32|bfloat16] [--topk=N] [--bos] [--batch_size=8] [--fsdp=1]
 
-DIR is a Hugging Face checkpoint folder (config.json + safetensors, imported by `slm_jax.hf`) or
-an slm_jax training workdir (its newest checkpoint). For every input line one JSON object:
+DIR is a Hugging Face checkpoint folder (config.json + safetensors, imported by `slm_jax.hf`), a
+GGUF file (`FILE.gguf`, dequantized on import) or an slm_jax training workdir (its newest
+checkpoint). For every input line one JSON object:
 `ids`, `tokens` (the vocabulary entry of each id) and `logprobs` (natural log-probability of each
 token given its prefix; the first is null); `--topk=N` adds `topk`: after each position t, the N
 most likely next tokens as {"id", "token", "logprob"}. `--ids_file`: one sequence per line as
 space-separated token ids; `--text_file`: one text per line, tokenized with the checkpoint's
-tokenizer (HF: its tokenizer.json; a workdir: its tokenizer, word by word) with no special tokens
+tokenizer (HF: its tokenizer.json; GGUF: the vocabulary in the file; a workdir: its tokenizer,
+word by word) with no special tokens
 added unless `--bos`. An empty line gives empty lists. This is also how to check a converted
 model: the same ids scored here and by transformers agree to 1e-4 in float32.
 """
@@ -25,9 +27,9 @@ import jax
 import jax.numpy as jnp
 
 from slm_jax import cli
-from slm_jax.hf import load_model
 from slm_jax.eval.text_scorer import TextScorer
-from slm_jax.hf.tokenizer import CheckpointTokenizer
+from slm_jax.hf.gguf import is_gguf
+from slm_jax.hf.load import load_checkpoint
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run
 from slm_jax.train.workdir import CONFIG_FILE
@@ -48,10 +50,10 @@ def _is_workdir(folder: pathlib.Path) -> bool:
 
 
 def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: int = 1) -> Source:
-  """The model and tokenizer of an HF folder or an slm_jax workdir."""
+  """The model and tokenizer of an HF folder, a .gguf file or an slm_jax workdir."""
   folder = pathlib.Path(folder)
-  if not folder.is_dir():
-    raise cli.CliError(f"--checkpoint {folder}: no such folder")
+  if not folder.is_dir() and not (is_gguf(folder) and folder.is_file()):
+    raise cli.CliError(f"--checkpoint {folder}: no such folder or .gguf file")
   if _is_workdir(folder):
     run = load_run(folder, dtype=dtype)
     tok = run.tokenizer
@@ -65,9 +67,9 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
   if fsdp > 1:
     mesh = sharding.make_mesh(data=1, fsdp=fsdp, devices=jax.devices()[:fsdp])
     shardings = lambda abstract: sharding.tree_shardings(abstract, mesh)
-  model = load_model(folder, compute_dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype),
-                     shardings=shardings)
-  tok = CheckpointTokenizer(folder) if (folder / "tokenizer.json").is_file() else None
+  checkpoint = load_checkpoint(folder, compute_dtype=jnp.dtype(dtype),
+                               param_dtype=jnp.dtype(dtype), shardings=shardings)
+  model, tok = checkpoint.model, checkpoint.tokenizer
 
   def encode(text: str, bos: bool) -> list[int]:
     if tok is None:
@@ -112,7 +114,8 @@ def score_lines(source: Source, sequences: list[list[int]], out: TextIO, *, topk
 
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.score", description=__doc__)
-  parser.add_argument("--checkpoint", required=True, help="HF checkpoint folder or workdir")
+  parser.add_argument("--checkpoint", required=True,
+                      help="HF checkpoint folder, .gguf file or workdir")
   inputs = parser.add_mutually_exclusive_group(required=True)
   inputs.add_argument("--text_file", type=pathlib.Path, help="one text per line")
   inputs.add_argument("--ids_file", type=pathlib.Path, help="one id sequence per line")

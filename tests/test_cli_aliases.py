@@ -115,7 +115,7 @@ COMMANDS = [
                             "--forward_batch=3", "--max_train=9", "--max_test=8",
                             "--max_words=20", "--layers=0,1", "--seed=1"],
      {"forward_batch": 3, "max_train": 9, "learning_rate": 0.1, "hf": "h"}),
-    ("slm_jax.hf.export", ["--workdir=w", "--out=o", "--step=3", "--dtype=float32", "--force"],
+    ("slm_jax.export", ["--workdir=w", "--out=o", "--step=3", "--dtype=float32", "--force"],
      {"step": 3, "force": True}),
 ]
 

@@ -28,7 +28,8 @@ def read_config(folder: str | pathlib.Path) -> dict[str, Any]:
   """The parsed `config.json` of a checkpoint folder."""
   path = pathlib.Path(folder) / CONFIG_FILE
   if not path.is_file():
-    raise FileNotFoundError(f"{path} not found: is {folder} a Hugging Face checkpoint folder?")
+    raise FileNotFoundError(f"{path} not found: is {folder} a Hugging Face checkpoint folder (or "
+                            "a .gguf file)?")
   try:
     return json.loads(path.read_text(encoding="utf-8"))
   except json.JSONDecodeError as error:

@@ -1,9 +1,13 @@
 """Import a Hugging Face checkpoint into the NNX decoder, tensor by tensor, onto its shards.
 
-`import_config(folder, **overrides)` is the `ModelConfig` of a checkpoint (SPEC §13 mapping in
-`slm_jax.hf.config`); `load_params(folder, cfg, shardings=...)` reads its weights and
-`load_model(folder, ...)` returns a ready `Decoder`. `check_matches(cfg, folder)` lists every
-architecture key of a run's model section that disagrees with the checkpoint.
+A checkpoint `path` is a folder (`config.json` + safetensors) or a `.gguf` file
+(`slm_jax.hf.gguf`: its metadata as a config.json dict, its tensors dequantized under HF names);
+both go through the same mapping. `load_checkpoint(path, ...)` is the one entry every consumer
+calls: → `Checkpoint(path, config, model, tokenizer)`. Underneath, `import_config(path,
+**overrides)` is the `ModelConfig` of a checkpoint (SPEC §13 mapping in `slm_jax.hf.config`);
+`load_params(path, cfg, shardings=...)` reads its weights and `load_model(path, ...)` returns a
+ready `Decoder`. `check_matches(cfg, path)` lists every architecture key of a run's model
+section that disagrees with the checkpoint.
 
 Placement: the abstract model (`nnx.eval_shape`, no allocation) gives every parameter's path and
 shape; `shardings(abstract_params)` (a run passes `slm_jax.train.sharding.tree_shardings` over
@@ -20,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import pathlib
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +32,10 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.hf.config import CONFIG_FILE, architecture, model_config, read_config
+from slm_jax.hf.gguf import GgufTensors, is_gguf, open_gguf
 from slm_jax.hf.layout import hf_shapes, read_slice, sources
 from slm_jax.hf.safetensors_io import CheckpointError, CheckpointFiles
+from slm_jax.hf.tokenizer import TOKENIZER_FILE, CheckpointTokenizer
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 
@@ -47,25 +53,39 @@ ARCHITECTURE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
 Shardings = Callable[[Any], Any]  # abstract params pytree -> pytree of jax.sharding.Sharding
 
 
-def import_config(folder: str | pathlib.Path, **overrides) -> ModelConfig:
-  """The `ModelConfig` of checkpoint `folder` with `overrides` (dtypes, vocab_size, LoRA, …)."""
-  path = pathlib.Path(folder) / CONFIG_FILE
-  return ModelConfig(**{**model_config(read_config(folder), str(path)), **overrides})
+def checkpoint_config(path: str | pathlib.Path) -> tuple[dict[str, Any], str]:
+  """The HF config dict of checkpoint `path` (a folder's config.json, a GGUF file's metadata)
+  and where it was read (for messages)."""
+  path = pathlib.Path(path)
+  if is_gguf(path):
+    return open_gguf(path).hf_config, str(path)
+  return read_config(path), str(path / CONFIG_FILE)
 
 
-def check_matches(cfg: ModelConfig, folder: str | pathlib.Path) -> None:
+def checkpoint_files(path: str | pathlib.Path) -> CheckpointFiles | GgufTensors:
+  """The tensors of checkpoint `path` under their HF names (`info`, `read(name, index)`)."""
+  return open_gguf(path).tensors if is_gguf(path) else CheckpointFiles(path)
+
+
+def import_config(path: str | pathlib.Path, **overrides) -> ModelConfig:
+  """The `ModelConfig` of checkpoint `path` with `overrides` (dtypes, vocab_size, LoRA, …)."""
+  hf, where = checkpoint_config(path)
+  return ModelConfig(**{**model_config(hf, where), **overrides})
+
+
+def check_matches(cfg: ModelConfig, path: str | pathlib.Path) -> None:
   """Raises ValueError listing every architecture key where `cfg` and the checkpoint differ."""
-  want = import_config(folder, vocab_size=cfg.vocab_size)
-  problems = [f"model.{key}={getattr(cfg, key)!r} but {pathlib.Path(folder) / CONFIG_FILE} "
-              f"gives {getattr(want, key)!r}" for key in ARCHITECTURE_KEYS
-              if getattr(cfg, key) != getattr(want, key)]
+  want = import_config(path, vocab_size=cfg.vocab_size)
+  where = checkpoint_config(path)[1]
+  problems = [f"model.{key}={getattr(cfg, key)!r} but {where} gives {getattr(want, key)!r}"
+              for key in ARCHITECTURE_KEYS if getattr(cfg, key) != getattr(want, key)]
   if problems:
     raise ValueError("the model section does not match the checkpoint it starts from: "
                      + "; ".join(problems))
 
 
-def _check_tensors(files: CheckpointFiles, srcs: dict, shapes: dict, hf_vocab: int,
-                   hf: dict, config_path: str) -> None:
+def _check_tensors(files: CheckpointFiles | GgufTensors, srcs: dict, shapes: dict,
+                   hf_vocab: int, hf: dict, config_path: str) -> None:
   """Every tensor the model needs exists with the right shape and a float dtype."""
   if "lm_head/kernel" in srcs and "lm_head.weight" not in files:
     raise CheckpointError(f"{config_path} says tie_word_embeddings="
@@ -103,24 +123,30 @@ def _unflat(template: Any, flat: dict[str, Any]) -> Any:
       lambda p, _: flat[jax.tree_util.keystr(p, simple=True, separator="/")], template)
 
 
-def load_params(folder: str | pathlib.Path, cfg: ModelConfig, *,
+def load_params(path: str | pathlib.Path, cfg: ModelConfig, *,
                 shardings: Shardings | None = None, seed: int = 0, strict: bool = True) -> dict:
-  """The parameters of `Decoder(cfg)` from checkpoint `folder`, as a pure dict of arrays placed
-  by `shardings` (see the module docstring). `cfg` must match the checkpoint's architecture
-  (`strict=False`: only the tensor shapes must, for experiments that change e.g. the RoPE)."""
-  folder = pathlib.Path(folder)
-  config_path = str(folder / CONFIG_FILE)
-  hf = read_config(folder)
+  """The parameters of `Decoder(cfg)` from checkpoint `path` (folder or .gguf), as a pure dict
+  of arrays placed by `shardings` (see the module docstring). `cfg` must match the checkpoint's
+  architecture (`strict=False`: only the tensor shapes must, for experiments that change e.g.
+  the RoPE)."""
+  build = lambda: nnx.state(Decoder(cfg, rngs=nnx.Rngs(seed)), nnx.Param)
+  return _load_params(path, cfg, nnx.to_pure_dict(nnx.eval_shape(build)), shardings=shardings,
+                      seed=seed, strict=strict)
+
+
+def _load_params(checkpoint: str | pathlib.Path, cfg: ModelConfig, abstract: dict, *,
+                 shardings: Shardings | None, seed: int, strict: bool) -> dict:
+  """`load_params` given the abstract parameters (pure dict of shapes) of `Decoder(cfg)`."""
+  hf, config_path = checkpoint_config(checkpoint)
   arch = architecture(hf, config_path)
   if strict:
-    check_matches(cfg, folder)
-  files = CheckpointFiles(folder)
+    check_matches(cfg, checkpoint)
+  files = checkpoint_files(checkpoint)
   hf_vocab = int(hf["vocab_size"])
   if cfg.vocab_size < hf_vocab:
     _LOG.warning("vocab_size=%d is below the checkpoint's %d: its last rows are dropped",
                  cfg.vocab_size, hf_vocab)
   build = lambda: nnx.state(Decoder(cfg, rngs=nnx.Rngs(seed)), nnx.Param)
-  abstract = nnx.to_pure_dict(nnx.eval_shape(build))
   placement = _flat((shardings or _default_shardings)(abstract))
   shapes = {path: tuple(x.shape) for path, x in _flat(abstract).items()}
   srcs = sources(cfg, arch)
@@ -140,7 +166,7 @@ def load_params(folder: str | pathlib.Path, cfg: ModelConfig, *,
     for path, axis in (("embed_tokens/embedding", 0), ("lm_head/kernel", 1)):
       if path in flat:
         flat[path] = _fill_new_rows(flat[path], hf_vocab, axis, placement[path])
-  _LOG.info("imported %s (%s, %.2f GB on disk) into %d parameters", folder, arch,
+  _LOG.info("imported %s (%s, %.2f GB on disk) into %d parameters", checkpoint, arch,
             files.nbytes() / 1e9, sum(math.prod(s) for s in shapes.values()))
   return _unflat(abstract, flat)
 
@@ -155,14 +181,36 @@ def _fill_new_rows(table: jax.Array, rows: int, axis: int, sharding) -> jax.Arra
   return jax.jit(fill, out_shardings=sharding, donate_argnums=0)(table)
 
 
-def load_model(folder: str | pathlib.Path, cfg: ModelConfig | None = None, *,
+def load_model(path: str | pathlib.Path, cfg: ModelConfig | None = None, *,
                shardings: Shardings | None = None, seed: int = 0, strict: bool = True,
                **overrides) -> Decoder:
-  """A `Decoder` holding checkpoint `folder` (its own config, or `cfg`, with `overrides`)."""
-  cfg = import_config(folder, **overrides) if cfg is None else cfg.replace(**overrides)
-  params = load_params(folder, cfg, shardings=shardings, seed=seed, strict=strict)
+  """A `Decoder` holding checkpoint `path` (its own config, or `cfg`, with `overrides`)."""
+  cfg = import_config(path, **overrides) if cfg is None else cfg.replace(**overrides)
   model = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)))
   state = nnx.state(model, nnx.Param)
+  params = _load_params(path, cfg, nnx.to_pure_dict(state), shardings=shardings, seed=seed,
+                        strict=strict)  # one abstract model for both: tracing it takes seconds
   nnx.replace_by_pure_dict(state, params)
   nnx.update(model, state)
   return model
+
+
+class Checkpoint(NamedTuple):
+  """A loaded pretrained checkpoint: what `load_checkpoint` returns."""
+
+  path: pathlib.Path  # the folder or .gguf file
+  config: ModelConfig
+  model: Decoder
+  tokenizer: CheckpointTokenizer | None  # None: a folder without tokenizer.json
+
+
+def load_checkpoint(path: str | pathlib.Path, cfg: ModelConfig | None = None, *,
+                    shardings: Shardings | None = None, seed: int = 0, strict: bool = True,
+                    **overrides) -> Checkpoint:
+  """The model and tokenizer of checkpoint `path`: a Hugging Face folder or a `.gguf` file
+  (arguments as `load_model`: e.g. `compute_dtype=`, `param_dtype=`, `lora_rank=`)."""
+  path = pathlib.Path(path)
+  model = load_model(path, cfg, shardings=shardings, seed=seed, strict=strict, **overrides)
+  has_tokenizer = is_gguf(path) or (path / TOKENIZER_FILE).is_file()
+  return Checkpoint(path, model.config, model,
+                    CheckpointTokenizer(path) if has_tokenizer else None)

