@@ -110,7 +110,8 @@ class BeamSearcher:
                min_len: int = MIN_LEN,
                max_open: int | None = None, labels: SequenceT[str] | None = None,
                score_cnt2: bool = True, decoder_cls=IncrementalDecoder,
-               decoder_len: int | None = None, sentences_per_batch: int = SENTENCES_PER_BATCH):
+               decoder_len: int | None = None, sentences_per_batch: int = SENTENCES_PER_BATCH,
+               batched: bool = True):
     if isinstance(model, Scorer):
       model = model.model
     if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1) or (
@@ -140,6 +141,7 @@ class BeamSearcher:
     self.decoder_cls = decoder_cls
     self.decoder_len = decoder_len
     self.sentences_per_batch = int(sentences_per_batch)
+    self.batched = bool(batched)  # search_many's default: batched, or one `search` at a time
     self._decoder = None
 
   def decoder(self, max_len: int, rows: int | None = None):
@@ -279,11 +281,11 @@ class BeamSearcher:
     return out
 
   def search_many(self, sentences: SequenceT[SequenceT[str]], *, complete: bool = True,
-                  prefixes=None, batched: bool = True) -> list[BeamResult]:
-    """`search` of every sentence (results in the input order). batched=True (default): the
-    batched search (`slm_jax.eval.beam_batch`: `sentences_per_batch` sentences advanced
-    together, the same results bit for bit); False: one `search` after another (the oracle).
-    `prefixes[i]` = (ids, kinds) before sentence i (default BOS)."""
+                  prefixes=None, batched: bool | None = None) -> list[BeamResult]:
+    """`search` of every sentence (results in the input order). batched=True (the default,
+    `self.batched`): the batched search (`slm_jax.eval.beam_batch`: `sentences_per_batch`
+    sentences advanced together, the same results bit for bit); False: one `search` after
+    another (the oracle). `prefixes[i]` = (ids, kinds) before sentence i (default BOS)."""
     out: list[BeamResult | None] = [None] * len(sentences)
     for i, result in self.iter_search(sentences, complete=complete, prefixes=prefixes,
                                       batched=batched):
@@ -291,10 +293,10 @@ class BeamSearcher:
     return out
 
   def iter_search(self, sentences: SequenceT[SequenceT[str]], *, complete: bool = True,
-                  prefixes=None, batched: bool = True):
+                  prefixes=None, batched: bool | None = None):
     """(index, BeamResult) of each sentence as it finishes (`search_many`; the batched search
     finishes the longest sentences first); a caller keeps what it needs of each result."""
-    if not batched:
+    if not (self.batched if batched is None else batched):
       for i, words in enumerate(sentences):
         ids, kinds = (None, None) if prefixes is None else prefixes[i]
         yield i, self.search(words, complete=complete, prefix_ids=ids, prefix_kinds=kinds)

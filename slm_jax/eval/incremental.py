@@ -63,7 +63,8 @@ from slm_jax.model.decoder import Decoder
 from slm_jax.structure import RowMetadata, TokenMeta, attends, row_metadata
 
 ROW_BUCKET = 64  # fewest rows a step computes (module docstring: per-row results stay the same)
-MAX_STEP_ROWS = 2048  # most rows one step computes (larger feeds are split)
+MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past ~512 rows
+# the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
 MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
 
@@ -166,6 +167,16 @@ def _empty_cache(config, n: int, max_len: int, arena: int) -> tuple[DecoderCache
           jnp.zeros((n, config.vocab_size), jnp.float32))
 
 
+def _gather_slots(arena_AGK, path_MS):
+  """The arena rows of each row's slots as [M, S, G, K], gathered group-major (one K-vector per
+  index, in the [M, G, S, K] order the attention's batched dot reads) so the gather is not
+  fused into a transposing copy (XLA:CPU runs that one element at a time)."""
+  A, G, K = arena_AGK.shape
+  index_MGS = path_MS[:, None, :] * G + jnp.arange(G, dtype=path_MS.dtype)[None, :, None]
+  rows_MGSK = jnp.take(arena_AGK.reshape(A * G, K), index_MGS, axis=0, mode="clip")
+  return rows_MGSK.transpose(0, 2, 1, 3)
+
+
 def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
   """Incremental metadata after appending kinds_M at slot pos_M (rows with active_M); the
   slots are a prefix [0, S') of the cache, and `inf` (= max_len) marks keys not popped yet."""
@@ -209,7 +220,8 @@ def _step_rows(graphdef, params, groups: tuple, width: int, cache: DecoderCache,
     write = lambda arena, new: jax.lax.dynamic_update_slice_in_dim(
         arena, new[:, 0].astype(arena.dtype), base, 0)
     ks[layer], vs[layer] = write(ks[layer], k_M1GK), write(vs[layer], v_M1GK)
-    return attention_core(q_M1HK, ks[layer][path_MS], vs[layer][path_MS], mask_MA1S)
+    return attention_core(q_M1HK, _gather_slots(ks[layer], path_MS),
+                          _gather_slots(vs[layer], path_MS), mask_MA1S)
 
   # The cache supplies keys, values and mask; the model needs the new tokens' positions (RoPE).
   new_pop = jnp.take_along_axis(pop_MS, pos_M[:, None], axis=1)
@@ -453,11 +465,11 @@ class IncrementalDecoder:
       raise ValueError(f"copy_rows: dest (distinct) and src must be parallel indices in "
                        f"[0, {self.batch})")
     width = bucket(m, MOVE_BUCKET, self.batch)
-    slots = bucket(max(int(self.lengths[src].max()), 1), self.slot_bucket, self.max_len)
     moves = np.zeros((2, width), np.int32)
     moves[0, m:] = self.batch
     moves[0, :m], moves[1, :m] = dest, src
-    self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, moves)
+    # Every slot of a row moves (a few int32s each): one compiled variant per row bucket.
+    self.cache, self._logprobs = _copy_rows(self.max_len, self.cache, self._logprobs, moves)
     lengths = self.lengths.copy()
     lengths[dest] = self.lengths[src]
     self.lengths = lengths
@@ -487,9 +499,8 @@ class IncrementalDecoder:
         count += 1
     for width in buckets(self.batch, MOVE_BUCKET):
       moves = np.full((2, width), self.batch, np.int32)
-      for slots in buckets(self.max_len, self.slot_bucket):
-        self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, moves)
-        count += 1
+      self.cache, self._logprobs = _copy_rows(self.max_len, self.cache, self._logprobs, moves)
+      count += 1
     jax.block_until_ready(self._logprobs)
     return count
 
