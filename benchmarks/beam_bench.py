@@ -1,7 +1,18 @@
-"""Word-synchronous beam search throughput: KV cache vs recomputing every prefix.
+"""Word-synchronous beam search throughput: KV cache vs recomputing every prefix, and the
+one-sentence search vs the batched search.
 
   python benchmarks/beam_bench.py [--config tgtree] [--sentences 4] [--beam 300] [--fast-track 30]
                                   [--recompute-sentences 1] [--d-model 128] [--layers 2]
+  python benchmarks/beam_bench.py --batched [--sentences 16] [--sentences-per-batch 8]
+                                  [--repeats 2] [--d-model 512 --layers 6 --heads 8]
+
+`--batched`: `BeamSearcher.search` one sentence after another (its own decoder of `capacity`
+rows, as the evaluator ran it before) against `search_many` (`eval.beam_batch`: the sentences
+advanced together, `--sentences-per-batch` at a time), on the same sentences in the same
+process, alternating `--repeats` times; prints words/s of each, their ratio per repeat, the max
+|Δ prefix log-prob| and the count of words whose beam differs (best hypothesis, beam size,
+terminal reading; both should be 0: the batched search is exact, bit for bit). Both decoders
+compile every shape variant first and search untimed warm-up sentences.
 
 One process, the same model, the same sentences (embedded-treebank validation sentences of
 `--min-words`..`--max-words` words), the same search (b = 300, fast track 30 in union with the
@@ -62,6 +73,45 @@ def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[
   return seconds, sum(map(len, sentences)), steps, prefixes
 
 
+def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> None:
+  """One-sentence vs batched search on the same sentences (module docstring)."""
+  options = dict(beam=args.beam, fast_track=args.fast_track)
+  one = BeamSearcher(model, tokenizer, configuration, batched=False, **options)
+  many = BeamSearcher(model, tokenizer, configuration,
+                      sentences_per_batch=args.sentences_per_batch, **options)
+  slots = max(one.slots(s) for s in warmup + timed)
+  compiled = []
+  for searcher, rows in ((one, None), (many, args.sentences_per_batch * many.capacity)):
+    decoder = searcher.decoder(slots, rows=rows)
+    decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
+    start = time.perf_counter()
+    variants = decoder.precompile()
+    searcher.search_many(warmup, complete=False)  # host-side warm-up (and the prefix variants)
+    compiled.append(f"{variants} variants + warm-up in {time.perf_counter() - start:.0f} s")
+  words = sum(map(len, timed))
+  print(f"{len(timed)} sentences, {words} words; one-sentence: {compiled[0]}; batched "
+        f"({args.sentences_per_batch} at a time, {many.decoder(slots).batch} rows): "
+        f"{compiled[1]}")
+  print(f"{'repeat':>6} {'one w/s':>8} {'batched w/s':>11} {'ratio':>6} {'max |Δ|':>9} "
+        f"{'differing':>9}")
+  for repeat in range(args.repeats):
+    start = time.perf_counter()
+    alone = one.search_many(timed, complete=False)
+    t_one = time.perf_counter() - start
+    start = time.perf_counter()
+    together = many.search_many(timed, complete=False)
+    t_many = time.perf_counter() - start
+    delta = max(float(np.max(np.abs(a.prefix_logprobs - b.prefix_logprobs)))
+                for a, b in zip(alone, together))
+    differing = sum(int(x != y) for a, b in zip(alone, together)
+                    for x, y in zip(a.best, b.best))
+    differing += sum(int(np.sum((a.beam_sizes != b.beam_sizes) | (
+        a.terminal_prefix_logprobs != b.terminal_prefix_logprobs)))
+                     for a, b in zip(alone, together))
+    print(f"{repeat + 1:>6} {words / t_one:>8.2f} {words / t_many:>11.2f} "
+          f"{t_one / t_many:>6.2f} {delta:>9.2e} {differing:>9}")
+
+
 def main() -> int:
   parser = make_parser(__doc__)
   parser.add_argument("--config", default="tgtree")
@@ -76,6 +126,10 @@ def main() -> int:
   parser.add_argument("--d-model", type=int, default=128)
   parser.add_argument("--layers", type=int, default=2)
   parser.add_argument("--heads", type=int, default=4)
+  parser.add_argument("--batched", action=argparse.BooleanOptionalAction, default=False,
+                      help="one-sentence vs batched search (module docstring)")
+  parser.add_argument("--sentences-per-batch", type=int, default=8)
+  parser.add_argument("--repeats", type=int, default=2)
   args = parser.parse_args()
 
   configuration = get_configuration(args.config)
@@ -88,6 +142,15 @@ def main() -> int:
                               n_layers=args.layers, n_heads=args.heads,
                               compute_dtype=jnp.float32, attention=configuration.attention),
                   rngs=nnx.Rngs(0))
+  print(f"config {args.config} ({configuration.linearization}, {configuration.attention.name}); "
+        f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size} "
+        f"({param_count(model.config) / 1e6:.1f}M parameters); "
+        f"beam {args.beam} + fast track {args.fast_track}; backend {jax.default_backend()}")
+  if args.batched:
+    batched_comparison(args, model, tokenizer, configuration,
+                       sentences[:args.sentences_per_batch],
+                       sentences[args.sentences_per_batch:][:args.sentences])
+    return 0
   options = dict(beam=args.beam, fast_track=args.fast_track)
   rows = []
   results = {}
@@ -116,10 +179,6 @@ def main() -> int:
   kv_prefixes, kv_seconds = results["kv-cache"]
   diff = max(float(np.max(np.abs(a - b))) for name, (prefixes, _) in results.items()
              for a, b in zip(kv_prefixes[:shared], prefixes))
-  print(f"config {args.config} ({configuration.linearization}, {configuration.attention.name}); "
-        f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size} "
-        f"({param_count(model.config) / 1e6:.1f}M parameters); "
-        f"beam {args.beam} + fast track {args.fast_track}; backend {jax.default_backend()}")
   print(f"{'decoder':<13} {'sents':>5} {'words':>5} {'steps':>6} {'seconds':>8} {'words/s':>8} "
         f"{'steps/s':>8} {'ms/step':>8}")
   for name, n, words, steps, seconds, wps, sps in rows:

@@ -63,6 +63,7 @@ BEAM = 300  # b: the word beam, and the sub-beam
 FAST_TRACK = 30  # hypotheses that emit the word immediately, added to the sub-beam
 MAX_LEN_FACTOR = 6  # the length cap is max(MAX_LEN_FACTOR·L, MIN_LEN)
 MIN_LEN = 10
+SENTENCES_PER_BATCH = 8  # sentences a batched search advances together (`search_many`)
 
 
 @dataclasses.dataclass
@@ -109,12 +110,15 @@ class BeamSearcher:
                min_len: int = MIN_LEN,
                max_open: int | None = None, labels: SequenceT[str] | None = None,
                score_cnt2: bool = True, decoder_cls=IncrementalDecoder,
-               decoder_len: int | None = None):
+               decoder_len: int | None = None, sentences_per_batch: int = SENTENCES_PER_BATCH,
+               batched: bool = True):
     if isinstance(model, Scorer):
       model = model.model
-    if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1):
-      raise ValueError(f"need beam >= 1, fast_track >= 0, word_beam >= 1; got {beam}, "
-                       f"{fast_track}, {word_beam}")
+    if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1) or (
+        sentences_per_batch < 1):
+      raise ValueError(f"need beam >= 1, fast_track >= 0, word_beam >= 1, "
+                       f"sentences_per_batch >= 1; got {beam}, {fast_track}, {word_beam}, "
+                       f"{sentences_per_batch}")
     self.tokenizer = tokenizer
     self.configuration = configuration
     self.beam = int(beam)
@@ -136,12 +140,17 @@ class BeamSearcher:
                          f"fast_track = {self.capacity}")
     self.decoder_cls = decoder_cls
     self.decoder_len = decoder_len
-    self._decoders: dict[int, Any] = {}
+    self.sentences_per_batch = int(sentences_per_batch)
+    self.batched = bool(batched)  # search_many's default: batched, or one `search` at a time
+    self._decoder = None
 
-  def decoder(self, max_len: int):
-    """A decoder with at least `max_len` cache slots: the live one if it is large enough (a
-    cache only grows, so sentences of different lengths share one compiled size), else a new
-    one of `max_len` slots (or `decoder_len`, when fixed)."""
+  def decoder(self, max_len: int, rows: int | None = None):
+    """A decoder with at least `max_len` cache slots and `rows` rows (default `capacity`, one
+    sentence's): the live one if it is large enough (a cache only grows, so sentences of
+    different lengths share one compiled size), else a new one of `max_len` slots (or
+    `decoder_len`, when fixed). A decoder given to the constructor is always the one (a batched
+    search then runs as many sentences at once as its rows hold)."""
+    rows = max(int(rows or self.capacity), self.capacity)
     if self.decoder_len is not None:
       if self.decoder_len < max_len:
         raise ValueError(f"decoder_len={self.decoder_len} < {max_len} slots needed")
@@ -150,12 +159,14 @@ class BeamSearcher:
       if self._fixed.max_len < max_len:
         raise ValueError(f"decoder max_len={self._fixed.max_len} < {max_len} needed")
       return self._fixed
-    live = next(iter(self._decoders.values()), None)
-    if live is not None and live.max_len >= max_len:
+    live = self._decoder
+    if live is not None and live.max_len >= max_len and live.batch >= rows:
       return live
-    self._decoders = {max_len: self.decoder_cls(self.model, self.configuration, max_len=max_len,
-                                                batch=self.capacity)}  # one cache alive at a time
-    return self._decoders[max_len]
+    if live is not None:  # one cache alive at a time, as large as every use so far
+      max_len, rows = max(max_len, live.max_len), max(rows, live.batch)
+    self._decoder = None
+    self._decoder = self.decoder_cls(self.model, self.configuration, max_len=max_len, batch=rows)
+    return self._decoder
 
   def cap(self, terminal_tokens: int) -> int:
     return int(max(math.ceil(self.max_len_factor * terminal_tokens), self.min_len))
@@ -268,6 +279,31 @@ class BeamSearcher:
         out.best.append(self._symbols(hist, hist_kind, pool))
     out.steps, out.expansions, out.pruned = steps, expansions, pruned
     return out
+
+  def search_many(self, sentences: SequenceT[SequenceT[str]], *, complete: bool = True,
+                  prefixes=None, batched: bool | None = None) -> list[BeamResult]:
+    """`search` of every sentence (results in the input order). batched=True (the default,
+    `self.batched`): the batched search (`slm_jax.eval.beam_batch`: `sentences_per_batch`
+    sentences advanced together, the same results bit for bit); False: one `search` after
+    another (the oracle). `prefixes[i]` = (ids, kinds) before sentence i (default BOS)."""
+    out: list[BeamResult | None] = [None] * len(sentences)
+    for i, result in self.iter_search(sentences, complete=complete, prefixes=prefixes,
+                                      batched=batched):
+      out[i] = result
+    return out
+
+  def iter_search(self, sentences: SequenceT[SequenceT[str]], *, complete: bool = True,
+                  prefixes=None, batched: bool | None = None):
+    """(index, BeamResult) of each sentence as it finishes (`search_many`; the batched search
+    finishes the longest sentences first); a caller keeps what it needs of each result."""
+    if not (self.batched if batched is None else batched):
+      for i, words in enumerate(sentences):
+        ids, kinds = (None, None) if prefixes is None else prefixes[i]
+        yield i, self.search(words, complete=complete, prefix_ids=ids, prefix_kinds=kinds)
+      return
+    from slm_jax.eval.beam_batch import BatchedSearch  # pylint: disable=g-import-not-at-top
+    yield from BatchedSearch(self, sentences, complete=complete, prefixes=prefixes,
+                             concurrent=self.sentences_per_batch)
 
   @staticmethod
   def _place(source, pool, n, decoder, hist, hist_kind) -> np.ndarray:

@@ -138,44 +138,47 @@ class Grammar:
     ids[:, self.word_slot] = word_first
     return ids
 
-  def valid(self, state: GrammarState, *, at_end: bool, remaining: int, word_len: int,
-            cap: int) -> np.ndarray:
+  def valid(self, state: GrammarState, *, at_end, remaining, word_len, cap) -> np.ndarray:
     """[N, C] bool: may each slot come next? `remaining` = pieces of the words not yet emitted
-    (including the current word of `word_len` pieces); at_end: all words are out (EOS step)."""
+    (including the current word of `word_len` pieces); at_end: all words are out (EOS step).
+    Each of at_end, remaining, word_len and cap is one value for every row or one per row (a
+    batched search holds rows of many sentences, each at its own word)."""
     n = len(state.length)
     length, open_, last = state.length, state.open, state.last
+    at_end = np.broadcast_to(np.asarray(at_end, bool), (n,))
+    remaining, word_len, cap = (np.asarray(x, np.int64) for x in (remaining, word_len, cap))
     out = np.zeros((n, self.n_slots), bool)
     alive = last != DONE
-    if self.n_ont and not at_end:
-      ont = alive & ((open_ >= 1) | (length == 0))
+    least_open = np.where(at_end, 1, 2)  # the root closes only after the last word
+    if self.n_ont:
+      ont = alive & ~at_end & ((open_ >= 1) | (length == 0))
       if self.max_open is not None:
         ont &= state.run_onts < self.max_open
       ont &= length + 1 + self.min_completion(open_ + 1, AFTER_ONT, remaining) <= cap
       out[:, :self.n_ont] = ont[:, None]
     if self.tree:
-      close = alive & (open_ >= (1 if at_end else 2)) & (last != AFTER_ONT) & (last != START)
+      close = alive & (open_ >= least_open) & (last != AFTER_ONT) & (last != START)
       close &= length + self.copies + self.min_completion(open_ - 1, AFTER_CLOSE,
                                                          remaining) <= cap
     elif self.family == "merge":
-      close = (last == AFTER_WORD) & (open_ >= (1 if at_end else 2))
+      close = (last == AFTER_WORD) & (open_ >= least_open)
       close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
     else:  # noont
       close = alive & (last != START)
       close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
     out[:, self.n_ont:self.word_slot] = close[:, None]
-    if at_end:
-      word = (open_ == 0) & (last == AFTER_CLOSE) if self.tree else last == AFTER_CLOSE
-    else:
-      word = alive & ((open_ >= 1) if self.family != "noont" else True)
-      word &= length + word_len + self.min_completion(open_, AFTER_WORD,
-                                                      remaining - word_len) <= cap
-    out[:, self.word_slot] = word
+    eos = (open_ == 0) & (last == AFTER_CLOSE) if self.tree else last == AFTER_CLOSE
+    word = alive & ((open_ >= 1) if self.family != "noont" else True)
+    word &= length + word_len + self.min_completion(open_, AFTER_WORD,
+                                                    remaining - word_len) <= cap
+    out[:, self.word_slot] = np.where(at_end, eos, word)
     return out
 
-  def advance(self, state: GrammarState, slot: np.ndarray, *, at_end: bool,
-              word_len: int) -> GrammarState:
-    """The state after each row takes `slot` (a new GrammarState; rows = len(slot))."""
+  def advance(self, state: GrammarState, slot: np.ndarray, *, at_end, word_len) -> GrammarState:
+    """The state after each row takes `slot` (a new GrammarState; rows = len(slot)); at_end and
+    word_len: one value, or one per row."""
     slot = np.asarray(slot)
+    at_end = np.broadcast_to(np.asarray(at_end, bool), slot.shape)
     s = GrammarState(state.length.copy(), state.open.copy(), state.last.copy(),
                      state.run_onts.copy(), state.stack.copy())
     rows = np.arange(len(slot))
@@ -188,10 +191,10 @@ class Grammar:
     s.open += is_ont
     if self.tree or self.family == "merge":
       s.open -= is_close
-      if self.family == "merge" and at_end:
-        s.open[is_close] = 0  # the final `)` closes everything
+      if self.family == "merge":
+        s.open[is_close & at_end] = 0  # the final `)` closes everything
     s.length += np.where(is_ont, 1, 0) + np.where(is_close, self.copies, 0) + np.where(
-        is_word & (not at_end), word_len, 0)
+        is_word & ~at_end, word_len, 0)
     s.run_onts = np.where(is_ont, s.run_onts + 1, 0)
     s.last = np.select([is_ont, is_close, is_word & at_end, is_word],
                        [AFTER_ONT, AFTER_CLOSE, DONE, AFTER_WORD], s.last)
@@ -203,9 +206,18 @@ class Grammar:
     Position 0 is always scored (it ranked the candidate); closing copies are scored when CNT2
     is a target of the configuration; every piece of a word is scored.
     """
+    m = len(np.asarray(slot))
+    words = np.broadcast_to(np.asarray(word_ids, np.int64), (m, len(word_ids)))
+    return self.expand_rows(slot, first_ids, words, np.full(m, len(word_ids)),
+                            np.full(m, word_kind))
+
+  def expand_rows(self, slot: np.ndarray, first_ids: np.ndarray, words_MW: np.ndarray,
+                  word_len_M: np.ndarray, word_kind_M: np.ndarray):
+    """`expand` with a word per row: row m's word is words_MW[m, :word_len_M[m]] of kind
+    word_kind_M[m] (rows of a batched search belong to different sentences)."""
     slot = np.asarray(slot)
     m = len(slot)
-    k = max(self.copies, len(word_ids))
+    k = max(self.copies, words_MW.shape[1])
     ids = np.zeros((m, k), np.int64)
     kinds = np.zeros((m, k), np.int64)
     scored = np.zeros((m, k), bool)
@@ -214,16 +226,18 @@ class Grammar:
     is_close = (slot >= self.n_ont) & (slot < self.word_slot)
     is_word = slot == self.word_slot
     ids[:, 0] = first_ids
-    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, self.closing[0]], word_kind)
+    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, self.closing[0]], word_kind_M)
     scored[:, 0] = True
     if self.copies > 1:
-      ids[is_close, 1:self.copies] = first_ids[is_close, None]
+      ids[is_close, 1:self.copies] = np.asarray(first_ids)[is_close, None]
       kinds[is_close, 1:self.copies] = self.closing[1:]
       scored[is_close, 1:self.copies] = self.cnt2_scored
       count[is_close] = self.copies
-    if len(word_ids) > 1:
-      ids[is_word, 1:len(word_ids)] = np.asarray(word_ids[1:])
-      kinds[is_word, 1:len(word_ids)] = word_kind
-      scored[is_word, 1:len(word_ids)] = True
-      count[is_word] = len(word_ids)
+    if words_MW.shape[1] > 1:
+      piece = is_word[:, None] & (np.arange(1, words_MW.shape[1]) < word_len_M[:, None])
+      ids[:, 1:words_MW.shape[1]] = np.where(piece, words_MW[:, 1:], ids[:, 1:words_MW.shape[1]])
+      kinds[:, 1:words_MW.shape[1]] = np.where(piece, word_kind_M[:, None],
+                                                kinds[:, 1:words_MW.shape[1]])
+      scored[:, 1:words_MW.shape[1]] |= piece
+      count = np.where(is_word, np.maximum(word_len_M, 1), count)
     return ids, kinds, scored, count

@@ -12,9 +12,18 @@ A step appends the fed rows' new keys/values to the arena (one contiguous write)
 each row over `k[path[row]]`; forking a hypothesis (`copy_rows`) copies its path and metadata
 rows (a few int32s per token), never keys or values. Everything is updated in place (donated
 buffers), and a step computes only the rows it feeds (bucketed row counts, `slm_jax.buckets`).
-The arena holds `arena_factor`·N·S slots (default 1.25: a search writes one slot per fed token,
-usually well under N·S per sentence, so the cache costs 1.25× a row-major one); when a step would
-overflow it, the live rows are compacted into its front (one gather, rare).
+The arena starts with `arena_factor`·N·S slots (a search writes one slot per fed token); when a
+step would overflow it, the slots the live rows still use are moved to its front, a shared prefix
+kept shared (hypotheses of a beam share most of their tokens, so this is far below N·S), and the
+arena grows only if that is not room enough. `release(rows)` marks rows unused (their slots are
+dropped at the next compaction); `start_rows(rows, prefix)` starts rows on a prefix of their own
+while the others keep decoding (a batched beam refills the rows of a finished sentence).
+
+Row counts: a step computes at least `ROW_BUCKET` = 64 rows (padding included) and at most
+`MAX_STEP_ROWS` (larger feeds are split). XLA:CPU picks its matmul kernels by row count, and in
+that range every row's log-probabilities are the same bits whatever else the step feeds, so a
+search that batches many sentences into one step (`eval.beam_batch`) equals the one-sentence
+search bit for bit (tests/test_beam_batch.py checks it).
 
 The model runs its own forward pass (`Decoder.__call__`: embedding, blocks, final norm, head);
 this module plugs into its per-layer attention hook only: each layer hands over the new tokens'
@@ -53,7 +62,10 @@ from slm_jax.model.attention import attention_core, xla_attention
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import RowMetadata, TokenMeta, attends, row_metadata
 
-ROW_BUCKET = 32  # fewest rows a step computes (fewer compiled variants; padding is cheap)
+ROW_BUCKET = 64  # fewest rows a step computes (module docstring: per-row results stay the same)
+MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past ~512 rows
+# the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
+MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
 
 
@@ -82,6 +94,31 @@ def _last_logprobs(logits_BTV) -> jax.Array:
   return jax.nn.log_softmax(logits_BTV[:, -1].astype(jnp.float32), axis=-1)
 
 
+def _prefix_forward(model, tokens_PT, meta: RowMetadata):
+  """The prefix [P, T] through the model: (keys, values per layer [P·T, G, K] in the compute
+  dtype, next-token logprobs after the last position [P, V])."""
+  P, T = tokens_PT.shape
+  dtype = model.config.compute_dtype
+  ks, vs = [], []
+
+  def record(layer, q_PTHK, k_PTGK, v_PTGK, meta_, attention):
+    G, K = k_PTGK.shape[2:]
+    ks.append(k_PTGK.reshape(P * T, G, K).astype(dtype))
+    vs.append(v_PTGK.reshape(P * T, G, K).astype(dtype))
+    return xla_attention(q_PTHK, k_PTGK.astype(dtype), v_PTGK.astype(dtype), meta_, attention)
+
+  hidden_PTD = model.hidden(model.embed(tokens_PT), meta, record)
+  lp = _last_logprobs(model.logits(hidden_PTD[:, -1:]))  # the head on the last position only
+  return ks, vs, lp
+
+
+def _prefix_pop(meta: RowMetadata, S: int):
+  """The cache's pop of the prefix tokens [P, T] (CNT2: index + 1; never popped: S)."""
+  T = meta.kind.shape[1]
+  index = jnp.arange(T)
+  return jnp.where(meta.kind == _CNT2, index + 1, jnp.where(meta.pop >= T, S, meta.pop))
+
+
 @functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
 def _prefill(graphdef, params, n: int, max_len: int, arena: int, tokens_PT, meta: RowMetadata):
   """Feeds the prefix [P, T] (P = 1 or n) → (n-row cache, logprobs [n, V]); the prefix of row p
@@ -89,28 +126,55 @@ def _prefill(graphdef, params, n: int, max_len: int, arena: int, tokens_PT, meta
   model = nnx.merge(graphdef.graphdef, params)
   P, T = tokens_PT.shape
   S = max_len
-  dtype = model.config.compute_dtype
-  ks, vs = [], []
-
-  def record(layer, q_PTHK, k_PTGK, v_PTGK, meta_, attention):
-    G, K = k_PTGK.shape[2:]
-    put = lambda a: jnp.zeros((arena, G, K), dtype).at[:P * T].set(
-        a.reshape(P * T, G, K).astype(dtype))
-    ks.append(put(k_PTGK))
-    vs.append(put(v_PTGK))
-    return xla_attention(q_PTHK, k_PTGK.astype(dtype), v_PTGK.astype(dtype), meta_, attention)
-
-  hidden_PTD = model.hidden(model.embed(tokens_PT), meta, record)
-  lp = _last_logprobs(model.logits(hidden_PTD[:, -1:]))  # the head on the last position only
+  ks, vs, lp = _prefix_forward(model, tokens_PT, meta)
+  put = lambda a: jnp.zeros((arena,) + a.shape[1:], a.dtype).at[:P * T].set(a)
   grow = lambda a: jnp.broadcast_to(a, (n,) + a.shape[1:])
-  index = jnp.arange(T)
-  pop_PT = jnp.where(meta.kind == _CNT2, index + 1, jnp.where(meta.pop >= T, S, meta.pop))
   prefix_slots = jnp.arange(P * T, dtype=jnp.int32).reshape(P, T)
   path = jnp.zeros((P, S), jnp.int32).at[:, :T].set(prefix_slots)
   kind_PS = jnp.zeros((P, S), jnp.int32).at[:, :T].set(meta.kind)
-  pop_PS = jnp.full((P, S), S, jnp.int32).at[:, :T].set(pop_PT)
-  return (DecoderCache(tuple(ks), tuple(vs), grow(path), grow(kind_PS), grow(pop_PS),
-                       jnp.full((n,), T, jnp.int32)), grow(lp))
+  pop_PS = jnp.full((P, S), S, jnp.int32).at[:, :T].set(_prefix_pop(meta, S))
+  return (DecoderCache(tuple(map(put, ks)), tuple(map(put, vs)), grow(path), grow(kind_PS),
+                       grow(pop_PS), jnp.full((n,), T, jnp.int32)), grow(lp))
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2, 3))
+def _prefill_rows(graphdef, params, cache: DecoderCache, logprobs_NV, tokens_1T,
+                  meta: RowMetadata, rows_R, base):
+  """Rows rows_R (index N = padding, dropped) start over on the prefix [1, T]: its keys and
+  values take arena slots [base, base + T), shared by those rows; the other rows are untouched."""
+  model = nnx.merge(graphdef.graphdef, params)
+  T = tokens_1T.shape[1]
+  S = cache.path.shape[1]
+  ks, vs, lp = _prefix_forward(model, tokens_1T, meta)
+  write = lambda arena, new: jax.lax.dynamic_update_slice_in_dim(arena, new, base, 0)
+  rows = lambda a, row: a.at[rows_R].set(row, mode="drop")
+  path = jnp.zeros((S,), jnp.int32).at[:T].set(base + jnp.arange(T, dtype=jnp.int32))
+  kind = jnp.zeros((S,), jnp.int32).at[:T].set(meta.kind[0])
+  pop = jnp.full((S,), S, jnp.int32).at[:T].set(_prefix_pop(meta, S)[0])
+  cache = DecoderCache(tuple(map(write, cache.k, ks)), tuple(map(write, cache.v, vs)),
+                       rows(cache.path, path), rows(cache.kind, kind), rows(cache.pop, pop),
+                       rows(cache.length, T))
+  return cache, rows(logprobs_NV, lp[0])
+
+
+def _empty_cache(config, n: int, max_len: int, arena: int) -> tuple[DecoderCache, jax.Array]:
+  """An n-row cache holding nothing yet (rows are started by `_prefill_rows`)."""
+  kv = lambda: tuple(jnp.zeros((arena, config.n_kv_heads, config.head_dim), config.compute_dtype)
+                     for _ in range(config.n_layers))
+  meta = lambda: jnp.zeros((n, max_len), jnp.int32)
+  return (DecoderCache(kv(), kv(), meta(), meta(), jnp.full((n, max_len), max_len, jnp.int32),
+                       jnp.zeros((n,), jnp.int32)),
+          jnp.zeros((n, config.vocab_size), jnp.float32))
+
+
+def _gather_slots(arena_AGK, path_MS):
+  """The arena rows of each row's slots as [M, S, G, K], gathered group-major (one K-vector per
+  index, in the [M, G, S, K] order the attention's batched dot reads) so the gather is not
+  fused into a transposing copy (XLA:CPU runs that one element at a time)."""
+  A, G, K = arena_AGK.shape
+  index_MGS = path_MS[:, None, :] * G + jnp.arange(G, dtype=path_MS.dtype)[None, :, None]
+  rows_MGSK = jnp.take(arena_AGK.reshape(A * G, K), index_MGS, axis=0, mode="clip")
+  return rows_MGSK.transpose(0, 2, 1, 3)
 
 
 def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
@@ -156,7 +220,8 @@ def _step_rows(graphdef, params, groups: tuple, width: int, cache: DecoderCache,
     write = lambda arena, new: jax.lax.dynamic_update_slice_in_dim(
         arena, new[:, 0].astype(arena.dtype), base, 0)
     ks[layer], vs[layer] = write(ks[layer], k_M1GK), write(vs[layer], v_M1GK)
-    return attention_core(q_M1HK, ks[layer][path_MS], vs[layer][path_MS], mask_MA1S)
+    return attention_core(q_M1HK, _gather_slots(ks[layer], path_MS),
+                          _gather_slots(vs[layer], path_MS), mask_MA1S)
 
   # The cache supplies keys, values and mask; the model needs the new tokens' positions (RoPE).
   new_pop = jnp.take_along_axis(pop_MS, pos_M[:, None], axis=1)
@@ -186,13 +251,27 @@ def _copy_rows(width: int, cache: DecoderCache, logprobs_NV, moves_2M):
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _compact(width: int, cache: DecoderCache):
-  """Moves every row's first `width` tokens to arena slots [0, N·width) (row-major)."""
-  N = cache.path.shape[0]
-  used = cache.path[:, :width].reshape(-1)
-  move = lambda a: a.at[:N * width].set(a[used])  # the gather reads before the write
-  path = cache.path.at[:, :width].set(jnp.arange(N * width, dtype=jnp.int32).reshape(N, width))
-  return cache._replace(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), path=path)
+def _compact(width: int, cache: DecoderCache, lengths_N):
+  """Moves the arena slots of every row's first lengths_N tokens (all within [0, width)) to the
+  front, in slot order, each slot once (a shared prefix stays shared); a row of length 0 (a
+  released row) keeps nothing. Returns (cache, slots kept)."""
+  A = cache.k[0].shape[0]
+  used_NW = cache.path[:, :width]
+  held_NW = jnp.arange(width)[None, :] < lengths_N[:, None]
+  mark = jnp.zeros((A,), bool).at[jnp.where(held_NW, used_NW, A)].set(True, mode="drop")
+  order = jnp.nonzero(mark, size=A, fill_value=0)[0]  # kept slots first, ascending
+  new_slot = (jnp.cumsum(mark) - 1).astype(jnp.int32)
+  move = lambda a: a[order]
+  path = cache.path.at[:, :width].set(jnp.where(held_NW, new_slot[used_NW], 0))
+  return (cache._replace(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), path=path),
+          jnp.sum(mark))
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _grow(arena: int, cache: DecoderCache):
+  """The cache with `arena` arena slots (the used ones keep their place)."""
+  pad = lambda a: jnp.zeros((arena,) + a.shape[1:], a.dtype).at[:a.shape[0]].set(a)
+  return cache._replace(k=tuple(map(pad, cache.k)), v=tuple(map(pad, cache.v)))
 
 
 @jax.jit
@@ -224,13 +303,15 @@ class IncrementalDecoder:
   `logprobs` array are updated in place (donated buffers: `.logprobs` read earlier is invalid
   after the next call; `start` and `step` return copies). `gather(ids_NC)` reads a few
   log-probabilities per row to the host. `compactions` counts arena compactions.
+  Batched searches start rows on prefixes of their own with `start_rows(rows, ids, kinds)` and
+  hand back the rows they no longer need with `release(rows)`.
   """
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
                arena_factor: float = 1.25, slot_bucket: int = SLOT_BUCKET):
     check_attention(model, configuration)
-    if arena_factor < 1 or slot_bucket < 1:
-      raise ValueError(f"need arena_factor >= 1 and slot_bucket >= 1, got {arena_factor}, "
+    if arena_factor <= 0 or slot_bucket < 1:
+      raise ValueError(f"need arena_factor > 0 and slot_bucket >= 1, got {arena_factor}, "
                        f"{slot_bucket}")
     self.model = model
     self.configuration = configuration
@@ -239,14 +320,17 @@ class IncrementalDecoder:
     # Fewest cache slots a step reads: larger = fewer compiled variants (slot_bucket >= max_len:
     # one per function, for short runs such as live metrics), more attention work per step.
     self.slot_bucket = int(slot_bucket)
-    # N·S slots hold every row at full length after a compaction; the rest is room to grow.
+    # The most rows one step computes (padding included), and the arena: room for a prefix and
+    # a few steps at least; a compaction (or, rarely, growth) makes more room when needed.
+    self.step_width = min(bucket(self.batch, ROW_BUCKET, max(self.batch, ROW_BUCKET)),
+                          MAX_STEP_ROWS)
     self.arena = int(max(arena_factor * self.batch * self.max_len,
-                         self.batch * self.max_len + bucket(self.batch, ROW_BUCKET, self.batch)))
+                         self.max_len + 2 * self.step_width))
     self.graphdef, self.params = split_model(model)
     self.groups = tuple(int(g) for g in configuration.attention.groups)  # head-group codes
     self.cache: DecoderCache | None = None
     self._logprobs: jax.Array | None = None
-    self.lengths = np.zeros(self.batch, np.int64)  # host mirror of cache.length
+    self.lengths = np.zeros(self.batch, np.int64)  # host mirror of cache.length (0: unused)
     self.free = 0  # first unused arena slot
     self.compactions = 0
 
@@ -260,29 +344,64 @@ class IncrementalDecoder:
     if self.cache is None:
       raise RuntimeError("IncrementalDecoder: call start(prefix) first")
 
-  def start(self, prefix_ids, prefix_kinds) -> jax.Array:
+  def _prefix(self, prefix_ids, prefix_kinds, rows: int, where: str):
     ids = np.asarray(prefix_ids, np.int32)
     kinds = np.asarray(prefix_kinds, np.int32)
     if ids.ndim == 1:
       ids, kinds = ids[None], kinds[None]
-    if ids.shape != kinds.shape or ids.shape[0] not in (1, self.batch) or ids.shape[1] == 0:
-      raise ValueError(f"start: prefix ids {ids.shape} and kinds {kinds.shape} must be [T] or "
-                       f"[{self.batch}, T] with T >= 1")
-    T = ids.shape[1]
-    if T > self.max_len:
-      raise ValueError(f"start: prefix of {T} tokens exceeds max_len={self.max_len}")
-    meta = jax.tree.map(jnp.asarray, row_metadata(kinds, np.ones_like(kinds)))
+    if ids.shape != kinds.shape or ids.shape[0] not in (1, rows) or ids.shape[1] == 0:
+      raise ValueError(f"{where}: prefix ids {ids.shape} and kinds {kinds.shape} must be [T] or "
+                       f"[{rows}, T] with T >= 1")
+    if ids.shape[1] > self.max_len:
+      raise ValueError(f"{where}: prefix of {ids.shape[1]} tokens exceeds max_len={self.max_len}")
+    return ids, jax.tree.map(jnp.asarray, row_metadata(kinds, np.ones_like(kinds)))
+
+  def start(self, prefix_ids, prefix_kinds) -> jax.Array:
+    ids, meta = self._prefix(prefix_ids, prefix_kinds, self.batch, "start")
     self.cache = self._logprobs = None  # free the old cache before allocating the new one
+    self.arena = max(self.arena, ids.size + 2 * self.step_width)
     self.cache, self._logprobs = _prefill(self.graphdef, self.params, self.batch, self.max_len,
                                           self.arena, jnp.asarray(ids), meta)
-    self.lengths = np.full(self.batch, T, np.int64)
-    self.free = ids.shape[0] * T
+    self.lengths = np.full(self.batch, ids.shape[1], np.int64)
+    self.free = ids.size
     return jnp.copy(self._logprobs)
 
+  def start_rows(self, rows, prefix_ids, prefix_kinds) -> None:
+    """Rows `rows` start over on the prefix (1-D; its keys are stored once, shared by those
+    rows); every other row keeps its tokens. The first call of a decoder that was never
+    `start`ed allocates an empty cache. The prefix goes through the model exactly as `start`'s
+    one-prefix form sends it (the same bits)."""
+    rows = np.asarray(rows, np.int64)
+    ids, meta = self._prefix(prefix_ids, prefix_kinds, 1, "start_rows")
+    if not len(rows) or not _distinct_indices(rows, self.batch):
+      raise ValueError(f"start_rows: rows must be distinct indices in [0, {self.batch})")
+    if self.cache is None:
+      self.cache, self._logprobs = _empty_cache(self.model.config, self.batch, self.max_len,
+                                                self.arena)
+      self.lengths = np.zeros(self.batch, np.int64)
+      self.free = 0
+    T = ids.shape[1]
+    self.lengths[rows] = 0  # these rows' old tokens need no room
+    self._make_room(T)
+    padded = np.full(bucket(len(rows), 1), self.batch, np.int32)
+    padded[:len(rows)] = rows
+    self.cache, self._logprobs = _prefill_rows(self.graphdef, self.params, self.cache,
+                                               self._logprobs, jnp.asarray(ids), meta,
+                                               jnp.asarray(padded), np.int32(self.free))
+    self.free += T
+    self.lengths[rows] = T
+
+  def release(self, rows) -> None:
+    """Rows `rows` are no longer needed: the next compaction drops the slots only they use. A
+    released row holds nothing until `start_rows` or `copy_rows` fills it again."""
+    self.lengths[np.asarray(rows, np.int64)] = 0
+
   def step_rows(self, rows, token_ids, kinds) -> None:
-    """Appends token_ids[m] (kind kinds[m]) to row rows[m]; rows distinct."""
+    """Appends token_ids[m] (kind kinds[m]) to row rows[m]; rows distinct. At most
+    `MAX_STEP_ROWS` rows go into one device call (module docstring)."""
     self._check_started()
     rows = np.asarray(rows, np.int64)
+    token_ids, kinds = np.asarray(token_ids), np.asarray(kinds)
     m = len(rows)
     if m == 0:
       return
@@ -293,10 +412,15 @@ class IncrementalDecoder:
     if full.any():
       raise ValueError(f"step: row {int(rows[full][0])} already holds max_len={self.max_len} "
                        "tokens")
-    width = bucket(m, ROW_BUCKET, self.batch)
-    slots = bucket(int(lengths.max()) + 1, self.slot_bucket, self.max_len)
-    if self.free + width > self.arena:
-      self._compact()
+    for begin in range(0, m, MAX_STEP_ROWS):
+      part = slice(begin, begin + MAX_STEP_ROWS)
+      self._step(rows[part], token_ids[part], kinds[part], int(lengths[part].max()))
+
+  def _step(self, rows, token_ids, kinds, longest: int) -> None:
+    m = len(rows)
+    width = bucket(m, ROW_BUCKET, max(self.batch, ROW_BUCKET))
+    slots = bucket(longest + 1, self.slot_bucket, self.max_len)
+    self._make_room(width)
     fed = np.zeros((3, width), np.int32)
     fed[0, m:] = self.batch  # padding rows: writes dropped
     fed[0, :m], fed[1, :m], fed[2, :m] = rows, token_ids, kinds
@@ -305,11 +429,17 @@ class IncrementalDecoder:
     self.free += width
     self.lengths[rows] += 1
 
-  def _compact(self) -> None:
-    width = bucket(int(self.lengths.max()), self.slot_bucket, self.max_len)
-    self.cache = _compact(width, self.cache)
-    self.free = self.batch * width
+  def _make_room(self, width: int) -> None:
+    """Compacts the arena (and grows it if that is not enough) so `width` slots are free."""
+    if self.free + width <= self.arena:
+      return
+    used = bucket(int(self.lengths.max()), self.slot_bucket, self.max_len)
+    self.cache, kept = _compact(used, self.cache, jnp.asarray(self.lengths, jnp.int32))
+    self.free = int(kept)
     self.compactions += 1
+    if self.free + width > self.arena:
+      self.arena = max(int(1.5 * self.arena), self.free + 2 * width)
+      self.cache = _grow(self.arena, self.cache)
 
   def step(self, token_ids_N, kinds_N, active_N=None) -> jax.Array:
     tokens = np.asarray(token_ids_N)
@@ -334,12 +464,12 @@ class IncrementalDecoder:
         src.max() >= self.batch):
       raise ValueError(f"copy_rows: dest (distinct) and src must be parallel indices in "
                        f"[0, {self.batch})")
-    width = bucket(m, ROW_BUCKET, self.batch)
-    slots = bucket(int(self.lengths[src].max()), self.slot_bucket, self.max_len)
+    width = bucket(m, MOVE_BUCKET, self.batch)
     moves = np.zeros((2, width), np.int32)
     moves[0, m:] = self.batch
     moves[0, :m], moves[1, :m] = dest, src
-    self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, moves)
+    # Every slot of a row moves (a few int32s each): one compiled variant per row bucket.
+    self.cache, self._logprobs = _copy_rows(self.max_len, self.cache, self._logprobs, moves)
     lengths = self.lengths.copy()
     lengths[dest] = self.lengths[src]
     self.lengths = lengths
@@ -357,18 +487,20 @@ class IncrementalDecoder:
     all rows are padding, their arena slots are past the used ones); returns how many.
     Benchmarks call it so no timing includes a compile."""
     self._check_started()
-    if self.free + bucket(self.batch, ROW_BUCKET, self.batch) > self.arena:
-      self._compact()
+    self._make_room(self.step_width)
     count = 0
-    for width in buckets(self.batch, ROW_BUCKET):
+    for width in buckets(self.step_width, ROW_BUCKET):
       fed = np.zeros((3, width), np.int32)
       fed[0] = self.batch
       for slots in buckets(self.max_len, self.slot_bucket):
         base = np.int32(self.free)
         self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
                                                 self.cache, self._logprobs, fed, base)
-        self.cache, self._logprobs = _copy_rows(slots, self.cache, self._logprobs, fed[:2])
-        count += 2
+        count += 1
+    for width in buckets(self.batch, MOVE_BUCKET):
+      moves = np.full((2, width), self.batch, np.int32)
+      self.cache, self._logprobs = _copy_rows(self.max_len, self.cache, self._logprobs, moves)
+      count += 1
     jax.block_until_ready(self._logprobs)
     return count
 

@@ -17,8 +17,9 @@ emerges. The subsets are small and fixed, so the curves are comparable across st
   sentence marginal (logsumexp over the completed hypotheses: the model is its own parser);
   ties and non-finite scores are wrong (`live_blimp`, `live_blimp_wrong_ties_nonfinite`).
 
-Cost is bounded by the subsets and the small beam, and tree models decode every live sentence in
-one cache size read whole (one compiled variant per function); `live_syntax_seconds` is logged
+Cost is bounded by the subsets and the small beam, and tree models search the live sentences
+together (`BeamSearcher.search_many`, the batched search) in one cache size read whole (one slot
+width per compiled function); `live_syntax_seconds` is logged
 with every record, so its share of a run can be read off `metrics.jsonl`. Nothing here touches the training state: the parameters are read,
 never donated or changed, and no random numbers are drawn, so a run's losses are the same with
 live metrics on or off. The data come from the shared folder (`slm_jax.cli.shared_data_dir`, or
@@ -110,5 +111,5 @@ class LiveSyntax:
   def _sentence_logprobs(self, scorer: Scorer, searcher: BeamSearcher | None) -> np.ndarray:
     if searcher is None:
       return scorer.terminal_logprobs(self.sentences)
-    return np.asarray([searcher.search(s, complete=True).sentence_logprob
-                       for s in self.sentences])
+    return np.asarray([r.sentence_logprob
+                       for r in searcher.search_many(self.sentences, complete=True)])

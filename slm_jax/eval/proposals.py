@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import itertools
 import json
 import pathlib
@@ -211,6 +212,17 @@ def check_beam_proposals(configuration: Configuration) -> None:
                    "proposal trees; beam proposals are for tree models (lin1, lin2, lin3)")
 
 
+@dataclasses.dataclass
+class _Found:
+  """What one beam search gave a sentence: its trees (at most k) and the counts of `stats`."""
+  trees: list[Tree]
+  k: int
+  cap: int
+  complete: int  # completed hypotheses
+  beyond_k: int  # completed, not examined (k trees found before them)
+  invalid: int  # completed, not a tree over the words
+
+
 class BeamProposals(ProposalSource):
   """Proposals from the tree model itself: the hypotheses its word-synchronous beam search
   (`BeamSearcher.search(words, complete=True)`) closed and ended by EOS, delinearized, best joint
@@ -223,17 +235,27 @@ class BeamProposals(ProposalSource):
   that word, so the leaves are exactly the words asked for. `NoProposals` when nothing completed
   (the beam died or the length cap admits no tree). `stats` counts sentences, proposals,
   `complete` (completed hypotheses), `beyond_k` (completed, not returned), `no_parse` (sentences
-  without proposals) and `invalid`. `last` is the latest `BeamResult`.
+  without proposals) and `invalid`, as each sentence's proposals are handed out.
+
+  Batched: `prefetch(sentences)` queues the sentences that come next; asking for a queued
+  sentence searches it together with up to `chunk` − 1 of the queued sentences after it
+  (`BeamSearcher.iter_search`, the batched search: the same results as one at a time), and keeps
+  their trees until they are asked for (at most `max_ready` sentences are kept; past that a
+  sentence is searched alone). `last` is the latest `BeamResult` of a sentence searched alone.
   """
 
-  def __init__(self, searcher: "BeamSearcher", k: int = 300):
+  def __init__(self, searcher: "BeamSearcher", k: int = 300, *, chunk: int = 64,
+               max_ready: int = 1024):
     check_beam_proposals(searcher.configuration)
-    if k < 1:
-      raise ValueError(f"need k >= 1 proposals, got {k}")
+    if k < 1 or chunk < 1:
+      raise ValueError(f"need k >= 1 proposals and chunk >= 1, got {k}, {chunk}")
     self.searcher = searcher
     self.k = int(k)
+    self.chunk, self.max_ready = int(chunk), int(max_ready)
     self.stats: collections.Counter = collections.Counter()
     self.last: "BeamResult | None" = None
+    self._queued: dict[Words, None] = {}  # prefetched, not searched yet (in order)
+    self._ready: dict[Words, _Found] = {}
 
   @classmethod
   def for_model(cls, model: Any, tokenizer: Any, configuration: Configuration, *, k: int = 300,
@@ -243,36 +265,66 @@ class BeamProposals(ProposalSource):
     from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
     return cls(BeamSearcher(model, tokenizer, configuration, **beam_options), k=k)
 
+  def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:
+    for words in sentences:
+      words = tuple(words)
+      if words and words not in self._ready:
+        self._queued[words] = None
+
   def proposals(self, sentence_words: Sequence[str]) -> list[Tree]:
     words = tuple(sentence_words)
     self.stats["sentences"] += 1
     if not words:
       self.stats["no_parse"] += 1
       raise NoProposals("an empty sentence has no tree")
-    searcher = self.searcher
-    pieces = [searcher.tokenizer.encode_word(w) for w in words]
-    result = self.last = searcher.search(words, complete=True)
-    self.stats["complete"] += len(result.complete)
+    found = self._ready.pop(words, None)
+    if found is None or found.k != self.k:
+      found = self._search(words)
+    self.stats["complete"] += found.complete
+    self.stats["beyond_k"] += found.beyond_k
+    self.stats["invalid"] += found.invalid
+    if not found.trees:
+      self.stats["no_parse"] += 1
+      raise NoProposals(f"the beam search (beam {self.searcher.beam}, length cap {found.cap}) "
+                        f"completed no tree over {' '.join(words)!r}")
+    self.stats["proposals"] += len(found.trees)
+    return found.trees
+
+  def _search(self, words: Words) -> _Found:
+    """Searches `words` (with the queued sentences after it, room permitting); its trees."""
+    queued = list(self._queued)
+    self._queued.pop(words, None)
+    batch = [words]
+    if words in queued and len(self._ready) + self.chunk <= self.max_ready:
+      after = queued[queued.index(words) + 1:][:self.chunk - 1]
+      batch += after
+      for other in after:
+        del self._queued[other]
+    if len(batch) == 1:
+      result = self.last = self.searcher.search(words, complete=True)
+      return self._found(words, result)
+    for i, result in self.searcher.iter_search(batch, complete=True):
+      self._ready[batch[i]] = self._found(batch[i], result)
+    return self._ready.pop(words)
+
+  def _found(self, words: Words, result: "BeamResult") -> _Found:
+    pieces = [self.searcher.tokenizer.encode_word(w) for w in words]
     expected = np.fromiter(itertools.chain.from_iterable(pieces), np.int64)
     first_piece = np.zeros(len(expected), bool)
     first_piece[np.cumsum([0] + [len(p) for p in pieces[:-1]])] = True
-    lin = searcher.configuration.linearization
+    lin = self.searcher.configuration.linearization
     trees: list[Tree] = []
+    invalid = beyond = 0
     for n, hyp in enumerate(result.complete):
       if len(trees) == self.k:
-        self.stats["beyond_k"] += len(result.complete) - n
+        beyond = len(result.complete) - n
         break
       tree = _hypothesis_tree(hyp, words, expected, first_piece, lin)
       if tree is None:
-        self.stats["invalid"] += 1
+        invalid += 1
       else:
         trees.append(tree)
-    if not trees:
-      self.stats["no_parse"] += 1
-      raise NoProposals(f"the beam search (beam {searcher.beam}, length cap {result.cap}) "
-                        f"completed no tree over {' '.join(words)!r}")
-    self.stats["proposals"] += len(trees)
-    return trees
+    return _Found(trees, self.k, result.cap, len(result.complete), beyond, invalid)
 
 
 def _hypothesis_tree(hyp, words: Words, expected_ids: np.ndarray, first_piece: np.ndarray,

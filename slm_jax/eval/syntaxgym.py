@@ -286,15 +286,18 @@ def prefix_logprob_fn(scorer, *, tree_scoring: str = "joint", **beam_options) ->
 
 
 def _beam_prefix_fn(searcher, tree_scoring: str = "joint") -> PrefixFn:
-  """Prefix log-probabilities by beam search; the longest sentence goes first, so its cache size
-  serves them all (`BeamSearcher.decoder` reuses a cache large enough)."""
+  """Prefix log-probabilities by beam search: `BeamSearcher.search_many` (the batched search by
+  default; `batched=False` in the searcher's options: one sentence at a time, longest first so
+  its cache size serves them all)."""
   field = "terminal_prefix_logprobs" if tree_scoring == "terminal" else "prefix_logprobs"
 
   def prefixes(sentences):
-    longest_first = sorted(range(len(sentences)), key=lambda i: -searcher.slots(sentences[i]))
-    found = {i: getattr(searcher.search(sentences[i], complete=False), field)
-             for i in longest_first}
-    return [found[i] for i in range(len(sentences))]
+    if not searcher.batched:
+      longest_first = sorted(range(len(sentences)), key=lambda i: -searcher.slots(sentences[i]))
+      found = {i: getattr(searcher.search(sentences[i], complete=False), field)
+               for i in longest_first}
+      return [found[i] for i in range(len(sentences))]
+    return [getattr(r, field) for r in searcher.search_many(sentences, complete=False)]
 
   return prefixes
 
@@ -354,6 +357,7 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
                        base: float = 2.0, circuits_path: str | None = None,
                        tree_scoring: str = "joint",
                        progress: Callable[[int, int], None] | None = None,
+                       on_suite: Callable[[str, dict], None] | None = None,
                        **beam_options) -> dict:
   """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the headline SG, the suite mean.
 
@@ -362,6 +366,10 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   `suites`: `hu31` (None, the default), `paper32`, or suite names (`sg_aggregate`).
   `progress(done, total)` is called with the suites done, at the start and after each suite
   (`cli.Progress` prints the rate and ETA: a tree model's beam at b = 300 takes minutes a suite).
+  `on_suite(name, result)` is called with each suite's result as soon as it is done (a caller
+  can keep finished suites, e.g. to resume a killed evaluation). Tree models search the
+  sentences of a suite together (`BeamSearcher.search_many`; `batched=False` in `beam_options`
+  searches one at a time).
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
   from slm_jax.eval.scorer import Scorer  # pylint: disable=g-import-not-at-top
@@ -388,6 +396,8 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
     result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
     result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
     results[suite.name] = result
+    if on_suite:
+      on_suite(suite.name, result)
     if progress:
       progress(len(results), len(loaded))
     _LOG.info("SyntaxGym %s: %d/%d items correct", suite.name, result["correct"],

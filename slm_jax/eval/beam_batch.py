@@ -1,0 +1,351 @@
+"""Batched word-synchronous beam search: the beams of many sentences advanced together (issue #35).
+
+`BeamSearcher.search` (the one-sentence search, `slm_jax.eval.beam`) feeds one sentence's
+hypotheses per decoder step and does its bookkeeping per sentence. `BatchedSearch` runs the same
+search (SPEC §9: fast track ∪ sub-beam, depth-first continuation, the length cap with reserved
+closings; module docstring of `beam`) for `concurrent` sentences at once in one decoder of
+`concurrent` × `capacity` rows:
+
+  slots      each sentence in flight holds a slot: its own word position, pool, frontier, cap
+             and counters; a finished sentence's rows are released and its slot is refilled
+             from the queue (longest first, so the sentences in flight have similar lengths and
+             every step reads few cache slots)
+  a round    one expansion round of every slot: one `gather` of the candidates' log-probs for
+             all frontiers, candidate validity for all of them (`Grammar.valid` with a word,
+             cap and end flag per row), the selection per slot as array operations over
+             [slots × hypotheses] (a stable sort by score, ranks within each slot), one
+             `copy_rows` for every fork, one `step_rows` per token position for every kept
+             candidate, and the pool merge per slot (a stable sort by (slot, score))
+  results    per sentence exactly those of `BeamSearcher.search`: the same hypotheses in the
+             same order, the same scores bit for bit (the decoder computes every row the same
+             way whatever else a step feeds, `slm_jax.eval.incremental`), the same counters
+             (`steps`: the steps the sentence took part in)
+
+Rows are the decoder's; which row holds a hypothesis does not change its numbers. The
+one-sentence search stays as the oracle (tests/test_beam_batch.py compares the two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterator, Sequence as SequenceT
+
+import numpy as np
+
+from slm_jax.eval.beam import BeamResult, BeamSearcher
+from slm_jax.eval.grammaticality import GrammarState
+from slm_jax.eval.scorer import logsumexp
+from slm_jax.kinds import Kind
+
+
+@dataclasses.dataclass
+class _Sentence:
+  """One sentence of the queue and its result so far."""
+  index: int  # position in the caller's list
+  words: list[str]
+  pieces: list[tuple[int, ...]]
+  cap: int
+  prefix_ids: np.ndarray
+  prefix_kinds: np.ndarray
+  result: BeamResult
+  w: int = 0  # the word being searched (len(words): the EOS step)
+  remaining: int = 0  # pieces of the words not yet emitted (the current one included)
+
+
+def _segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
+  """Rank of each entry within its run of equal values (the array is grouped by value)."""
+  n = len(slot_sorted)
+  if not n:
+    return np.zeros(0, np.int64)
+  starts = np.flatnonzero(np.r_[True, slot_sorted[1:] != slot_sorted[:-1]])
+  return np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+
+
+class BatchedSearch:
+  """The batched search of `sentences` by `searcher`'s rules (module docstring); iterate it for
+  (index, BeamResult) pairs as sentences finish. `prefixes[i]` = (ids, kinds) before sentence i
+  (default BOS)."""
+
+  def __init__(self, searcher: BeamSearcher, sentences: SequenceT[SequenceT[str]], *,
+               complete: bool = True, prefixes=None, concurrent: int = 8):
+    tok = searcher.tokenizer
+    self.searcher, self.grammar, self.complete = searcher, searcher.grammar, bool(complete)
+    queue = []
+    for i, words in enumerate(sentences):
+      words = list(words)
+      if not words:
+        raise ValueError(f"beam search needs at least one word (sentence {i} is empty)")
+      if prefixes is None:
+        ids, kinds = [tok.bos_id], [int(Kind.BOS)]
+      else:
+        ids, kinds = prefixes[i]
+      pieces = [tuple(tok.encode_word(w)) for w in words]
+      cap = searcher.cap(sum(map(len, pieces)))
+      result = BeamResult(
+          words=words, prefix_logprobs=np.full(len(words), -np.inf),
+          sentence_logprob=-math.inf if complete else math.nan,
+          terminal_prefix_logprobs=np.full(len(words), -np.inf),
+          sentence_terminal_logprob=-math.inf if complete else math.nan, best=[],
+          best_complete=None, beam_sizes=np.zeros(len(words), np.int64), cap=cap, steps=0,
+          expansions=0)
+      queue.append(_Sentence(i, words, pieces, cap, np.asarray(ids), np.asarray(kinds), result,
+                             remaining=sum(map(len, pieces))))
+    # Longest first (cache slots asked), so the sentences in flight have similar lengths.
+    slots = [bucket_slots(searcher, s) for s in queue]
+    self.queue = [queue[i] for i in sorted(range(len(queue)), key=lambda i: -slots[i])]
+    if not self.queue:
+      self.decoder = None
+      return
+    capacity = searcher.capacity
+    wanted = max(1, min(int(concurrent), len(self.queue)))
+    self.decoder = searcher.decoder(max(slots), rows=wanted * capacity)
+    self.slots = min(wanted, self.decoder.batch // capacity)
+    n = self.decoder.batch
+    depth = max(s.cap for s in queue) + 2
+    self.state = GrammarState.initial(n, depth)
+    self.score, self.term = np.zeros(n), np.zeros(n)
+    self.hist = np.zeros((n, depth - 1), np.int64)
+    self.hist_kind = np.zeros((n, depth - 1), np.int64)
+    self.owner = np.full(n, -1, np.int64)  # the slot holding each row (-1: free)
+    widest = max(max(map(len, s.pieces)) for s in queue)
+    K = self.slots
+    self.held: list[_Sentence | None] = [None] * K
+    self.at_end = np.zeros(K, bool)
+    self.remaining = np.zeros(K, np.int64)
+    self.cap = np.zeros(K, np.int64)
+    self.word_ids = np.zeros((K, widest), np.int64)
+    self.word_len = np.ones(K, np.int64)
+    self.word_kind = np.full(K, int(Kind.TERMINAL), np.int64)
+    self.steps, self.expansions, self.pruned = (np.zeros(K, np.int64) for _ in range(3))
+    empty = np.zeros(0, np.int64)
+    self.front_rows, self.front_slot, self.pool_rows, self.pool_slot = empty, empty, empty, empty
+    self.finished: list[tuple[int, BeamResult]] = []
+
+  # ---- the loop
+
+  def __iter__(self) -> Iterator[tuple[int, BeamResult]]:
+    if self.decoder is None:
+      return
+    for slot in range(self.slots):
+      self._start(slot)
+    while True:
+      self._settle()
+      yield from self.finished
+      self.finished = []
+      if not len(self.front_rows):
+        return
+      self._round()
+
+  def _start(self, slot: int) -> None:
+    """The next sentence of the queue takes `slot` (one row holding its prefix)."""
+    if not self.queue:
+      self.held[slot] = None
+      return
+    sentence = self.held[slot] = self.queue.pop(0)
+    row = int(np.flatnonzero(self.owner < 0)[0])
+    self.owner[row] = slot
+    self.state.put([row], GrammarState.initial(1, self.state.stack.shape[1]))
+    self.score[row] = self.term[row] = 0.0
+    self.hist[row] = self.hist_kind[row] = 0
+    self.decoder.start_rows([row], sentence.prefix_ids, sentence.prefix_kinds)
+    self.cap[slot] = sentence.cap
+    self.steps[slot] = self.expansions[slot] = self.pruned[slot] = 0
+    self._set_word(slot)
+    self._add_front(np.asarray([row]), np.asarray([slot]))
+
+  def _set_word(self, slot: int) -> None:
+    sentence = self.held[slot]
+    at_end = sentence.w == len(sentence.words)
+    ids = (self.searcher.tokenizer.eos_id,) if at_end else sentence.pieces[sentence.w]
+    self.at_end[slot] = at_end
+    self.remaining[slot] = sentence.remaining
+    self.word_ids[slot] = 0
+    self.word_ids[slot, :len(ids)] = ids
+    self.word_len[slot] = len(ids)
+    self.word_kind[slot] = int(Kind.EOS if at_end else Kind.TERMINAL)
+
+  def _add_front(self, rows, slots) -> None:
+    rows = np.concatenate([self.front_rows, rows])
+    slots = np.concatenate([self.front_slot, slots])
+    order = np.argsort(slots, kind="stable")
+    self.front_rows, self.front_slot = rows[order], slots[order]
+
+  def _release(self, rows) -> None:
+    self.owner[rows] = -1
+    self.decoder.release(rows)
+
+  def _settle(self) -> None:
+    """Depth-first continuation on every frontier; slots whose frontier is empty end their
+    word (and their sentence, refilled from the queue) until every slot in flight has one."""
+    while True:
+      counts = np.bincount(self.pool_slot, minlength=self.slots)
+      threshold = np.full(self.slots, -np.inf)
+      full = np.flatnonzero(counts >= self.searcher.word_beam)
+      start = np.cumsum(counts) - counts
+      threshold[full] = self.score[self.pool_rows[start[full] + self.searcher.word_beam - 1]]
+      above = self.score[self.front_rows] > threshold[self.front_slot]
+      if not above.all():
+        self.pruned += np.bincount(self.front_slot[~above], minlength=self.slots)
+        self._release(self.front_rows[~above])
+        self.front_rows, self.front_slot = self.front_rows[above], self.front_slot[above]
+      waiting = np.zeros(self.slots, bool)
+      waiting[self.front_slot] = True
+      ended = [k for k in range(self.slots) if self.held[k] is not None and not waiting[k]]
+      if not ended:
+        return
+      for slot in ended:
+        self._end_word(slot)
+
+  def _end_word(self, slot: int) -> None:
+    """The slot's pool is its beam after the word: record it, then start the next word (the
+    pool becomes the frontier) or finish the sentence."""
+    sentence, out, searcher = self.held[slot], self.held[slot].result, self.searcher
+    mine = self.pool_slot == slot
+    pool = self.pool_rows[mine]
+    self.pool_rows, self.pool_slot = self.pool_rows[~mine], self.pool_slot[~mine]
+    score, term = self.score, self.term
+    done = False
+    if sentence.w == len(sentence.words):
+      out.sentence_logprob = logsumexp(score[pool])
+      if len(pool):
+        out.sentence_terminal_logprob = float(term[pool].max())
+        out.best_complete = searcher._symbols(self.hist, self.hist_kind, pool)
+        out.complete = searcher._completed(self.hist, self.hist_kind, score, term, pool)
+      done = True
+    else:
+      w = sentence.w
+      sentence.remaining -= len(sentence.pieces[w])
+      out.beam_sizes[w] = len(pool)
+      if not len(pool):
+        done = True
+      else:
+        out.prefix_logprobs[w] = logsumexp(score[pool])
+        out.terminal_prefix_logprobs[w] = float(term[pool].max())
+        out.best.append(searcher._symbols(self.hist, self.hist_kind, pool))
+        sentence.w += 1
+        done = sentence.w == len(sentence.words) + int(self.complete)
+    if done:
+      out.steps, out.expansions, out.pruned = (int(a[slot]) for a in (self.steps,
+                                                                     self.expansions,
+                                                                     self.pruned))
+      self.finished.append((sentence.index, out))
+      self._release(pool)
+      self._start(slot)
+    else:
+      self._set_word(slot)
+      self._add_front(pool, np.full(len(pool), slot))
+
+  # ---- one expansion round of every slot
+
+  def _round(self) -> None:
+    grammar, decoder, n = self.grammar, self.decoder, self.decoder.batch
+    front, front_slot = self.front_rows, self.front_slot
+    parent = self.state.take(front)
+    ids = grammar.slot_token_ids(parent, self.word_ids[front_slot, 0])
+    valid = grammar.valid(parent, at_end=self.at_end[front_slot],
+                          remaining=self.remaining[front_slot],
+                          word_len=self.word_len[front_slot], cap=self.cap[front_slot])
+    query = np.zeros((n, grammar.n_slots), np.int64)
+    query[front] = ids
+    lp = decoder.gather(query)[front]
+    cand = np.where(valid & np.isfinite(lp), self.score[front, None] + lp, -np.inf)
+    f, c = self._select(cand, front_slot)
+    slot = front_slot[f]
+    finite = np.isfinite(cand).sum(axis=1)
+    self.pruned += (np.bincount(front_slot, weights=finite, minlength=self.slots).astype(np.int64)
+                    - np.bincount(slot, minlength=self.slots))
+    is_word = c == grammar.word_slot
+    parent_term = self.term[front[f]] + np.where(is_word, lp[f, c], 0.0)
+    source = front[f]
+    expanded = np.zeros(n, bool)
+    expanded[source] = True
+    self._release(front[~expanded[front]])  # frontier hypotheses with no kept successor
+    new = self._place(source, slot)
+    at_end = self.at_end[slot]
+    self.state.put(new, grammar.advance(parent.take(f), c, at_end=at_end,
+                                        word_len=self.word_len[slot]))
+    self.score[new] = cand[f, c]
+    self.term[new] = parent_term
+    tokens, kinds, scored, count = grammar.expand_rows(c, ids[f, c], self.word_ids[slot],
+                                                       self.word_len[slot], self.word_kind[slot])
+    eos = is_word & at_end
+    count[eos] = 0  # EOS is scored, never fed
+    rounds = np.zeros(self.slots, np.int64)
+    np.maximum.at(rounds, slot, count)
+    self.steps += rounds
+    used = parent.length[f]  # sentence tokens before the new ones
+    for k in range(int(count.max(initial=0))):
+      live = count > k
+      rows = new[live]
+      if k > 0:
+        query = np.zeros((n, 1), np.int64)
+        query[rows, 0] = tokens[live, k]
+        gained = np.where(scored[live, k], decoder.gather(query)[rows, 0], 0.0)
+        self.score[rows] += gained
+        self.term[rows] += np.where(is_word[live], gained, 0.0)
+      decoder.step_rows(rows, tokens[live, k], kinds[live, k])
+      self.hist[rows, used[live] + k] = tokens[live, k]
+      self.hist_kind[rows, used[live] + k] = kinds[live, k]
+    self.expansions += np.bincount(slot, minlength=self.slots)
+    self.hist[new[eos], used[eos]] = self.searcher.tokenizer.eos_id
+    self.hist_kind[new[eos], used[eos]] = Kind.EOS
+    self._merge_pools(new[is_word], slot[is_word])
+    self.front_rows, self.front_slot = new[~is_word], slot[~is_word]
+
+  def _select(self, cand: np.ndarray, front_slot: np.ndarray):
+    """(frontier index, candidate slot) of the kept candidates, grouped by sentence slot: per
+    slot, the sub-beam (its `beam` best, ties by flat index) then the fast-track word
+    candidates not in it (its `fast_track` best words) — `BeamSearcher._select` per slot."""
+    columns = cand.shape[1]
+    flat = cand.ravel()
+    finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
+    by_score = finite[np.argsort(-flat[finite], kind="stable")]
+    ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
+    group = front_slot[ranked // columns]
+    rank = _segment_ranks(group)
+    sub = rank < self.searcher.beam
+    is_word = ranked % columns == self.grammar.word_slot
+    word_rank = np.cumsum(is_word) - 1
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
+    before = np.repeat(np.r_[0, np.cumsum(is_word)][starts],
+                       np.diff(np.r_[starts, len(group)])) if len(group) else 0
+    fast = is_word & (word_rank - before < self.searcher.fast_track) & ~sub
+    chosen = sub | fast
+    kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
+    kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
+    return kept // columns, kept % columns
+
+  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Rows for the successors of `source` rows: each parent's first successor takes the
+    parent's row, the others copy their parent into free rows (`BeamSearcher._place`)."""
+    m = len(source)
+    _, first = np.unique(source, return_index=True)
+    reuse = np.zeros(m, bool)
+    reuse[first] = True
+    new = source.copy()
+    free = np.flatnonzero(self.owner < 0)[:m - len(first)]
+    new[~reuse] = free
+    self.owner[free] = slot[~reuse]
+    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
+    self.hist[free], self.hist_kind[free] = self.hist[source[~reuse]], self.hist_kind[
+        source[~reuse]]
+    return new
+
+  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray) -> None:
+    """Each slot's pool ← its best `word_beam` of pool ∪ new word hypotheses (stable: the
+    pool first, then the new ones in their kept order)."""
+    rows = np.concatenate([self.pool_rows, rows])
+    slots = np.concatenate([self.pool_slot, slots])
+    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
+    rows, slots = rows[order], slots[order]
+    keep = _segment_ranks(slots) < self.searcher.word_beam
+    if not keep.all():
+      self.pruned += np.bincount(slots[~keep], minlength=self.slots)
+      self._release(rows[~keep])
+    self.pool_rows, self.pool_slot = rows[keep], slots[keep]
+
+
+def bucket_slots(searcher: BeamSearcher, sentence: _Sentence) -> int:
+  """Cache slots a sentence asks for (`BeamSearcher.slots`, with its prefix)."""
+  return searcher.slots(sentence.words, len(sentence.prefix_ids))
