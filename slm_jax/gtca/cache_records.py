@@ -33,9 +33,9 @@ from typing import Sequence
 import numpy as np
 
 from slm_jax import ptb
-from slm_jax.data import inputs
+from slm_jax import inputs
 from slm_jax.parse import backends
-from slm_jax.parse.splitting import Sentence
+from slm_jax.splitting import Sentence
 from slm_jax.tokenizer_bases import ptb_unescape
 from slm_jax.gtca import ablations
 from slm_jax.gtca.mcqa_data import PAIRS, load_set, set_of

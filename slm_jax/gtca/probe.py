@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from slm_jax import cli, ptb
-from slm_jax.data import inputs
+from slm_jax import inputs
 from slm_jax.gtca.probe_trees import read_trees, sentences_from_trees
 from slm_jax.gtca.structural_probe import PLOT_FILE, RESULTS_FILE, plot, probe_model, read_results
 from slm_jax.parser.evalb import PUNCTUATION

@@ -329,9 +329,9 @@ def chunk_batch(span_trees: Sequence[SpanTree], n_layers: int, seq_len: int, k: 
 def parse_sentences(prompt: Prompt, max_words: int | None = None,
                     counts: collections.Counter | None = None) -> list[list[str]]:
   """The PTB-word sentences the parser reads for `prompt`: each parse field split into sentences
-  (`slm_jax.parse.splitting`), a sentence longer than max_words cut into pieces of max_words
+  (`slm_jax.splitting`), a sentence longer than max_words cut into pieces of max_words
   (`counts["split_sentences"]` counts those)."""
-  from slm_jax.parse.splitting import default_splitter  # pylint: disable=import-outside-toplevel
+  from slm_jax.splitting import default_splitter  # pylint: disable=import-outside-toplevel
   splitter = default_splitter()
   out: list[list[str]] = []
   for field in prompt.parse_fields:

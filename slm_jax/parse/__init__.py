@@ -3,7 +3,7 @@
 `python -m slm_jax.parse` (see `__main__`); modules: `readers` (documents in work units),
 `backends` (benepar, pass-through, flat), `slm_backend` (slm_jax's own parser), `stage`
 (sharding, resume, cache, report; the merged report is `data.parse_reports`). Sentences and PTB
-words come from `slm_jax.splitting` (`parse.splitting` is its old name).
+words come from `slm_jax.splitting`.
 """
 
 from slm_jax.data.parse_reports import merged_report
