@@ -101,7 +101,7 @@ COMMANDS = [
                             "--alpha=0.1", "--train_items=8", "--dev_items=4", "--test_items=4",
                             "--task_seed=1", "--option_order=fixed", "--task=toy",
                             "--data_root=d", "--cache=c", "--log_every=1", "--jit_cache=j"],
-     {"train_items": 8, "option_order": "fixed", "jit_cache": "j"}),
+     {"train_items": "8", "option_order": "fixed", "jit_cache": "j"}),
     ("slm_jax.gtca.evaluate", ["--runs=a", "--out=t.md", "--run=r", "--task=cola",
                                "--data_root=d", "--cache=c", "--limit=2", "--fit_limit=3"],
      {"fit_limit": 3, "data_root": "d"}),

@@ -11,11 +11,8 @@ from slm_jax.gtca import report
 from slm_jax.gtca.metrics import REAL_BLIMP
 
 
-def test_mean_sd_and_tables(tmp_path):
-  assert report.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
-  assert report.mean_sd([5.0]) == (5.0, 0.0)
-  assert report.format_mean_sd([80.0, 82.0]) == "81.00 ± 1.41"
-  assert report.format_mean_sd([]) == "–"
+def test_tables_in_the_seed_layout(tmp_path):
+  """The cells are `slm_jax.tables`' (mean ± sample SD; one run `x (n=1)`; none `–`)."""
   results = {"backbone": {"toy": [50.0, 50.0]}, "lora_only": {"toy": [60.0, 62.0]},
              "gtca": {"toy": [70.0, 74.0], "drift": [0.01, 0.03]},
              "no_mask": {"toy": [71.0], "drift": [0.05]}}
@@ -30,7 +27,8 @@ def test_mean_sd_and_tables(tmp_path):
   both = report.report({"gtca": {"blimp": [60.0], REAL_BLIMP: [70.0, 72.0]},
                           "lora_only": {"blimp": [50.0]}})
   assert "| Method | BLiMP(-style pairs)↑ | BLiMP (67 paradigms)↑ | n |" in both
-  assert "| GTCA | **60.00** | 71.00 ± 1.41 | 2 |" in both and "| LoRA-only | 50.00 | – | 1 |" in both
+  assert "| GTCA | **60.00 (n=1)** | 71.00 ± 1.41 | 2 |" in both
+  assert "| LoRA-only | 50.00 (n=1) | – | 1 |" in both
   for i, (name, seed) in enumerate([("gtca", 0), ("gtca", 1), ("lora_only", 0)]):
     path = tmp_path / name / f"seed{seed}"
     path.mkdir(parents=True)

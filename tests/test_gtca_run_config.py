@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from slm_jax import cli
+from slm_jax.config_files import ConfigError
 from slm_jax.gtca import plans, run_config, train
 from slm_jax.gtca import backbone as gbackbone
 from slm_jax.model.config import ModelConfig
@@ -24,54 +25,96 @@ def _write(path, body: str):
   return path
 
 
+def _load(config=None, flags=None, overrides=()):
+  return train.CONFIG.load(config, list(overrides), flags or {})
+
+
 def test_file_then_flags_then_overrides(tmp_path):
   path = _write(tmp_path / "c.py", "  c.backbone = 'runs/b'\n  c.out = 'o'\n  c.lr = 3e-3\n"
                 "  c.seeds = (0, 1)\n  c.methods = 'gtca,lora_only'\n  c.lora_rank = 4\n")
-  config = run_config.resolve(str(path), {"lr": 5e-3, "stage_steps": "1,2,3"},
-                              ["--config.batch_size=8", "--config.seeds=3",
-                               "--config.blimp_pairs=false"])
+  config = _load(str(path), {"lr": "5e-3", "stage_steps": "1,2,3"},
+                 ["--config.batch_size=8", "--config.seeds=3", "--config.blimp_pairs=false"])
   assert config.backbone == "runs/b" and config.lr == 5e-3  # the flag beats the file
   assert config.seeds == (3,) and config.methods == ("gtca", "lora_only")
   assert config.stage_steps == (1, 2, 3) and config.batch_size == 8
   assert config.lora_rank == 4 and config.blimp_pairs is False
   assert config.alpha == plans.ALPHA and config.option_order == "random"  # Settings' defaults
-  kwargs = run_config.settings_kwargs(config)
-  assert "seed" not in kwargs and "method" not in kwargs and kwargs["lora_rank"] == 4
-  settings = plans.Settings(out="x", method="gtca", seed=3, **kwargs)
+  runs = run_config.run_settings(config, n_options=2)
+  assert [(name, s.seed) for name, s in runs] == [("gtca", 3), ("lora_only", 3)]
+  settings = runs[1][1]
+  assert type(settings) is plans.Settings and settings.method == "lora_only"
+  assert settings.out == "o/lora_only/seed3" and settings.lora_rank == 4
   assert settings.stage_steps == (1, 2, 3) and settings.lr == 5e-3
 
 
 def test_unknown_keys_and_wrong_types_are_refused_naming_them(tmp_path):
   path = _write(tmp_path / "bad.py", "  c.backbone = 'b'\n  c.out = 'o'\n  c.learning_rate = 1\n"
                 "  c.batch_size = 'big'\n  c.seeds = 'a,b'\n")
-  with pytest.raises(run_config.GtcaConfigError) as error:
-    run_config.resolve(str(path), {})
+  with pytest.raises(ConfigError) as error:
+    _load(str(path))
   text = str(error.value)
-  assert f"{path}: unknown key 'learning_rate'" in text
-  assert "batch_size='big'" in text and f"{path}: seeds='a,b' is not a comma-separated list" in text
-  with pytest.raises(run_config.GtcaConfigError, match=r"unknown key 'stage_step'; did you mean "
-                                                       r"stage_steps\?"):
-    run_config.resolve(None, {"backbone": "b", "out": "o"}, ["--config.stage_step=1,1,1"])
-  with pytest.raises(run_config.GtcaConfigError, match="lr='fast' is not a float"):
-    run_config.resolve(None, {"backbone": "b", "out": "o"}, ["--config.lr=fast"])
-  with pytest.raises(run_config.GtcaConfigError, match=r"backbone is required"):
-    run_config.resolve(None, {"out": "o"})
-  with pytest.raises(run_config.GtcaConfigError, match="no packaged GTCA config of that name"):
-    run_config.resolve("no_such_config", {})
+  assert f"unknown key learning_rate in {path}" in text
+  assert f"{path}: seeds='a,b' is not a comma-separated list of int" in text
+  with pytest.raises(ConfigError, match=r"batch_size = 'big' should be of type int, got str \(in "):
+    _load(str(_write(tmp_path / "bad2.py", "  c.backbone = 'b'\n  c.out = 'o'\n"
+                     "  c.batch_size = 'big'\n")))
+  with pytest.raises(ConfigError, match=r"unknown key stage_step in --config.stage_step=1,1,1; "
+                                        r"did you mean stage_steps\?"):
+    _load(None, {"backbone": "b", "out": "o"}, ["--config.stage_step=1,1,1"])
+  with pytest.raises(ConfigError, match="lr='fast' is not a float"):
+    _load(None, {"backbone": "b", "out": "o"}, ["--config.lr=fast"])
+  with pytest.raises(ConfigError, match=r"missing key backbone \(--backbone="):
+    _load(None, {"out": "o"})
+  with pytest.raises(ConfigError, match="config file no_such_config not found"):
+    _load("no_such_config")
   broken = tmp_path / "broken.py"
   broken.write_text("def get_config():\n  return 1 / 0\n")
-  with pytest.raises(run_config.GtcaConfigError, match=f"{broken}: cannot run"):
-    run_config.resolve(str(broken), {})
+  with pytest.raises(ConfigError, match=f"{broken}: cannot run"):
+    _load(str(broken))
+  with pytest.raises(ConfigError, match="unknown method or ablation 'gtcaa'"):
+    _load(None, {"backbone": "b", "out": "o", "methods": "gtca,gtcaa"})
+
+
+def test_the_packaged_toy_config_keeps_its_values():
+  config = _load("toy")
+  assert config.methods == ("backbone", "lora_only", "direct_joint", "gtca", "no_gate",
+                            "no_mask", "weak_parser", "random_trees", "permuted_trees")
+  assert (config.seeds, config.stage_steps, config.batch_size, config.lr) == (
+      (0, 1, 2, 3, 4), (150, 150, 150), 16, 3e-3)
+  assert (config.option_order, config.log_every, config.jit_cache, config.backbone,
+          config.out) == ("fixed", 150, "gtca_runs/jit_cache", "runs/terminal_tiny",
+                          "gtca_runs/toy")
+
+
+# every old flag, as the train CLI spelled it, sets the key of its name (the same config as
+# --config.KEY=VALUE)
+FLAG_VALUES = {"backbone": "b2", "out": "o2", "methods": "gtca,no_mask", "seeds": "3,4",
+               "stage_steps": "5,6,7", "batch_size": "4", "lr": "0.002", "alpha": "0.1",
+               "train_items": "8", "dev_items": "3", "test_items": "5", "task_seed": "9",
+               "option_order": "fixed", "task": "mmlu", "data_root": "d2", "cache": "c2",
+               "log_every": "2", "jit_cache": "j"}
+
+
+@pytest.mark.parametrize("flag", sorted(train.FLAGS))
+def test_each_old_flag_spelling_is_an_alias_of_its_key(flag):
+  base = {"backbone": "b", "out": "o", "data_root": "d", "cache": "c"}
+  by_flag = _load(None, {**base, flag: FLAG_VALUES[flag]})
+  by_key = _load(None, base, [f"--config.{flag}={FLAG_VALUES[flag]}"])
+  assert by_flag == by_key and by_flag != _load(None, base)
+  args = train.cli.ArgumentParser()
+  train.CONFIG.add_config_argument(args)
+  for name in train.FLAGS:
+    args.add_argument(f"--{name}", default=None)
+  parsed = args.parse_args([f"--{flag}={FLAG_VALUES[flag]}"])
+  assert train.CONFIG.flag_values(parsed) == {flag: FLAG_VALUES[flag]}
 
 
 @pytest.mark.parametrize("name", run_config.names())
 def test_every_packaged_config_builds_its_runs(name):
-  config = run_config.resolve(name, {})
+  config = _load(name)
   assert config.methods and config.seeds
-  for method in config.methods:
-    base, ablation = plans.variant(method)
-    plans.Settings(out="x", method=base, ablation=ablation, seed=0,
-                   **run_config.settings_kwargs(config))
+  runs = run_config.run_settings(config, n_options=2)
+  assert len(runs) == len(config.methods) * len(config.seeds)
   assert set(run_config.names()) >= {"toy", "mmlu_qwen"}
 
 
@@ -107,10 +150,10 @@ def test_the_cli_runs_a_config_with_flags_on_top(tmp_path, workdir, capsys):
   result = json.loads((tmp_path / "runs" / "result.json").read_text())  # one run: OUT itself
   assert result["settings"]["task_seed"] == 2 and result["settings"]["train_items"] == 8
   # every run is validated before the first starts: a bad method stops the sweep at once
-  with pytest.raises(cli.CliError, match="unknown method or ablation 'gtcaa'"):
+  with pytest.raises(ConfigError, match="unknown method or ablation 'gtcaa'"):
     train.main([f"--config={path}", "--methods=backbone,gtcaa"])
   assert not (tmp_path / "runs" / "backbone").exists()
-  with pytest.raises(cli.CliError, match="option_order 'sorted'"):
+  with pytest.raises(ConfigError, match="option_order 'sorted'"):
     train.main([f"--config={path}", "--config.option_order=sorted"])
   with pytest.raises(SystemExit):  # an argument that is neither a flag nor --config.KEY=VALUE
     train.main([f"--config={path}", "--nonsense=1"])

@@ -8,10 +8,12 @@
 - `train_batch`: the fields `GtcaLM.loss_sums` reads, α included as a float32 [B] row field.
 - `sentence_batch`: sentence rows (BLiMP, CoLA: ids over the whole row, m ≡ 1) padded the same
   way, for summed log-likelihoods.
+- `data_digest`: one sha256 over a set of rows (a stage's identity records what it trained on).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -100,3 +102,14 @@ def sentence_batch(rows: Sequence[tuple[np.ndarray, SpanTree]], width: int, n_ro
 def padded_chunks(trees: Sequence[SpanTree], n_rows: int, n_layers: int, width: int, k: int):
   """The `spans.ChunkBatch` of `trees` padded with empty trees (no chunk) to `n_rows` rows."""
   return chunk_batch([*trees] + [SpanTree(None, 0)] * (n_rows - len(trees)), n_layers, width, k)
+
+
+def data_digest(examples: Sequence[Encoded]) -> str:
+  """sha256 over the rows in order (ids, span tree, option letters, answer): what a stage
+  trained on, for its identity record."""
+  digest = hashlib.sha256()
+  for e in examples:
+    digest.update(e.ids_T.tobytes())
+    digest.update(e.tree.to_json().encode())
+    digest.update(repr((e.letter_ids, e.answer)).encode())
+  return digest.hexdigest()

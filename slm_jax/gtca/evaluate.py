@@ -8,7 +8,8 @@ and ablation layouts, mean ± SD over seeds, the columns some run measured).
 one finished run on a real set (CLOTH, MMLU, HellaSwag, WinoGrande by letter log-likelihood;
 CoLA as MCC; BLiMP's pairs, `--limit` = pairs per paradigm; `slm_jax.gtca.real_sets`), writes
 DIR/eval_SET.json and adds the metrics (and the counts, under `eval_counts`) to its result.json
-(`slm_jax.gtca.runs.evaluate_saved_run`). The metrics: `slm_jax.gtca.metrics`.
+(`slm_jax.gtca.runs.evaluate_saved_run`); an existing eval_SET.json is refused unless `--force`,
+which keeps it as eval_SET.N.json. The metrics: `slm_jax.gtca.metrics`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _evaluate_run(args) -> int:
                        "parse cache)")
   log = lambda line: print(line, flush=True)
   out = evaluate_saved_run(args.run, args.task, args.data_root, args.cache, limit=args.limit,
-                           fit_limit=args.fit_limit, log=log)
+                           fit_limit=args.fit_limit, force=args.force, log=log)
   written = pathlib.Path(args.run) / f"eval_{args.task}.json"
   log(f"{args.task}: " + ", ".join(f"{k} {v:.3f}" for k, v in out["metrics"].items())
       + f"; truncated {out['counts']['truncated']} -> {written}")
@@ -49,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="first N evaluation rows (blimp: N pairs per paradigm; 0: all)")
   parser.add_argument("--fit_limit", type=int, default=0,
                       help="CoLA: first N train rows fit the acceptability threshold (0: all)")
+  parser.add_argument("--force", action="store_true",
+                      help="--run: evaluate again although DIR/eval_SET.json exists (the old "
+                      "file is kept as eval_SET.N.json)")
   args = parser.parse_args(argv)
   if bool(args.runs) == bool(args.run):
     raise cli.CliError("give --runs (tables of finished runs) or --run with --task (score one)")

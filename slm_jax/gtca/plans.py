@@ -1,7 +1,8 @@
 """GTCA's methods, ablation switches and stage plans, and the settings a run depends on (SPEC §10).
 
 `Settings` is everything a run depends on (stored in result.json and every checkpoint's extra,
-validated at construction). `plan(settings)` gives its stages: `backbone` none, `lora_only` one
+validated at construction: a typed `slm_jax.sections` section, the root of
+`run_config.TrainConfig`). `plan(settings)` gives its stages: `backbone` none, `lora_only` one
 LoRA stage at α = 0, `direct_joint` one LoRA + GTCA stage at α = 0.15, `gtca` the paper's three
 (LoRA at α = 0; GTCA with α warmed linearly over the first 10% of its steps, `ramp`; both at
 α = 0.15). `ABLATION_SWITCHES` maps each ablation to its branch options and tree source; every
@@ -18,6 +19,7 @@ from typing import Callable
 from slm_jax import cli
 from slm_jax.gtca.mcqa_data import MCQA_SETS
 from slm_jax.gtca.spans import K
+from slm_jax.sections import Rules, option
 
 METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
 ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
@@ -35,13 +37,15 @@ WARM_FRACTION = 0.1
 # ---- settings -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """Everything a run depends on (stored in result.json and every checkpoint's extra)."""
+  """Everything a run depends on (stored in result.json and every checkpoint's extra): a
+  `slm_jax.sections` section (types, then every rule at once: `SectionError`). The fields
+  without `config=False` are also keys of `gtca.train --config` (`run_config.TrainConfig`)."""
   backbone: str
   out: str
-  method: str = "gtca"
-  ablation: str = "none"
-  seed: int = 0
-  stage_steps: tuple[int, int, int] = (200, 200, 200)
+  method: str = option("gtca", config=False)  # one run's: from the sweep's methods × seeds
+  ablation: str = option("none", config=False)
+  seed: int = option(0, config=False)
+  stage_steps: tuple[int, ...] = (200, 200, 200)
   batch_size: int = 16
   lr: float = 1e-3
   alpha: float = ALPHA
@@ -60,28 +64,33 @@ class Settings:
   task: str = "toy"  # or a real MCQA set (`mcqa_data.MCQA_SETS`) read from data_root
   data_root: str = ""
   cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
-  n_options: int = 2  # option letters the backbone's prompt tokenizer has
+  n_options: int = option(2, config=False)  # option letters the backbone's prompt tokenizer has
 
   def __post_init__(self):
-    problems = []
-    if self.task != "toy" and self.task not in MCQA_SETS:
-      problems.append(f"task {self.task!r} is not toy or one of {', '.join(MCQA_SETS)}")
-    if self.task != "toy" and (not self.data_root or not self.cache):
-      problems.append(f"task {self.task!r} needs data_root (its download) and cache")
-    if self.method not in METHODS:
-      problems.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
-    if self.ablation not in ABLATION_SWITCHES:
-      problems.append(f"ablation {self.ablation!r} is not one of {', '.join(ABLATION_SWITCHES)}")
-    if self.ablation != "none" and self.method != "gtca":
-      problems.append(f"ablation {self.ablation!r} applies to method gtca, not {self.method!r}")
-    if len(self.stage_steps) != 3 or min(self.stage_steps) < 1:
-      problems.append(f"stage_steps {self.stage_steps} must be three positive step counts")
-    if self.option_order not in ("random", "fixed"):
-      problems.append(f"option_order {self.option_order!r} is not random or fixed")
-    if self.batch_size < 1 or self.lr <= 0 or self.alpha < 0:
-      problems.append("batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
-    if problems:
-      raise ValueError("gtca.train settings: " + "; ".join(problems))
+    rules = Rules("", self)
+    if rules.typed:
+      self.check(rules.need)
+    rules.done()
+
+  def check(self, need: Callable[[bool, str], None]) -> None:
+    """The value rules (the types are checked first, by `sections.Rules`)."""
+    need(self.task == "toy" or self.task in MCQA_SETS,
+         f"task {self.task!r} is not toy or one of {', '.join(MCQA_SETS)}")
+    need(self.task == "toy" or bool(self.data_root and self.cache),
+         f"task {self.task!r} needs data_root (its download) and cache")
+    need(self.method in METHODS, f"method {self.method!r} is not one of {', '.join(METHODS)}")
+    need(self.ablation in ABLATION_SWITCHES,
+         f"ablation {self.ablation!r} is not one of {', '.join(ABLATION_SWITCHES)}")
+    need(self.ablation == "none" or self.method == "gtca",
+         f"ablation {self.ablation!r} applies to method gtca, not {self.method!r}")
+    need(len(self.stage_steps) == 3 and min(self.stage_steps, default=0) >= 1,
+         f"stage_steps {self.stage_steps} must be three positive step counts")
+    need(self.option_order in ("random", "fixed"),
+         f"option_order {self.option_order!r} is not random or fixed")
+    need(self.batch_size >= 1 and self.lr > 0 and self.alpha >= 0,
+         "batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
+    need(self.log_every >= 1 and self.checkpoint_every >= 1,
+         "log_every and checkpoint_every must be positive")
 
   @property
   def name(self) -> str:

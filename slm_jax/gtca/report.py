@@ -1,9 +1,9 @@
 """GTCA's result tables (SPEC §10): the paper's main and ablation tables over seeds.
 
-- **Seeds**: `mean_sd` (sample SD, ddof = 1; one run → SD 0) and `format_mean_sd`.
 - **Tables**: `main_table` (paper's main table: one row per method — Backbone, LoRA-only,
   Direct-Joint, GTCA — one column per benchmark) and `ablation_table` (full GTCA then one row
-  per ablation), mean ± SD over seeds, the best mean per column in bold.
+  per ablation), mean ± SD over seeds, the best mean per column in bold, an `n` column: the
+  project's seed layout `slm_jax.tables.seed_table` (one run: `83.12 (n=1)`, none: `–`).
 - `collect` reads every `result.json` that `python -m slm_jax.gtca.train` wrote under some
   folders (one per method, ablation and seed) and groups them by method; `report` prints both
   tables with the columns some run measured (`present`).
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import pathlib
 from typing import Mapping, Sequence
 
-import numpy as np
-
 from slm_jax.gtca.metrics import REAL_BLIMP
+from slm_jax.tables import seed_table
 
 MAIN_METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
 ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "random_trees",
@@ -35,43 +33,10 @@ METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "t
 LOWER_BETTER = {"drift"}
 
 
-def mean_sd(values: Sequence[float]) -> tuple[float, float]:
-  """(mean, sample SD with ddof=1; 0 for one value) of finite values; (NaN, NaN) when none."""
-  v = np.asarray([x for x in values if x is not None and np.isfinite(x)], np.float64)
-  if not v.size:
-    return float("nan"), float("nan")
-  return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
-
-
-def format_mean_sd(values: Sequence[float], digits: int = 2) -> str:
-  """`83.12 ± 0.41` (n > 1), `83.12` (one run), `–` (none)."""
-  mean, sd = mean_sd(values)
-  if not math.isfinite(mean):
-    return "–"
-  n = sum(1 for x in values if x is not None and np.isfinite(x))
-  return f"{mean:.{digits}f} ± {sd:.{digits}f}" if n > 1 else f"{mean:.{digits}f}"
-
-
 def _table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Sequence[str],
            metrics: Sequence[str], first: str) -> str:
-  rows = [r for r in rows if r in results]
-  header = [first, *(METRIC_NAMES.get(m, m) for m in metrics), "n"]
-  best = {}
-  for m in metrics:
-    means = [(mean_sd(results[r].get(m, ()))[0], r) for r in rows]
-    means = [(v, r) for v, r in means if math.isfinite(v)]
-    if len(means) > 1:
-      best[m] = (min if m in LOWER_BETTER else max)(means)[1]
-  lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-  for r in rows:
-    cells = [DISPLAY.get(r, r)]
-    for m in metrics:
-      text = format_mean_sd(results[r].get(m, ()), 3 if m == "drift" else 2)
-      cells.append(f"**{text}**" if best.get(m) == r else text)
-    seeds = max((len(results[r].get(m, ())) for m in metrics), default=0)
-    cells.append(str(seeds))
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+  return seed_table(results, rows, metrics, first=first, row_names=DISPLAY,
+                    metric_names=METRIC_NAMES, digits={"drift": 3}, lower_better=LOWER_BETTER)
 
 
 def main_table(results: Mapping[str, Mapping[str, Sequence[float]]],

@@ -17,13 +17,19 @@ result.json — and a finished run restored for evaluation on other sets or the 
   missing or incomplete or was trained on another backbone (`stages.restore_stage`; a run trained
   before GTCA used `train.steps` restores as well).
 - `evaluate_saved_run`: a restored run scored on a real set (`real_sets.score_run`), written to
-  OUT/eval_SET.json and merged into its result.json (so the tables show it).
+  OUT/eval_SET.json (with what made it) and merged into its result.json (so the tables show
+  it); an earlier OUT/eval_SET.json is refused unless `force`, then kept as eval_SET.N.json.
+- Identity: `run_record` (OUT/identity.json: settings + the source backbone's digest) is
+  compared before a run resumes or its result is reused (`train.sweep` in `gtca.train`), each
+  stage's record in its folder (`stages.stage_record`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import itertools
 import json
 import pathlib
 import time
@@ -31,19 +37,21 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from slm_jax import cli
 from slm_jax.gtca import metrics, real_sets, scoring
 from slm_jax.gtca.backbone import Backbone, load_backbone
-from slm_jax.gtca.batches import row_width
+from slm_jax.gtca.batches import data_digest, row_width
 from slm_jax.gtca.branch import Gtca, GtcaConfig
 from slm_jax.gtca.model import GtcaLM, params_of
 from slm_jax.gtca.plans import ABLATION_SWITCHES, Settings, eval_alpha, plan
-from slm_jax.gtca.stages import (digest_line, restore_stage, run_stage, settings_json,
-                                 stage_dir)
+from slm_jax.gtca.stages import (RECORD, RESUMABLE_KEYS, digest_line, restore_stage, run_stage,
+                                 settings_json, stage_dir, stage_record)
 from slm_jax.gtca.toy_encoding import encode_items, encode_pairs
 from slm_jax.gtca.toy_task import make_toy_task
+from slm_jax.train import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.train.params import backbone_check, fingerprints
 
@@ -135,13 +143,47 @@ def scorers_of(graphdef) -> tuple[Callable, Callable]:
   return _SCORER_CACHE[graphdef]
 
 
+def run_record(settings: Settings, source: str = "") -> dict:
+  """What makes a run (saved as OUT/identity.json, compared before it resumes or its result is
+  reused): every setting (`stages.RESUMABLE_KEYS` may change) and the source backbone's digest
+  (`source_digest`)."""
+  return {"settings": settings_json(settings), "backbone_source": source}
+
+
+def source_digest(path: str, model=None) -> str:
+  """sha256 of a backbone: over the loaded model's parameters (a slm_jax workdir, `model`
+  given), else over the bytes of the checkpoint folder's files (a Hugging Face one)."""
+  digest = hashlib.sha256()
+  if model is not None:
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+      digest.update(jax.tree_util.keystr(path).encode())
+      digest.update(np.asarray(leaf).tobytes())
+    return digest.hexdigest()
+  for file in sorted(p for p in pathlib.Path(path).rglob("*") if p.is_file()):
+    digest.update(file.name.encode())
+    with file.open("rb") as handle:
+      for block in iter(lambda: handle.read(1 << 24), b""):
+        digest.update(block)
+  return digest.hexdigest()
+
+
 def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Backbone | None = None,
-        task=None) -> dict:
+        task=None, record: dict | None = None, stop_after: int | None = None) -> dict | None:
   """One method (or ablation) at one seed: train its stages, evaluate, write result.json.
-  `task`: the toy task, or for a real set its `real_sets.RealData` (read when not given)."""
+  `task`: the toy task, or for a real set its `real_sets.RealData` (read when not given).
+  `record`: the run's identity (`run_record`; default: without a source digest), checked
+  against OUT/identity.json and written there before anything trains. `stop_after`: end
+  each stage call after that many steps (tests: a kill); returns None when a stage stopped
+  unfinished."""
   began = time.perf_counter()
   out = pathlib.Path(settings.out)
+  record = run_record(settings) if record is None else record
+  identity.check_record(out / RECORD, record, what=f"{out} holds a run made with other settings",
+                        where="in the run folder", ignore=RESUMABLE_KEYS,
+                        hint="use another --out, or the settings it was made with")
   out.mkdir(parents=True, exist_ok=True)
+  identity.write_record(out / RECORD, record)
   task = task or load_task(settings)
   log(task.summary())
   backbone = backbone or load_backbone(settings.backbone, seed=settings.seed,
@@ -173,9 +215,13 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   scorers = scorers_of(graphdef)
   stages, checks, per_stage = plan(settings), [], []
   test_name = settings.task
+  prepared, train_rows = digest_line(prints), data_digest(data["train"])
   for index, stage in enumerate(stages):
     params = run_stage(index, stage, graphdef, params, data["train"], settings, width, n_layers,
-                       prints, log)
+                       prints, stage_record(record, index, stage, prepared, train_rows), log,
+                       stop_after)
+    if params is None:
+      return None
     ok, line = backbone_check(prints, params["backbone"], "lora")
     log(f"stage {index + 1} ({stage.name}) {line}")
     checks.append(line)
@@ -256,16 +302,31 @@ def restore_run(out: str | pathlib.Path, log: Callable[[str], None] = print) -> 
 
 
 def evaluate_saved_run(run_dir: str | pathlib.Path, task: str, data_root: str, cache: str, *,
-                       limit: int = 0, fit_limit: int = 0,
+                       limit: int = 0, fit_limit: int = 0, force: bool = False,
                        log: Callable[[str], None] = print) -> dict:
-  """`real_sets.score_run` of a restored run, written to RUN/eval_TASK.json and merged into its
-  result.json (metrics, and the counts under `eval_counts`); returns the scores."""
+  """`real_sets.score_run` of a restored run, written to RUN/eval_TASK.json with what made it
+  (`evaluated`: task, data_root, cache, limit, fit_limit) and merged into its result.json
+  (metrics, and the counts under `eval_counts`); returns the scores. An existing
+  eval_TASK.json is refused unless `force`: then it is kept as eval_TASK.N.json (N = the first
+  free number) and result.json lists it under `eval_history` — never silently overwritten."""
+  run_dir = pathlib.Path(run_dir)
+  written = run_dir / f"eval_{task}.json"
+  if written.exists() and not force:
+    raise cli.CliError(f"{written}: exists (an earlier evaluation); give --force to evaluate "
+                       "again (the old file is kept as eval_TASK.N.json)")
   restored = restore_run(run_dir, log)
   out = real_sets.score_run(restored, task, data_root, cache, limit=limit, fit_limit=fit_limit,
                             log=log)
-  run_dir = pathlib.Path(run_dir)
-  (run_dir / f"eval_{task}.json").write_text(json.dumps(out, indent=1))
+  out = {**out, "evaluated": {"task": task, "data_root": str(data_root), "cache": str(cache),
+                              "limit": limit, "fit_limit": fit_limit}}
   result = json.loads((run_dir / "result.json").read_text())
+  if written.exists():
+    kept = next(run_dir / f"eval_{task}.{n}.json" for n in itertools.count(1)
+                if not (run_dir / f"eval_{task}.{n}.json").exists())
+    written.replace(kept)
+    result.setdefault("eval_history", {}).setdefault(task, []).append(kept.name)
+    log(f"{written}: the earlier evaluation kept as {kept}")
+  written.write_text(json.dumps(out, indent=1))
   result["metrics"].update(out["metrics"])
   result.setdefault("eval_counts", {})[task] = out["counts"]
   (run_dir / "result.json").write_text(json.dumps(result, indent=1))

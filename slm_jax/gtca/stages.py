@@ -6,7 +6,7 @@
   leaves get gradients and optimizer state; the frozen backbone enters the loss as a constant and
   comes out of the step as the same bits. α is a float32 [B] row field of the batch (traced: a
   ramp does not recompile). The compiled step is reused by every run of one process with the same
-  model graph, trainable groups, step count and learning rate.
+  model graph, trainable groups, step count and learning rate (`train.step_cache`).
 - **Optimizer** (`stage_optimizer`): `train.optimizer.make_optimizer` with AdamW (β = 0.9, 0.999,
   ε = 1e-8, no weight decay), global-norm clip 1.0, warm-up over 5% of the stage's steps (at
   least 1; none for a 1-step stage) from 0, cosine decay to lr / 10 at the last step — SPEC §7's
@@ -14,15 +14,22 @@
 - **Batches** (`batch_indices`): the rows of step s are positions s·B … s·B + B − 1 of the
   epoch-wise permutations `default_rng([seed, stage, epoch])`, so a resumed stage sees the batches
   it would have seen.
+- **Loop**: a stage runs through the project's one training loop (`train.loop.Loop`): every
+  step's loss is checked (a non-finite one stops the run, exit 3, nothing saved after it); the
+  progress line `stage i (name) step s/S | loss … | α … | R steps/s | ETA …` (the window's mean
+  per-step loss; rate and ETA exclude this process' compiling first step); checkpoints every
+  `checkpoint_every` steps and at the last one (`Persist`: the adapter-only layout below).
 - **Checkpoints**: stage i writes Orbax checkpoints of the adapters (LoRA + GTCA leaves; the
   backbone is never written: `adapters_of`) and the optimizer state under `OUT/stage{i}_{name}`,
-  with extra {backbone digest, stage, settings}. A stage whose last step is on disk is restored
-  (its adapters only, so a finished stage written with another optimizer-state layout — before
-  GTCA trained through `train.steps` — is reused as well); a partial one resumes from its newest
-  step (refused, naming the folder, when its optimizer state has another layout); a checkpoint
-  trained on another backbone (digest) is refused.
-- **Progress**: `stage i (name) step s/S: loss …, α …, R steps/s, ETA Ns`; the rate and ETA are
-  measured from the end of this process' first step, so they exclude its compilation.
+  with extra {backbone digest, stage, settings, step}. A stage whose last step is on disk is
+  restored (its adapters only, so a finished stage written with another optimizer-state layout —
+  before GTCA trained through `train.steps` — is reused as well); a partial one resumes from its
+  newest step (refused, naming the folder, when its optimizer state has another layout); a
+  checkpoint trained on another backbone (digest) is refused.
+- **Identity**: the stage folder's `identity.json` (`stage_record`: the run's record — its
+  settings, the source backbone's digest —, the stage, the prepared backbone's digest, the
+  training rows' digest) is compared before the stage resumes or is reused: a folder trained
+  under other settings is refused naming the differing keys (`RESUMABLE_KEYS` may change).
 """
 
 from __future__ import annotations
@@ -30,9 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import pathlib
-import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -40,14 +45,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from slm_jax import cli
 from slm_jax.gtca.batches import Encoded, make_batch, train_batch
 from slm_jax.gtca.plans import Settings, Stage
+from slm_jax.train import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError, layout_mismatch
+from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
 from slm_jax.train.optimizer import OptimizerSection, make_optimizer, trainable_mask
+from slm_jax.train.step_cache import compiled_step
 from slm_jax.train.steps import make_train_step
 
 ADAPTERS = "lora,gtca"  # the `optimizer.trainable` groups a checkpoint stores
+RECORD = "identity.json"  # a run's and a stage's identity record (train.identity)
+# settings that may change when a run resumes or is reused: cadence, where it is, the backbone's
+# path (its arrays are compared by digest)
+RESUMABLE_KEYS = frozenset(f"settings.{key}" for key in (
+    "log_every", "checkpoint_every", "out", "backbone"))
 
 
 def digest_line(prints: dict[str, tuple[int, int]]) -> str:
@@ -140,70 +152,90 @@ def _saved_opt_state(directory: pathlib.Path, step: int) -> Any:
     return None
 
 
-_STEP_CACHE: dict = {}  # (graphdef, trainable, steps, lr) -> jitted step (runs in one process)
+def stage_record(run_record: dict, index: int, stage: Stage, prepared: str, data: str) -> dict:
+  """What makes stage `index` (saved as `identity.json` in its folder, compared before it resumes
+  or is reused): the run's record, the stage, the prepared backbone's digest and the digest of
+  the encoded training rows (`batches.data_digest`)."""
+  return {**run_record, "stage": {"index": index + 1, "name": stage.name,
+                                  "trainable": stage.trainable, "steps": stage.steps},
+          "prepared_backbone": prepared, "train_data": data}
 
 
-def _train_step(graphdef, settings: Settings, stage: Stage,
-                tx: optax.GradientTransformation) -> Callable:
-  key = (graphdef, stage.trainable, stage.steps, settings.lr)
-  if key not in _STEP_CACHE:
-    _STEP_CACHE[key] = make_train_step(graphdef, tx, 1, trainable=stage.trainable)
-  return _STEP_CACHE[key]
+def check_stage_dir(directory: pathlib.Path, record: dict) -> None:
+  """Refuses a stage folder trained under other settings (naming the differing keys)."""
+  identity.check_record(directory / RECORD, record,
+                        what=f"{directory} holds a stage trained under other settings",
+                        where="in the stage folder", ignore=RESUMABLE_KEYS,
+                        hint="use another --out, or the settings it was started with")
+
+
+def _progress(stage: Stage):
+  """The stage's progress fields: the window's mean per-step loss (float32 mean of the steps'
+  float32 losses), α of the window's last step, steps/s after the compiling first step."""
+
+  def progress(window: Window, done: int) -> tuple[dict, list[str]]:
+    loss = float(np.mean(np.asarray(jax.device_get([out["loss"] for out in window.outs]))))
+    rate, alpha = window.per_second(), stage.alpha(done - 1)
+    return ({"loss": loss, "alpha": alpha, "steps_per_s": rate},
+            [f"loss {loss:.4f}", f"α {alpha:.3f}", rate_text(rate, "steps/s", 1)])
+
+  return progress
 
 
 def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Sequence[Encoded],
-              settings: Settings, width: int, n_layers: int, prints: dict,
-              log: Callable[[str], None] = print) -> dict:
-  """Trains one stage (resuming from its own newest checkpoint) and returns the full params.
-  `params` are donated to the step (the caller's arrays are consumed: give it its own copy);
-  the stage's frozen leaves come out as the same bits, its trained leaves are checkpointed
-  together with every other adapter, so the next stage starts from this stage's result."""
+              settings: Settings, width: int, n_layers: int, prints: dict, record: dict,
+              log: Callable[[str], None] = print, stop_after: int | None = None) -> dict | None:
+  """Trains one stage through `train.loop.Loop` (resuming from its own newest checkpoint) and
+  returns the full params, or None when `stop_after` ended it unfinished. `record` is the
+  stage's identity (`stage_record`): a folder holding another one is refused before anything
+  is read. `params` are donated to the step (the caller's arrays are consumed: give it its own
+  copy); the stage's frozen leaves come out as the same bits, its trained leaves are
+  checkpointed together with every other adapter, so the next stage starts from this stage's
+  result."""
   directory = stage_dir(settings.out, index, stage)
+  check_stage_dir(directory, record)
   checkpointer = Checkpointer(directory, max_to_keep=2, async_save=False)
   tx = stage_tx(settings, stage)
   opt_state = tx.init(params)
   digest = digest_line(prints)
+  label = f"stage {index + 1} ({stage.name}) "
   start = 0
-  restored = restore_stage(checkpointer, params, opt_state, digest, stage.steps)
-  if restored is not None:
-    params, saved_state, start = restored
-    opt_state = opt_state if saved_state is None else saved_state
-    log(f"stage {index + 1} ({stage.name}): resumed at step {start}/{stage.steps} from {directory}")
-  device = jax.devices()[0]  # committed inputs: the step compiles once, not twice
-  params, opt_state = jax.device_put((params, opt_state), device)
-  if start < stage.steps:
-    step_fn = _train_step(graphdef, settings, stage, tx)
-    began, timed_from, losses = None, start, []
-    for step in range(start, stage.steps):
+  try:
+    restored = restore_stage(checkpointer, params, opt_state, digest, stage.steps)
+    if restored is not None:
+      params, saved_state, start = restored
+      opt_state = opt_state if saved_state is None else saved_state
+      log(f"{label.rstrip()}: resumed at step {start}/{stage.steps} from {directory}")
+    device = jax.devices()[0]  # committed inputs: the step compiles once, not twice
+    extra = {"backbone": digest, "stage": stage.name, "settings": settings_json(settings)}
+    loop = Loop(checkpointer, jax.device_put({"params": params, "opt_state": opt_state}, device),
+                stage.steps, log=log, label=label, persist=Persist(
+                    target=lambda state: {"adapters": adapters_of(state["params"]),
+                                          "opt_state": state["opt_state"]},
+                    extra=lambda step: dict(extra, step=step)))
+    loop.start = start  # restored above: restore_stage also reads the older checkpoint layout
+    if start >= stage.steps:
+      return loop.state["params"]
+    identity.write_record(directory / RECORD, record)
+    train_step = compiled_step(("gtca", graphdef, stage.trainable, stage.steps, settings.lr),
+                               lambda: make_train_step(graphdef, tx, 1, trainable=stage.trainable))
+
+    def step_fn(state, batch, step):
+      del step
+      params, opt_state, sums = train_step(state["params"], state["opt_state"], batch)
+      return ({"params": params, "opt_state": opt_state},
+              {**sums, "loss": sums["loss_sum"] / jnp.maximum(sums["count"], 1.0)})
+
+    def batch_at(step):
       rows = batch_indices(len(train_set), settings.batch_size, step, settings.seed, index)
       batch = make_batch([train_set[i] for i in rows], width, n_layers, settings.k, pad_id=0)
-      params, opt_state, sums = step_fn(
-          params, opt_state, jax.device_put(train_batch(batch, stage.alpha(step)), device))
-      losses.append(sums["loss_sum"] / jnp.maximum(sums["count"], 1.0))
-      done = step + 1
-      if began is None:  # this process' first step compiles: the rate starts after it
-        jax.block_until_ready(sums)
-        began, timed_from = time.perf_counter(), done
-      if done % settings.log_every == 0 or done == stage.steps:
-        loss = float(np.mean(np.asarray(jax.device_get(losses))))
-        if not math.isfinite(loss):
-          raise cli.CliError(f"stage {index + 1} ({stage.name}) step {done}: loss is {loss}",
-                             cli.EXIT_NONFINITE)
-        losses = []
-        log(f"stage {index + 1} ({stage.name}) step {done}/{stage.steps}: loss {loss:.4f}, "
-            f"α {stage.alpha(step):.3f}, {_pace(done, timed_from, began, stage.steps)}")
-      if done % settings.checkpoint_every == 0 or done == stage.steps:
-        checkpointer.save(done, {"adapters": adapters_of(params), "opt_state": opt_state},
-                          {"backbone": digest, "stage": stage.name,
-                           "settings": settings_json(settings)})
-    checkpointer.wait()
-  checkpointer.close()
-  return params
+      return jax.device_put(train_batch(batch, stage.alpha(step)), device)
 
-
-def _pace(done: int, timed_from: int, began: float, total: int) -> str:
-  """`R steps/s, ETA Ns` over the steps after this process' first (compiling) one."""
-  if done <= timed_from:
-    return "first step (compiled): rate and ETA from the next line"
-  rate = (done - timed_from) / max(time.perf_counter() - began, 1e-9)
-  return f"{rate:.1f} steps/s, ETA {(total - done) / rate:.0f}s"
+    result = loop.run(step_fn, batch_at, progress=_progress(stage),
+                      cadence=Cadence(log_every=settings.log_every,
+                                      checkpoint_every=settings.checkpoint_every,
+                                      stop_after=stop_after),
+                      loss_of=lambda out: float(out["loss"]), hint="lower --lr")
+  finally:
+    checkpointer.close()
+  return result.state["params"] if result.step >= stage.steps else None

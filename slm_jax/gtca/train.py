@@ -2,7 +2,8 @@
 
 `python -m slm_jax.gtca.train --backbone=RUN --out=DIR --methods=gtca,… [--seeds=0,1,…]`, or
 `python -m slm_jax.gtca.train --config=FILE|toy [--lr=…|--config.lr=…]` (`slm_jax.gtca.run_config`:
-a sweep as code, every key validated before the first run starts; flags override the file).
+a sweep as code through the one config loader, every key validated before the first run starts;
+the flags are aliases of the keys of the same name and override the file).
 
 - **Backbone**: a slm_jax training workdir (`load_run`), e.g. a terminal model trained on the
   embedded corpus. Its word vocabulary lacks the prompt's words (`Question:`, `Options:`,
@@ -54,112 +55,94 @@ Metrics: `toy` (test accuracy, %), `toy_pp` / `toy_src` / `toy_orc` (by attracto
 log-likelihood with the branch at the evaluation α, m ≡ 1, trees from the same source), `drift`
 (option drift, branch methods only). Evaluation α: 0 for backbone / LoRA-only, 0.15 otherwise.
 Several `--methods` × `--seeds` run in one process (seed-major, so a stopped sweep has whole
-seeds), sharing the loaded backbone, the task and the compiled steps; `--jit_cache` keeps
+seeds), sharing the loaded backbone, the task and the compiled steps, as one `train.sweep`: each
+run folder's `identity.json` (`runs.run_record`: its settings and the source backbone's digest)
+is compared with this command's before the first run trains, and a finished run (result.json)
+is reused only when it matches — another run's folder is refused naming the differing keys;
+each stage folder has its own record (`stages.stage_record`). `--jit_cache` keeps
 compilations across processes. `--option_order=fixed` is the easy toy variant (singular first).
 `python -m slm_jax.gtca.evaluate --runs=…` turns many result files into tables.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
-import time
 from typing import Sequence
 
 import jax
 
-from slm_jax import cli
+from slm_jax import cli, config_files
 from slm_jax.gtca import run_config
 from slm_jax.gtca.backbone import hf_backbone, is_hf_checkpoint, prepare_backbone
 from slm_jax.gtca.mcqa_data import MCQA_SETS, SETS
-from slm_jax.gtca.plans import ABLATION_SWITCHES, METHODS, Settings, variant
-from slm_jax.gtca.runs import load_task, run
+from slm_jax.gtca.plans import ABLATION_SWITCHES, METHODS
+from slm_jax.gtca.runs import load_task, run, run_record, source_digest
+from slm_jax.gtca.stages import RECORD, RESUMABLE_KEYS
 from slm_jax.train.loading import load_run
+from slm_jax.train.sweep import SweepItem, run_sweep
+
+
+FLAGS = {  # the train CLI's flags: aliases of the config keys of the same name, with their help
+    "backbone": "slm_jax training workdir, or a Hugging Face checkpoint folder",
+    "out": "output folder: one run writes OUT/result.json; with several --methods or --seeds "
+           "each run writes OUT/NAME/seedS/result.json",
+    "methods": f"comma-separated: {', '.join(METHODS)} or an ablation "
+               f"({', '.join(a for a in ABLATION_SWITCHES if a != 'none')})",
+    "seeds": "comma-separated training seeds", "stage_steps": "steps of stages 1,2,3",
+    "batch_size": "", "lr": "", "alpha": "", "train_items": "", "dev_items": "",
+    "test_items": "", "task_seed": "",
+    "option_order": "random, or fixed (singular first: the easier toy variant)",
+    "task": f"toy (the embedded-grammar task), or a real MCQA set ({', '.join(MCQA_SETS)}) read "
+            "from --data_root with its span trees from --cache",
+    "data_root": "the real set's Hugging Face download",
+    "cache": "the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)",
+    "log_every": "", "jit_cache": "JAX persistent compilation cache folder (reused across runs)",
+}
+CONFIG = dataclasses.replace(run_config.LOADER, aliases={name: name for name in FLAGS})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  base = run_config.defaults()
-  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=(
-      "--config=FILE|NAME (slm_jax.gtca.run_config) sets any of these keys; a flag, or "
-      "--config.KEY=VALUE, overrides the file. Packaged configs: "
-      + ", ".join(run_config.names())))
-  given = lambda key, text: f"{text} (default {base[key]!r})" if text else f"default {base[key]!r}"
-  parser.add_argument("--config", default=None,
-                      help="a GTCA train config (a file with get_config(), or a packaged name)")
-  parser.add_argument("--backbone", default=None,
-                      help="slm_jax training workdir, or a Hugging Face checkpoint folder")
-  parser.add_argument("--out", default=None,
-                      help="output folder: one run writes OUT/result.json; with several "
-                      "--methods or --seeds each run writes OUT/NAME/seedS/result.json")
-  parser.add_argument("--methods", default=None,
-                      help=given("methods", f"comma-separated: {', '.join(METHODS)} or an ablation "
-                                 f"({', '.join(a for a in ABLATION_SWITCHES if a != 'none')})"))
-  parser.add_argument("--seeds", default=None, help=given("seeds", "comma-separated training seeds"))
-  parser.add_argument("--stage_steps", default=None, help=given("stage_steps", "steps of stages 1,2,3"))
-  parser.add_argument("--batch_size", type=int, default=None, help=given("batch_size", ""))
-  parser.add_argument("--lr", type=float, default=None, help=given("lr", ""))
-  parser.add_argument("--alpha", type=float, default=None, help=given("alpha", ""))
-  parser.add_argument("--train_items", type=int, default=None, help=given("train_items", ""))
-  parser.add_argument("--dev_items", type=int, default=None, help=given("dev_items", ""))
-  parser.add_argument("--test_items", type=int, default=None, help=given("test_items", ""))
-  parser.add_argument("--task_seed", type=int, default=None, help=given("task_seed", ""))
-  parser.add_argument("--option_order", choices=("random", "fixed"), default=None,
-                      help=given("option_order", "toy options in a seeded order, or singular "
-                                 "first (easier)"))
-  parser.add_argument("--task", default=None, choices=("toy", *MCQA_SETS),
-                      help=given("task", "the embedded-grammar toy task, or a real MCQA set read "
-                                 "from --data_root with its span trees from --cache"))
-  parser.add_argument("--data_root", default=None, help="the real set's Hugging Face download")
-  parser.add_argument("--cache", default=None, help="the parse cache of the real set's prompts "
-                      "(python -m slm_jax.gtca.cache --task=… --workdir=BACKBONE)")
-  parser.add_argument("--log_every", type=int, default=None, help=given("log_every", ""))
-  parser.add_argument("--jit_cache", default=None,
-                      help="JAX persistent compilation cache folder (reused across runs)")
-  args, rest = parser.parse_known_args(argv)
-  overrides = [r for r in rest if r.startswith("--config.")]
-  if len(overrides) != len(rest):
-    parser.error("unrecognized arguments: " + " ".join(r for r in rest if r not in overrides))
-  flags = {k: v for k, v in vars(args).items() if v is not None and k not in ("config", "debug")}
-  config = run_config.resolve(args.config, flags, overrides)
+  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+  CONFIG.add_config_argument(parser)
+  for name, text in FLAGS.items():
+    default = CONFIG.default(name) if name not in ("backbone", "out") else None
+    shown = "" if default is None else f"default {_shown(default)!r}"
+    parser.add_argument(f"--{name}", default=None,
+                        help="; ".join(part for part in (text, shown) if part))
+  overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
+  args = parser.parse_args(rest)
+  config = CONFIG.load(args.config, overrides, CONFIG.flag_values(args))
   log = lambda line: print(line, flush=True)
-  log("config: " + " ".join(f"{k}={_shown(v)}" for k, v in config.items()))
+  log("config: " + " ".join(f"{k}={_shown(v)}" for k, v in sorted(
+      dataclasses.asdict(config).items()) if k not in PER_RUN))
   if config.jit_cache:
     jax.config.update("jax_compilation_cache_dir", config.jit_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  if config.task != "toy" and (not config.data_root or not config.cache):
-    raise cli.CliError(f"--task={config.task} needs --data_root (its download) and --cache (its "
-                       "parse cache)")
   n_options = 2 if config.task == "toy" else SETS[config.task].n_options
-  common = run_config.settings_kwargs(config)
-  names, seeds = config.methods, config.seeds
-  single = len(names) == 1 and len(seeds) == 1
-  runs = []  # every run's Settings, validated before the first one starts
-  for seed, name in [(s, n) for s in seeds for n in names]:
-    method, ablation = variant(name)
-    out = pathlib.Path(config.out) if single else pathlib.Path(config.out) / name / f"seed{seed}"
-    try:
-      runs.append((name, Settings(out=str(out), method=method, ablation=ablation, seed=seed,
-                                  n_options=n_options, **common)))
-    except ValueError as error:
-      raise cli.CliError(f"{error} (run {name} seed {seed})") from None
+  runs = run_config.run_settings(config, n_options)  # every run validated before the first
   hf = is_hf_checkpoint(config.backbone)
   loaded = None if hf else load_run(config.backbone)
+  source = source_digest(config.backbone, None if hf else loaded.model)
+  items = [SweepItem(f"{name} seed {settings.seed}", pathlib.Path(settings.out),
+                     run_record(settings, source), settings) for name, settings in runs]
   task = load_task(runs[0][1])  # the task settings are the same for every run
-  began, total = time.perf_counter(), len(runs)
-  for done, (name, settings) in enumerate(runs):
-    out, seed = pathlib.Path(settings.out), settings.seed
-    if (out / "result.json").exists():
-      log(f"[{done + 1}/{total}] {name} seed {seed}: {out / 'result.json'} exists, skipped")
-      continue
-    lora = dict(seed=seed, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
+
+  def train(item: SweepItem):
+    settings = item.key
+    lora = dict(seed=settings.seed, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
                 lora_dropout=settings.lora_dropout, n_options=n_options)
     backbone = (hf_backbone(config.backbone, **lora) if hf else
                 prepare_backbone(loaded.model, loaded.tokenizer, source=config.backbone, **lora))
-    run(settings, log, backbone=backbone, task=task)
-    elapsed = time.perf_counter() - began
-    log(f"[{done + 1}/{total}] {name} seed {seed} done; {elapsed:.0f}s elapsed, ETA "
-        f"{elapsed / (done + 1) * (total - done - 1):.0f}s")
+    return run(settings, log, backbone=backbone, task=task, record=item.identity)
+
+  run_sweep(items, train, record=RECORD, marker="result.json", ignore=RESUMABLE_KEYS,
+            describe=lambda result: f"test {result['metrics'][config.task]:.2f}", log=log)
   return 0
+
+
+PER_RUN = ("method", "ablation", "seed", "n_options")  # set per run, not by the config
 
 
 def _shown(value) -> str:
