@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import sqlite3
 import struct
 
 import numpy as np
@@ -340,3 +342,39 @@ def test_benepar_without_the_parse_extra_says_how_to_install(tmp_path, monkeypat
   code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
                             f"--out={tmp_path / 'b.sqlite'}", "--parser=benepar")
   assert code == cli.EXIT_USAGE and "parse extra" in stderr and "pip install" in stderr
+
+
+def test_files_that_are_no_span_cache_get_the_one_line_contract(tmp_path, setup, capsys):
+  """A folder, another SQLite schema, a corrupt database: `FILE: not a GTCA span cache (…)`,
+  for the reader, the writer and the cache CLI (exit 2, one line)."""
+  folder = tmp_path / "folder.sqlite"
+  folder.mkdir()
+  other = tmp_path / "other.sqlite"
+  with sqlite3.connect(other) as db:
+    db.execute("CREATE TABLE runs (name TEXT)")
+  junk = tmp_path / "junk.sqlite"
+  junk.write_bytes(b"not sqlite at all, " * 100)
+  for path, why in ((folder, "a folder"), (other, "no meta or spans table; tables: runs"),
+                    (junk, "DatabaseError")):
+    for writable in (False, True):
+      with pytest.raises(parse_cache.NotACacheError,
+                         match=f"^{re.escape(str(path))}: not a GTCA span cache \\(.*{why}"):
+        parse_cache.ParseCache(path, IDENTITY, writable=writable)
+  _, tokenizer_path, data = setup
+  code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                            f"--out={folder}")
+  assert code == cli.EXIT_USAGE
+  assert stderr.strip() == f"error: {folder}: not a GTCA span cache (a folder; give the cache's " \
+                           ".sqlite file)"
+
+
+def test_the_cache_cli_refuses_empty_data(tmp_path, setup, capsys):
+  _, tokenizer_path, _ = setup
+  for text, why in (("", "0 lines refused"), ("{not json\n", "1 lines refused: ")):
+    data = tmp_path / "empty.jsonl"
+    data.write_text(text)
+    out = tmp_path / "empty.sqlite"
+    code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                              f"--out={out}")
+    assert code == cli.EXIT_USAGE and f"{data}: no usable records ({why}" in stderr, stderr
+    assert not out.exists()

@@ -5,6 +5,7 @@ word-level tokenizer.json over the toy task's words, then `python -m slm_jax.gtc
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -96,3 +97,12 @@ def test_a_letter_of_several_tokens_is_refused(tmp_path, task):
   folder = write_checkpoint(tmp_path / "chars", _words(task), by_character=True)
   with pytest.raises(ValueError, match="option letter 'A' is 2 tokens"):
     gtca_backbone.load_backbone(folder)
+
+
+def test_option_letters_of_one_id_are_refused():
+  """Letters that all map to one id (e.g. `<unk>` of a tokenizer without them) are refused."""
+  unk = types.SimpleNamespace(encode=lambda text: (np.array([0]), None))
+  with pytest.raises(ValueError, match=r"letters A, B are not distinct ids \(\[0, 0\]\)"):
+    gtca_backbone.letter_ids(unk, 2, "b")
+  by_letter = types.SimpleNamespace(encode=lambda text: (np.array([ord(text[-1])]), None))
+  assert gtca_backbone.letter_ids(by_letter, 2, "b") == (65, 66)

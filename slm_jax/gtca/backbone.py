@@ -174,7 +174,8 @@ def prepare_backbone(model: Decoder, tokenizer: Tokenizer, *, seed: int = 0, lor
 
 
 def letter_ids(text_tokenizer: TextTokenizer, n_options: int, source: str) -> tuple[int, ...]:
-  """The id of each option letter after `Answer:` (" A", " B", …): one token each, or an error."""
+  """The id of each option letter after `Answer:` (" A", " B", …): one token each, a distinct id
+  each (letters that all map to one id, e.g. `<unk>`, could never be told apart), or an error."""
   letters = []
   for letter in LETTERS[:n_options]:
     ids, _ = text_tokenizer.encode(" " + letter)
@@ -182,6 +183,10 @@ def letter_ids(text_tokenizer: TextTokenizer, n_options: int, source: str) -> tu
       raise ValueError(f"backbone {source}: option letter {letter!r} is {len(ids)} tokens "
                        f"({ids.tolist()}); GTCA scores one letter token per option")
     letters.append(int(ids[0]))
+  if len(set(letters)) != len(letters):
+    raise ValueError(f"backbone {source}: the option letters {', '.join(LETTERS[:n_options])} "
+                     f"are not distinct ids ({list(letters)}); GTCA tells the options apart by "
+                     "their letter token")
   return tuple(letters)
 
 

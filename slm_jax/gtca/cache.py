@@ -40,6 +40,9 @@ killed run resumes; rows are committed every block. Progress goes to stderr (don
 ETA); at the end the counts: examples, parsed, cached already, duplicates (same ids as another
 record), truncated, errors (each kept example error is listed, and the exit code is 1), and for
 `--task` the rows read and the unlabeled rows left out (BLiMP: paradigms, pairs, sentences).
+Data without a usable record is refused (exit 2, no cache written); `--out` that is not a span
+cache (a folder, another SQLite schema, a corrupt file) is the one line `FILE: not a GTCA span
+cache (…)`.
 """
 
 from __future__ import annotations
@@ -139,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
   index, count = args.shard
   bad_lines: list[str] = []
   records, task_counts = _records(args, index, count, bad_lines)
+  if not records:  # an empty cache with exit 0 would hide it
+    source = args.data or args.ptb or f"--task={args.task} ({args.data_root})"
+    shard = f" (shard {index}/{count})" if count > 1 else ""
+    raise cli.CliError(f"{source}{shard}: no usable records ({len(bad_lines)} lines refused"
+                       + (f": {bad_lines[0]}" if bad_lines else "") + "); nothing to cache")
   if args.workdir:
     from slm_jax.gtca.backbone import workdir_prompt_tokenizer  # pylint: disable=g-import-not-at-top
     backbone = pathlib.Path(args.workdir)

@@ -9,7 +9,8 @@
 key the caller gives is refused (`StaleCacheError`); readers pass at least the tokenizer, and can rebuild the
 prompt format the cache was built with by `PromptFormat.from_meta(cache.meta)`.
 `ParseCache.get(ids, example)` on a miss raises `CacheMissError` naming the example: a run never
-continues silently without structure.
+continues silently without structure. A file that is no such cache — a folder, a database of
+another schema, a corrupt one — is `NotACacheError`: `FILE: not a GTCA span cache (…)`.
 
 Shards: `shard_path(out, i, n)` is where shard i of n writes (`cache.shard-0000i-of-0000n.sqlite`
 beside `out`; n = 1: `out` itself); `merge_shards(out)` joins all n into `out` (refused while a
@@ -44,6 +45,30 @@ class StaleCacheError(ValueError):
   """A cache built with another tokenizer / parser / prompt format."""
 
 
+class NotACacheError(cli.CliError, ValueError):
+  """The file is no GTCA span cache: a folder, another SQLite schema, a corrupt database; the
+  one-line contract `FILE: not a GTCA span cache (…)`."""
+
+  def __init__(self, path: pathlib.Path, why: str):
+    super().__init__(f"{path}: not a GTCA span cache ({why})")
+
+
+def _read_meta(db: sqlite3.Connection, path: pathlib.Path) -> dict[str, str]:
+  """The meta table of an opened database; NotACacheError for another schema or a corrupt
+  file (no meta or spans table, a meta without the format key, SQLite refusing to read it)."""
+  try:
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    missing = sorted({"meta", "spans"} - tables)
+    if missing:
+      raise NotACacheError(path, f"no {' or '.join(missing)} table; tables: "
+                           f"{', '.join(sorted(tables)) or 'none'}")
+    meta = dict(db.execute("SELECT name, value FROM meta"))
+    db.execute("SELECT key, tree FROM spans LIMIT 1").fetchall()
+  except sqlite3.Error as error:
+    raise NotACacheError(path, f"{type(error).__name__}: {error}") from None
+  return meta
+
+
 def cache_key(ids: Sequence[int] | np.ndarray) -> str:
   """sha256 hex of the token ids as little-endian uint32 (unpadded: exactly the example's ids)."""
   ids = np.asarray(ids)
@@ -60,20 +85,25 @@ class ParseCache:
   def __init__(self, path: str | pathlib.Path, identity: Mapping[str, str], *,
                writable: bool = False, info: Mapping[str, str] | None = None):
     self.path = pathlib.Path(path)
+    if self.path.is_dir():
+      raise NotACacheError(self.path, "a folder; give the cache's .sqlite file")
     if not writable and not self.path.is_file():
       raise FileNotFoundError(f"parse cache {self.path} not found: build it with "
                               "python -m slm_jax.gtca.cache")
+    fresh = writable and not self.path.exists()
     if writable:
       self.path.parent.mkdir(parents=True, exist_ok=True)
     uri = self.path.resolve().as_uri() + ("" if writable else "?mode=ro")
-    self._db = sqlite3.connect(uri, uri=True)
-    if writable:
-      self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
-      self._db.execute("CREATE TABLE IF NOT EXISTS spans (key TEXT PRIMARY KEY, tree TEXT)")
     try:
-      self.meta = dict(self._db.execute("SELECT name, value FROM meta"))
-    except sqlite3.DatabaseError as error:
-      raise ValueError(f"parse cache {self.path} is not a GTCA span cache ({error})") from None
+      self._db = sqlite3.connect(uri, uri=True)
+      if fresh:
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS spans (key TEXT PRIMARY KEY, tree TEXT)")
+    except sqlite3.Error as error:
+      raise NotACacheError(self.path, f"{type(error).__name__}: {error}") from None
+    self.meta = _read_meta(self._db, self.path)
+    if self.meta and "format" not in self.meta:
+      raise NotACacheError(self.path, "its meta table has no format entry")
     if not self.meta and writable:
       self.meta = {"format": FORMAT, **(info or {}), **identity}
       with self._db:
@@ -160,8 +190,8 @@ def merge_shards(out: str | pathlib.Path) -> tuple[int, int]:
                        exit_code=cli.EXIT_INCOMPLETE)
   metas = []
   for i in range(count):
-    with sqlite3.connect(shards[i].resolve().as_uri() + "?mode=ro", uri=True) as db:
-      metas.append(dict(db.execute("SELECT name, value FROM meta")))
+    with ParseCache(shards[i], {}) as shard:
+      metas.append(shard.meta)
   identity = {k: v for k, v in metas[0].items() if k not in ("format", "backbone")}
   for i, meta in enumerate(metas):
     if {k: v for k, v in meta.items() if k not in ("format", "backbone")} != identity:

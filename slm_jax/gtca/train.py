@@ -133,8 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = item.key
     lora = dict(seed=settings.seed, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
                 lora_dropout=settings.lora_dropout, n_options=n_options)
-    backbone = (hf_backbone(config.backbone, **lora) if hf else
-                prepare_backbone(loaded.model, loaded.tokenizer, source=config.backbone, **lora))
+    try:  # e.g. option letters that are not distinct single ids: refused before training
+      backbone = (hf_backbone(config.backbone, **lora) if hf else
+                  prepare_backbone(loaded.model, loaded.tokenizer, source=config.backbone,
+                                   **lora))
+    except ValueError as error:
+      raise cli.CliError(str(error)) from None
     return run(settings, log, backbone=backbone, task=task, record=item.identity)
 
   run_sweep(items, train, record=RECORD, marker="result.json", ignore=RESUMABLE_KEYS,
