@@ -1,15 +1,15 @@
 """GTCA training: backbone preparation, the frozen check, stage plans, the stage optimizer, batch
 order, chaining and resuming (also from a checkpoint of the optimizer-state layout before GTCA
-trained through `train.steps`), the progress line."""
+trained through `train.steps`), the loop (progress line, NaN stop) and the stage identity."""
 
 from __future__ import annotations
 
 import collections
 import json
 import shutil
-import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -17,14 +17,17 @@ import pytest
 from flax import nnx
 
 from slm_jax import cli
-from slm_jax.gtca import plans, runs, stages, toy_encoding
+from slm_jax.gtca import batches, plans, runs, stages, toy_encoding
 from slm_jax.gtca.backbone import prepare_backbone
 from slm_jax.gtca.model import changed_arrays, params_of
 from slm_jax.gtca.toy_task import make_toy_task
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
+from slm_jax.train import step_cache
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
+from slm_jax.train.identity import IdentityError
+from slm_jax.train.loop import NonFiniteLossError
 from slm_jax.train.params import backbone_check, fingerprints
 from slm_jax.train.optimizer import make_schedule, trainable_mask
 
@@ -203,12 +206,63 @@ def test_stage_optimizer_expresses_the_stage_schedule():
   assert float(schedule(150)) == pytest.approx(3e-4)  # cosine to lr / 10 at the last update
 
 
-def test_progress_rate_starts_after_the_first_step():
-  pace = stages._pace  # pylint: disable=protected-access
-  assert "first step" in pace(1, 1, time.perf_counter(), 10)
-  line = pace(5, 1, time.perf_counter() - 2.0, 10)
-  rate = float(line.split(" steps/s")[0])
-  assert 1.5 < rate <= 2.0 and line.endswith("s") and "ETA" in line  # 4 steps in ~2 s
+def _stage_inputs(tiny, task, out, **changes):
+  model, tokenizer = tiny
+  backbone = prepare_backbone(model, tokenizer)
+  settings = plans.Settings(**{**dict(backbone="tiny", out=str(out), method="gtca",
+                                       stage_steps=(2, 2, 2), batch_size=4, checkpoint_every=1,
+                                       log_every=1, blimp_pairs=False, k=8), **changes})
+  graphdef, params = params_of(runs.make_model(backbone, settings))
+  train_set = toy_encoding.encode_items(task.splits["train"], backbone, "gold", 0)
+  prints = fingerprints(params["backbone"], "lora")
+  stage = plans.plan(settings)[0]
+  record = stages.stage_record(runs.run_record(settings), 0, stage, stages.digest_line(prints),
+                               batches.data_digest(train_set))
+  return (0, stage, graphdef, jax.tree.map(jnp.copy, params), train_set, settings,
+          batches.row_width(train_set), model.config.n_layers, prints, record)
+
+
+def test_a_stage_runs_through_the_loop_and_refuses_other_settings(tmp_path, tiny, task):
+  """The stage's progress line is the loop's; a stopped stage keeps its checkpoint and its
+  identity record; resuming it under another lr is refused naming the key."""
+  lines = []
+  stopped = stages.run_stage(*_stage_inputs(tiny, task, tmp_path), lines.append, stop_after=1)
+  assert stopped is None
+  folder = tmp_path / "stage1_lora"
+  assert (folder / "1").is_dir() and (folder / stages.RECORD).is_file()
+  line = next(x for x in lines if x.startswith("stage 1 (lora) step 1/2"))
+  assert "| loss " in line and "| α 0.000 |" in line and "- steps/s" in line and "ETA" in line
+  with pytest.raises(IdentityError, match=r"settings.lr: 0.001 in the stage folder, 0.002 now"):
+    stages.run_stage(*_stage_inputs(tiny, task, tmp_path, lr=2e-3), lines.append)
+  # log_every / checkpoint_every may change: the stage resumes at its step
+  lines = []
+  params = stages.run_stage(*_stage_inputs(tiny, task, tmp_path, log_every=2), lines.append)
+  assert params is not None and "stage 1 (lora): resumed at step 1/2" in lines[0]
+  assert any(x.startswith("stage 1 (lora) step 2/2 | loss") for x in lines)
+
+
+def test_a_non_finite_loss_stops_the_stage_without_saving(tmp_path, tiny, task, monkeypatch):
+  """NaN at the first step: exit code 3, no checkpoint written (the loop checks every step)."""
+  real = stages.make_train_step
+
+  def poisoned(*args, **kwargs):
+    step = real(*args, **kwargs)
+
+    def run(params, opt_state, batch):
+      params, opt_state, sums = step(params, opt_state, batch)
+      return params, opt_state, {**sums, "loss_sum": sums["loss_sum"] * jnp.nan}
+
+    return run
+
+  monkeypatch.setattr(stages, "make_train_step", poisoned)
+  step_cache.clear()
+  try:
+    with pytest.raises(NonFiniteLossError, match="non-finite loss .* at step 1") as error:
+      stages.run_stage(*_stage_inputs(tiny, task, tmp_path), lambda _: None)
+  finally:
+    step_cache.clear()
+  assert error.value.exit_code == cli.EXIT_NONFINITE == 3
+  assert not [p for p in (tmp_path / "stage1_lora").iterdir() if p.name.isdigit()]
 
 
 def _tiny_params(tiny):
