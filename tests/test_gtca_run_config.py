@@ -14,6 +14,7 @@ from slm_jax import cli
 from slm_jax.config_files import ConfigError
 from slm_jax.gtca import plans, run_config, train
 from slm_jax.gtca import backbone as gbackbone
+from slm_jax.train.identity import IdentityError
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
@@ -157,6 +158,23 @@ def test_the_cli_runs_a_config_with_flags_on_top(tmp_path, workdir, capsys):
     train.main([f"--config={path}", "--config.option_order=sorted"])
   with pytest.raises(SystemExit):  # an argument that is neither a flag nor --config.KEY=VALUE
     train.main([f"--config={path}", "--nonsense=1"])
+
+
+def test_the_sweep_reuses_a_finished_run_only_under_its_settings(tmp_path, workdir, capsys):
+  """A finished run (result.json + identity.json) is reused by the same command; under other
+  settings it is refused naming the differing key (never "exists, skipped")."""
+  path = _config(tmp_path, workdir, "backbone")
+  assert train.main([f"--config={path}"]) == 0
+  capsys.readouterr()
+  assert train.main([f"--config={path}", "--log_every=5"]) == 0  # cadence may change
+  printed = capsys.readouterr().out
+  assert "[1/2] backbone seed 0: finished earlier" in printed and "reused" in printed
+  with pytest.raises(IdentityError, match=r"seed0 holds another backbone seed 0 \("
+                                          r"settings.task_seed: 0 recorded there, 4 now\)"):
+    train.main([f"--config={path}", "--task_seed=4"])
+  (tmp_path / "runs" / "backbone" / "seed1" / "identity.json").unlink()
+  with pytest.raises(IdentityError, match="finished .* but without its record"):
+    train.main([f"--config={path}"])
 
 
 @pytest.mark.slow  # the three stages compiled once each on 2 cores (~40 s)
