@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 from slm_jax import cli
+from slm_jax.config_files import ConfigError
 from slm_jax.data.rows import RowDataError
 from slm_jax.downstream import tasks
 from slm_jax.gtca import backbone as gbackbone
@@ -546,7 +547,7 @@ def test_a_cache_miss_stops_training_naming_the_example(root, patched, tmp_path,
                                                   r"train-00000-of-00001\.parquet:\d"):
     _train(tmp_path / "run", root, tmp_path / "w.sqlite", f"--backbone={workdir}",
            "--task=winogrande", "--methods=backbone")
-  with pytest.raises(cli.CliError, match="needs --data_root"):
+  with pytest.raises(ConfigError, match="needs data_root"):  # the config loader says it
     train.main([f"--backbone={workdir}", f"--out={tmp_path}", "--task=mmlu"])
   with pytest.raises(ValueError, match="needs a cache built with --parser=random"):
     real_sets.check_tree_source(parse_cache.ParseCache(tmp_path / "w.sqlite", {}), "random")
