@@ -123,7 +123,8 @@ def test_batch_order_is_a_function_of_seed_stage_and_step():
 
 def _adapters(out, stage):
   """The newest checkpoint of a stage folder, restored without a target (numpy arrays)."""
-  folder = sorted((out / stage).iterdir(), key=lambda p: int(p.name))[-1]
+  folder = sorted((p for p in (out / stage).iterdir() if p.name.isdigit()),  # not identity.json
+                  key=lambda p: int(p.name))[-1]
   return ocp.StandardCheckpointer().restore(folder / "state")["adapters"]
 
 
@@ -168,10 +169,11 @@ def test_stages_chain_resume_and_keep_the_backbone(tmp_path, tiny, task, monkeyp
   assert not any("stage 1 (lora) step" in line for line in lines)
   assert any("stage 2 (gtca) step 2/2" in line for line in lines)
   assert again["metrics"] == result["metrics"]  # the resumed run is the same run
-  # a checkpoint of another backbone is refused
+  # a stage of another backbone is refused (its identity record names the prepared backbone)
   other = Decoder(model.config, rngs=nnx.Rngs(5))
   (out / "result.json").unlink()
-  with pytest.raises(Exception, match="another backbone"):
+  with pytest.raises(IdentityError, match="stage1_lora holds a stage trained under other "
+                                          "settings \\(prepared_backbone: '"):
     runs.run(settings, lines.append, backbone=prepare_backbone(other, tokenizer), task=task)
 
 
