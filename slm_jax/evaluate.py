@@ -6,8 +6,8 @@
       [--xsum_finetuned=OUT ...] [--boolq_finetuned=OUT ...] [--gen_beam=6]
       [--gen_max_tokens=150] [--gen_max_words=75] --out=DIR
       [--max_items=N] [--proposals=300] [--blimp_dir=DIR] [--syntaxgym_dir=DIR]
-      [--docppl_ptb=PATH ...] [--docppl_proposals=grammar|gold|beam|parser[:DIR]|FILE]
-      [--blimp_proposals=grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
+      [--docppl_ptb=PATH ...] [--docppl_proposals=auto|grammar|gold|beam|parser[:DIR]|FILE]
+      [--blimp_proposals=auto|grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
       [--beam=300] [--sub_beam=B] [--fast_track=30] [--max_len_factor=6] [--min_len=10]
       [--beam_score_cnt2=true|false] [--tree_scoring=joint|terminal] [--dtype=float32|bfloat16]
       [--max_context=N] [--docppl_documents=500] [--batch_size=32]
@@ -34,14 +34,15 @@ Data: `--data_source=tfds` reads BLiMP from a prepared TFDS data_dir (`--tfds_di
 `blimp/<UID>` builds; `slm_jax.eval.tfds_sets`); SyntaxGym is always local.
 `--blimp_dir` / `--syntaxgym_dir` default to `../shared/data/{blimp,syntaxgym/json}` next to
 the repository (or `$SLM_JAX_SHARED_DATA`). Doc-PPL uses the embedded treebank's test split
-(`--docppl_documents`, default 500 or `--max_items`; the first run's `data.embedded_seed`) with
-`GrammarPosterior` proposals (K = `--proposals`, exact posterior samples, distinct), or PTB files
-(`--docppl_ptb`, one document per file) with gold trees or a proposals file. BLiMP proposals
-default to the grammar posterior, falling back to one flat `(S …)` tree for sentences the embedded
-grammar does not cover (every real BLiMP sentence, in practice; the count is reported) — pass a
-parser's K-best file (`--blimp_proposals=FILE`, format in `slm_jax.eval.proposals`), or
-`parser[:DIR]` — K distinct samples of slm_jax's own CRF parser (offline; the shipped GUM model by
-default; too-long sentences fall back to a flat tree, counted) — for a faithful evaluation. `beam` (BLiMP and doc-PPL) uses each tree model's own word-synchronous beam search
+(`--docppl_documents`, default 500 or `--max_items`; the first run's `data.embedded_seed`), or PTB
+files (`--docppl_ptb`, one document per file). BLiMP and doc-PPL proposals default to `auto`
+(SPEC §9): the embedded grammar's exact posterior (K = `--proposals`, distinct) for a sentence the
+grammar parses, K distinct samples of slm_jax's own CRF parser (offline, the shipped GUM model)
+for the rest — every real BLiMP sentence, in practice — and one flat `(S …)` tree only where
+neither yields a tree (empty, or longer than the parser's limit); results.json and the table
+notes count the sentences of each source. `grammar` (grammar posterior, else flat), `gold`
+(doc-PPL's PTB trees), `parser[:DIR]` and a K-best FILE (format in `slm_jax.eval.proposals`) are
+the alternatives. `beam` (BLiMP and doc-PPL) uses each tree model's own word-synchronous beam search
 as its parser: the top K completed hypotheses of every sentence, and one flat `(S …)` tree where
 the beam completes nothing (counted). It needs a one-to-one linearization (tree, tgtree, tg, …);
 tree_noont / tree_compress runs are refused before anything is scored (give them a FILE).
@@ -114,15 +115,15 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--tfds_dir", default=None,
                  help="TFDS data_dir for --data_source=tfds (None: TFDS's default)")
   p.add_argument("--syntaxgym_dir", default=None, help="SyntaxGym suites folder (shared data)")
-  p.add_argument("--blimp_proposals", default="grammar",
-                 help="grammar | flat | beam (the tree model's own beam search, per run; "
+  p.add_argument("--blimp_proposals", default="auto",
+                 help="auto (the embedded grammar's exact posterior where it parses the sentence, "
+                 "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | beam (the tree model's own beam search, per run; "
                  "--beam/--fast_track, K = --proposals) | parser[:DIR] (slm_jax's own CRF "
                  "parser, K samples; DIR None: the shipped GUM model) | FILE")
   p.add_argument("--docppl_ptb", action="append", default=None,
                  help="PTB file or folder (one document per file) instead of the embedded test")
   p.add_argument("--docppl_proposals", default=None,
-                 help="grammar | gold | beam | parser[:DIR] | FILE (None: grammar; gold with "
-                 "--docppl_ptb)")
+                 help="auto | grammar | gold | beam | parser[:DIR] | FILE (None: auto)")
   p.add_argument("--docppl_documents", type=int, default=None,
                  help="doc-PPL documents (None: 500, or --max_items when given)")
   p.add_argument("--max_context", type=int, default=None,

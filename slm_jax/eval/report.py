@@ -73,10 +73,32 @@ CONVENTION_KEYS = {  # which conventions a table depends on
 }
 
 
+def proposal_counts(results: dict, task: str) -> str:
+  """How many sentences took each proposal source in `task` ("blimp" or "docppl"), per model
+  that used proposals, e.g. `TGTree: grammar 12, parser 2668, flat 0` ("" when none recorded)."""
+  parts = []
+  for model in results.get("models", []):
+    entry = model.get(task) or {}
+    counts = (entry.get("stats") or {}).get("proposal_source") if task == "blimp" else (
+        entry.get("proposal_source"))
+    if counts:
+      shown = ", ".join(f"{k} {v}" for k, v in counts.items()
+                        if k in ("grammar", "parser", "flat", "primary", "fallback"))
+      if shown:
+        parts.append(f"{model.get('name', model.get('configuration'))}: {shown}")
+  return " / ".join(parts)
+
+
 def conventions_line(results: dict, table: str) -> str:
-  """`_Conventions: key=value, …_` for one table (empty when nothing is recorded)."""
+  """`_Conventions: key=value, …_` for one table (empty when nothing is recorded), with the
+  sentences per proposal source of the tasks it shows (`proposal_counts`)."""
   conv = results.get("conventions") or {}
   parts = [f"{k}={conv[k]}" for k in CONVENTION_KEYS[table] if k in conv]
+  for task in ("blimp", "docppl"):
+    if f"{task}_proposals" in CONVENTION_KEYS[table]:
+      counts = proposal_counts(results, task)
+      if counts:
+        parts.append(f"{task}_sources: {counts}")
   return f"_Conventions: {'; '.join(parts)}._" if parts else ""
 
 

@@ -209,7 +209,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
     result = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
                      max_context=cap or None, tree_scoring=args.tree_scoring)
     entry["docppl"] = {**result.summary(), "max_context": cap or None}
-    if per_run and source is not None:
+    if source is not None and source_stats(source) and result.proposals:
       entry["docppl"]["proposal_source"] = {k: v - before.get(k, 0)
                                             for k, v in source_stats(source).items()}
     entry["timing_s"]["docppl"] = round(time.time() - start, 2)
