@@ -187,8 +187,9 @@ def evaluate_xsum(folder: str | pathlib.Path, options: DownstreamOptions,
                   out_dir: str | pathlib.Path, tree_source: TreeSource | None) -> dict:
   """`downstream.xsum` entry: ROUGE per finished seed of an XSum fine-tuning output folder."""
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
-  examples = tasks_lib.read_task("xsum", tasks_lib.task_folder(options.data_dir, "xsum"),
-                                 limit=options.max_items)
+  split = tasks_lib.load_split("xsum", tasks_lib.task_folder(options.data_dir, "xsum"),
+                               limit=options.max_items)
+  examples = split.examples  # the empty article skipped and counted (the paper's 11,333)
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   seeds: dict[str, dict] = {}
@@ -203,7 +204,8 @@ def evaluate_xsum(folder: str | pathlib.Path, options: DownstreamOptions,
                         "truncated_prompts": sum(r["truncated"] for r in records),
                         "workdir": str(path), "step": int(run.step)}
     _log(f"xsum seed {seed}: R-AVG {scores.r_avg:.2f} over {scores.count} articles")
-  return {"seeds": seeds, "folder": str(folder)}
+  return {"seeds": seeds, "folder": str(folder),
+          "skipped_empty_articles": int(split.counts["empty_document"])}
 
 
 def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOptions,
