@@ -67,3 +67,13 @@ def test_the_empty_test_article_is_skipped_and_counted(tmp_path):
   split = tasks.load_split("xsum", tmp_path)
   assert [x.question for x in split.examples] == ["The warning begins."]
   assert split.counts["empty_document"] == 1 and split.counts["rows"] == 2
+
+
+def test_tree_models_reserve_the_paper_code_summary_budget():
+  """The paper code reserves 150 summary positions for every model (tree models: ≤ 150 tokens,
+  structure included, and ≤ 75 words), not max(6·75, 10) = 450."""
+  from slm_jax.configurations import CONFIGURATIONS
+  from slm_jax.downstream.protocol import protocol
+  for name in ("tree", "tgtree", "terminal"):
+    conf = CONFIGURATIONS[name]
+    assert protocol(conf).generated_positions(conf, max_tokens=150, max_words=75) == 150

@@ -7,9 +7,10 @@
   by `report.mc_summary` into the `downstream.mc` entry `downstream.report` renders.
 - `evaluate_xsum`: every finished seed of a `python -m slm_jax.finetune --task=xsum` output
   folder generates a summary of each test article (`generate.generate`: beam 6, ≤ 150 tokens;
-  word-synchronous for tree models) from the prompt it was fine-tuned on
-  (`finetune_data.xsum_context`; the article's trailing sentences dropped so the prompt and
-  the longest summary fit the run's sequence length, counted; tree models generate the summary
+  word-synchronous for tree models, ≤ 150 tokens and ≤ 75 words) from the prompt it was
+  fine-tuned on (`finetune_data.xsum_context`; the article's trailing sentences dropped so the
+  prompt and 150 summary positions fit the run's sequence length, counted; the empty test
+  article skipped and counted, `skipped_empty_articles`, as the paper code does; tree models generate the summary
   as one sentence, one root, as XSum's one-sentence summaries are trained); predictions are appended to
   `<out>/seed<S>.jsonl` (a restart continues after the last complete line); ROUGE-1/2/L F1 ×100
   and R-AVG per seed (`rouge.rouge`).
