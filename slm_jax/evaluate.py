@@ -83,6 +83,7 @@ from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
 from slm_jax.evaluation.inputs import TASKS
+from slm_jax.evaluation.protocols import PROTOCOLS, choices_text
 from slm_jax.evaluation.run import evaluate
 from slm_jax.evaluation.summary import log
 
@@ -150,6 +151,12 @@ def parse_args(argv: Sequence[str] | None):
                  help="folder of <task>/ downstream data folders (mc, xsum, boolq)")
   p.add_argument("--mc_tasks", default=",".join(MC_TASKS),
                  help="comma-separated multiple-choice tasks of --tasks=mc")
+  p.add_argument("--mc_format", default="paper", choices=("paper", "olmes"),
+                 help="multiple-choice inputs: paper (the paper code's templates, shots, "
+                 "MMLU-Redux labels; slm_jax.downstream.paper_format) | olmes")
+  p.add_argument("--protocol", default=None, choices=tuple(PROTOCOLS),
+                 help="set every choice of a protocol at once (paper: the paper code's; spec: "
+                 "SPEC's = the defaults); explicit flags win; the choices in force are printed")
   p.add_argument("--tree_source", default="parser",
                  help="trees of downstream texts for tree models: parser[:DIR] | flat | file:PATH")
   p.add_argument("--xsum_finetuned", action="append", default=None,
@@ -169,6 +176,9 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--bootstrap_seed", type=int, default=SEED,
                  help="bootstrap seed (2027: paper Tables 10-11; 2026: App. F)")
   args = p.parse_args(argv)
+  if args.protocol:  # its values become the defaults: flags given explicitly still win
+    p.set_defaults(**PROTOCOLS[args.protocol])
+    args = p.parse_args(argv)
   args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in args.tasks if t not in TASKS]
   if unknown:
@@ -199,6 +209,7 @@ def parse_args(argv: Sequence[str] | None):
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
+  log(choices_text(args))
   for kind, path in evaluate(args).items():
     log(f"wrote {kind}: {path}")
   return 0

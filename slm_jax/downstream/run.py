@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from slm_jax import cli
+from slm_jax.downstream import paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
@@ -61,6 +62,7 @@ class DownstreamOptions:
   max_words: int = MAX_WORDS
   max_open: int = MAX_OPEN
   progress: bool = True
+  mc_format: str = "paper"  # paper (`paper_format`, SPEC §11's default) | olmes (`prompts`)
 
   def __post_init__(self):
     unknown = [t for t in self.mc_tasks if t not in MC_TASKS]
@@ -83,12 +85,13 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
     examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
                                    limit=options.max_items)
     mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
-    demos = tasks_lib.demonstrations(task, tasks_lib.task_folder(options.data_dir, task),
-                                     mmlu_root=mmlu_root)
+    pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
+            else tasks_lib.demonstrations)
+    demos = pick(task, tasks_lib.task_folder(options.data_dir, task), mmlu_root=mmlu_root)
     started = time.perf_counter()
     summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
                             batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
-                            progress=options.progress)
+                            progress=options.progress, mc_format=options.mc_format)
     records = read_records(out / f"{task}.jsonl")
     entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
     entries[task]["seconds"] = round(time.perf_counter() - started, 2)

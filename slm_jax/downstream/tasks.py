@@ -285,6 +285,18 @@ def _subject_of(task: str, base: pathlib.Path, path: pathlib.Path) -> str:
   return path.relative_to(base).parts[0] if task == "mmlu_redux" else ""
 
 
+RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b"),  # what the paper format reads
+              "mmlu_redux": ("error_type", "correct_answer")}
+
+
+def with_row_fields(example: TaskExample, raw: dict) -> TaskExample:
+  """`example` with the row's id (`key`: HellaSwag's `source_id`, else `id`) and the raw fields
+  of `RAW_FIELDS` (missing or null ones are left out)."""
+  key = raw.get("source_id" if example.task == "hellaswag" else "id")
+  kept = tuple((f, str(raw[f])) for f in RAW_FIELDS.get(example.task, ()) if raw.get(f) is not None)
+  return dataclasses.replace(example, key="" if key is None else str(key), raw=kept)
+
+
 def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
                limit: int | None = None) -> TaskSplit:
   """Every row of one split (default: the evaluation split) of `task` under `root`, in file
@@ -308,6 +320,7 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
         if isinstance(error, RowDataError):
           raise
         raise RowDataError(f"{path}: row {index}: {error}") from None
+      example = with_row_fields(example, raw)
       counts["rows"] += 1
       counts["unlabeled"] += example.answer < 0
       if task == "mmlu_redux":

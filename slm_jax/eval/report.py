@@ -60,16 +60,17 @@ def _get(model: dict, *path: str) -> float | None:
 
 
 CONVENTION_KEYS = {  # which conventions a table depends on
-    "main": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
-             "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K", "dtype"),
-    "sg": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
-           "beam_cnt2", "dtype"),
-    "blimp": ("blimp_proposals", "proposals_K", "tree_scoring", "dtype"),
-    "syntax": ("sg_suites", "sg_item_rule", "tree_scoring", "beam_search", "beam_cnt2",
-               "blimp_proposals", "proposals_K", "dtype"),
-    "docppl": ("docppl_proposals", "proposals_K", "tree_scoring", "dtype"),
-    "bootstrap": ("bootstrap", "sg_suites", "sg_item_rule", "tree_scoring", "beam_cnt2",
-                  "dtype"),
+    "main": ("protocol", "sg_suites", "sg_item_rule", "sg_headline", "tree_scoring",
+             "beam_search", "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K",
+             "dtype"),
+    "sg": ("protocol", "sg_suites", "sg_item_rule", "sg_headline", "tree_scoring",
+           "beam_search", "beam_cnt2", "dtype"),
+    "blimp": ("protocol", "blimp_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "syntax": ("protocol", "sg_suites", "sg_item_rule", "tree_scoring", "beam_search",
+               "beam_cnt2", "blimp_proposals", "proposals_K", "dtype"),
+    "docppl": ("protocol", "docppl_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "bootstrap": ("protocol", "bootstrap", "sg_suites", "sg_item_rule", "tree_scoring",
+                  "beam_cnt2", "dtype"),
 }
 
 

@@ -27,7 +27,8 @@ def log(message: str) -> None:
 
 def conventions(args) -> dict[str, Any]:
   """What produced the numbers: printed under every table (`report`)."""
-  out = {"dtype": args.dtype, "tree_scoring": args.tree_scoring}
+  out = {"protocol": args.protocol or "flags (spec defaults)", "dtype": args.dtype,
+         "tree_scoring": args.tree_scoring}
   if "sg" in args.tasks:
     out.update(sg_suites=args.sg_suites, sg_item_rule=ITEM_RULE,
                sg_headline="mean of 6 circuits pooled over items")
@@ -41,6 +42,8 @@ def conventions(args) -> dict[str, Any]:
                f"fast track={args.fast_track}, cap=max({args.max_len_factor:g}L, {args.min_len})",
                beam_cnt2="scored where a target" if args.beam_score_cnt2 else
                "never scored (paper code)")
+  if "mc" in args.tasks:
+    out.update(downstream_mc_format=args.mc_format)
   out.update(bootstrap=f"B={args.bootstrap_resamples}, seed={args.bootstrap_seed}")
   return out
 
