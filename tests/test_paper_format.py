@@ -173,3 +173,28 @@ def test_the_olmes_format_differs_and_ties_go_to_the_first_option_in_paper():
   assert decide([1.0, 1.0], ties_to_first=True) == (0, True, False)
   with pytest.raises(ValueError, match="mc_format must be one of paper, olmes"):
     prompt_builder("lm-eval")
+
+
+def test_paper_demonstrations_are_the_codes_fixed_rows(tmp_path):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  from slm_jax.data.rows import RowDataError
+  folder = tmp_path / "piqa" / "plain_text" / "train"
+  folder.mkdir(parents=True)
+  rows = [{"goal": f"goal {i}", "sol1": "a", "sol2": "b", "label": i % 2} for i in range(10)]
+  pq.write_table(pa.Table.from_pylist(rows), folder / "0000.parquet")
+  picked = paper_format.paper_demonstrations("piqa", tmp_path / "piqa")
+  assert [x.question for x in picked] == ["goal 9", "goal 3", "goal 4"]  # train indices 9, 3, 4
+  folder = tmp_path / "arc_easy" / "ARC-Easy"
+  folder.mkdir(parents=True)
+  arc = [{"id": i, "question": f"q {i}?", "choices": {"text": ["a", "b"], "label": ["A", "B"]},
+          "answerKey": "A"} for i in ("MCAS_2004_8_27", "Mercury_SC_401169", "MCAS_2007_8_5189",
+                                      "MCAS_2004_8_27")]
+  arc[3]["question"] = "the later duplicate"
+  pq.write_table(pa.Table.from_pylist(arc), folder / "train-00000-of-00001.parquet")
+  picked = paper_format.paper_demonstrations("arc_easy", tmp_path / "arc_easy")
+  assert [x.question for x in picked] == ["q MCAS_2007_8_5189?", "q Mercury_SC_401169?",
+                                          "the later duplicate"]
+  pq.write_table(pa.Table.from_pylist(arc[:2]), folder / "train-00000-of-00001.parquet")
+  with pytest.raises(RowDataError, match=r"\['MCAS_2007_8_5189'\] are not there"):
+    paper_format.paper_demonstrations("arc_easy", tmp_path / "arc_easy")

@@ -206,7 +206,7 @@ class ChainProposals(ProposalSource):
     if not named or len({n for n, _ in named}) != len(named):
       raise ValueError(f"a chain needs distinct source names, got {[n for n, _ in named]}")
     self.named = list(named)
-    self.stats: collections.Counter = collections.Counter()
+    self.stats: collections.Counter = collections.Counter({name: 0 for name, _ in named})
 
   def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:
     todo = list(dict.fromkeys(tuple(s) for s in sentences))
