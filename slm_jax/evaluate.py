@@ -47,10 +47,11 @@ as its parser: the top K completed hypotheses of every sentence, and one flat `(
 the beam completes nothing (counted). It needs a one-to-one linearization (tree, tgtree, tg, …);
 tree_noont / tree_compress runs are refused before anything is scored (give them a FILE).
 
-Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 OLMES-style multiple-choice
-tasks (or `--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
-docs/DOWNSTREAM_DATA.md) with their fixed shots, every text parsed by `--tree_source` and
-linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
+Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 multiple-choice tasks (or
+`--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
+docs/DOWNSTREAM_DATA.md) in `--mc_format=paper` (the paper code's templates, fixed shots and
+MMLU-Redux labels: `slm_jax.downstream.paper_format`) or `olmes`, with their fixed shots, every
+text parsed by `--tree_source` and linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
 read the finished seeds of `python -m slm_jax.finetune` output folders, one `--xsum_finetuned` /
 `--boolq_finetuned` per `--workdir` in the same order: XSum generates (beam `--gen_beam`,
 word-synchronous for tree models) and reports ROUGE-1/2/L and R-AVG; BoolQ scores " yes" vs
@@ -60,6 +61,10 @@ The Pushdown reference (SPEC §14) runs every downstream task with its own proto
 (`slm_jax.downstream.protocol`): MC and BoolQ teacher-forced with the tree source's spans
 supplied as its stack tape, XSum by a joint beam over summary tokens and attachment actions
 (`--gen_beam`, `--gen_max_tokens`).
+
+`--protocol=paper|spec` sets every choice of that protocol at once
+(`slm_jax.evaluation.protocols`: paper = terminal-only tree scoring, CNT2 never scored in the
+beam, 32 SG suites); explicit flags win, and the choices in force are printed first.
 
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
@@ -118,7 +123,8 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--syntaxgym_dir", default=None, help="SyntaxGym suites folder (shared data)")
   p.add_argument("--blimp_proposals", default="auto",
                  help="auto (the embedded grammar's exact posterior where it parses the sentence, "
-                 "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | beam (the tree model's own beam search, per run; "
+                 "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | "
+                 "beam (the tree model's own beam search, per run; "
                  "--beam/--fast_track, K = --proposals) | parser[:DIR] (slm_jax's own CRF "
                  "parser, K samples; DIR None: the shipped GUM model) | FILE")
   p.add_argument("--docppl_ptb", action="append", default=None,

@@ -11,8 +11,9 @@ Defaults (paper App. C): XSum 3 epochs, LR 6e-5, batch 40; BoolQ 5 epochs, LR 3e
 AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, 100 warmup steps, cosine to 1e-6; seeds 42, 2026,
 6198, 13171, 31723. XSum trains on the paper code's 17,904-row subset (`--xsum_train=subset`:
 HELM's training filter mapped to ids, `slm_jax.downstream.xsum_subset`, or the ids of
-`--xsum_train_ids=FILE`, e.g. the paper's `save_ids.json`); `--xsum_train=full` for all. The train split of `--data_dir` (default `../shared/data/<task>`) is read by
-`slm_jax.downstream.tasks.read_task`, encoded once for the run's tokenizer and linearization
+`--xsum_train_ids=FILE`, e.g. the paper's `save_ids.json`); `--xsum_train=full` for all. The
+train split of `--data_dir` (default `../shared/data/<task>`) is read by
+`slm_jax.downstream.tasks.read_task` (XSum: `xsum_subset.read_training_rows`), encoded once for the run's tokenizer and linearization
 (`slm_jax.downstream.encoding`, trees from `--tree_source`) into rows
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
 `OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.downstream.finetune`). Rerunning the command
@@ -105,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(f"source: {workdir} step {loaded.step} ({loaded.configuration.name})", flush=True)
   log = lambda line: print(line, flush=True)
   if settings.task == "xsum":  # the paper's 17,904-row subset by default (SPEC §11)
-    from slm_jax.downstream.xsum_subset import read_training_rows  # pylint: disable=g-import-not-at-top
-    examples, counts = read_training_rows(data_dir, settings.xsum_train,
+    from slm_jax.downstream import xsum_subset  # pylint: disable=g-import-not-at-top
+    examples, counts = xsum_subset.read_training_rows(data_dir, settings.xsum_train,
                                           settings.xsum_train_ids or None, settings.limit or None)
     log(f"xsum train ({settings.xsum_train}): {dict(counts)}")
   else:

@@ -2,7 +2,8 @@
 
 - `evaluate_mc`: the 11 multiple-choice tasks (or a subset) of `tasks.read_task` from one data
   folder (`<data_dir>/<task>/`, the layout of docs/DOWNSTREAM_DATA.md), each with its fixed
-  demonstrations (`tasks.demonstrations`; MMLU-Redux takes MMLU's, from `<data_dir>/mmlu`),
+  demonstrations (`--mc_format=paper`: `paper_format.paper_demonstrations`, the paper code's
+  fixed rows; `olmes`: `tasks.demonstrations`; MMLU-Redux takes MMLU's, from `<data_dir>/mmlu`),
   scored by `scoring.evaluate_task` into `<out>/<task>.jsonl` (resumable per task) and summarized
   by `report.mc_summary` into the `downstream.mc` entry `downstream.report` renders.
 - `evaluate_xsum`: every finished seed of a `python -m slm_jax.finetune --task=xsum` output
@@ -10,8 +11,9 @@
   word-synchronous for tree models, ≤ 150 tokens and ≤ 75 words) from the prompt it was
   fine-tuned on (`finetune_data.xsum_context`; the article's trailing sentences dropped so the
   prompt and 150 summary positions fit the run's sequence length, counted; the empty test
-  article skipped and counted, `skipped_empty_articles`, as the paper code does; tree models generate the summary
-  as one sentence, one root, as XSum's one-sentence summaries are trained); predictions are appended to
+  article skipped and counted, `skipped_empty_articles`, as the paper code does; tree models
+  generate the summary as one sentence, one root, as XSum's one-sentence summaries are
+  trained); predictions are appended to
   `<out>/seed<S>.jsonl` (a restart continues after the last complete line); ROUGE-1/2/L F1 ×100
   and R-AVG per seed (`rouge.rouge`).
 - `evaluate_boolq_finetuned`: every finished seed of a `--task=boolq` output folder scores the

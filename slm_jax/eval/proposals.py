@@ -389,4 +389,5 @@ def _hypothesis_tree(hyp, words: Words, expected_ids: np.ndarray, first_piece: n
 
 
 __all__ = ["ProposalSource", "FileProposals", "BeamProposals", "FlatProposals",
-           "FallbackProposals", "ChainProposals", "NoProposals", "ProposalError", "check_beam_proposals"]
+           "FallbackProposals", "ChainProposals", "NoProposals",
+           "ProposalError", "check_beam_proposals"]

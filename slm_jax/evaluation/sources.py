@@ -76,9 +76,9 @@ class _LazyParser(ProposalSource):
 
   def _get(self) -> ProposalSource:
     if self._source is None:
-      from slm_jax.eval.parser_proposals import ParserProposals  # pylint: disable=g-import-not-at-top
+      from slm_jax.eval import parser_proposals  # pylint: disable=g-import-not-at-top
       path, k, seed = self.args
-      self._source = ParserProposals(path, k=k, seed=seed)
+      self._source = parser_proposals.ParserProposals(path, k=k, seed=seed)
     return self._source
 
   def prefetch(self, sentences) -> None:
