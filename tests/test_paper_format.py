@@ -198,3 +198,10 @@ def test_paper_demonstrations_are_the_codes_fixed_rows(tmp_path):
   pq.write_table(pa.Table.from_pylist(arc[:2]), folder / "train-00000-of-00001.parquet")
   with pytest.raises(RowDataError, match=r"\['MCAS_2007_8_5189'\] are not there"):
     paper_format.paper_demonstrations("arc_easy", tmp_path / "arc_easy")
+
+
+def test_a_row_without_the_fields_the_paper_format_reads_is_a_named_error():
+  row = {"activity_label": "Roof", "ctx": "A man is on a roof. he", "endings": ["a", "b"],
+         "label": "0"}
+  with pytest.raises(ValueError, match=r"fixture.jsonl:0: the row has no 'ctx_a' field"):
+    build_prompts(example("hellaswag", row))

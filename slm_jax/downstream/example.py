@@ -52,11 +52,12 @@ class TaskExample:
   answers: tuple[int, ...] = ()
 
   def field(self, name: str) -> str:
-    """A raw row field kept in `raw` (KeyError naming the example when absent)."""
+    """A raw row field kept in `raw` (a ValueError naming the example when absent)."""
     for key, value in self.raw:
       if key == name:
         return value
-    raise KeyError(f"{self.source}: the row's {name!r} was not kept")
+    raise ValueError(f"{self.source}: the row has no {name!r} field (the paper format needs "
+                     "it: use the Hub layout of docs/DOWNSTREAM_DATA.md, or --mc_format=olmes)")
 
   def correct(self, prediction: int) -> bool:
     """Whether `prediction` is a right option (`answers` when given, else `answer`)."""
