@@ -205,3 +205,11 @@ def test_a_row_without_the_fields_the_paper_format_reads_is_a_named_error():
          "label": "0"}
   with pytest.raises(ValueError, match=r"fixture.jsonl:0: the row has no 'ctx_a' field"):
     build_prompts(example("hellaswag", row))
+
+
+def test_winogrande_multi_word_gold_fills_both_contexts_as_the_code_does():
+  row = {"sentence": "The trophy fit in the suitcase because _ was small.",
+         "option1": "the trophy", "option2": "the suitcase", "answer": "2"}
+  x, built = check("winogrande", row, [" The trophy fit in the suitcase because the suitcase"] * 2,
+                   [" was small ."] * 2, None, 1)
+  assert built[0].context == built[1].context  # the scores tie: the code predicts option 1

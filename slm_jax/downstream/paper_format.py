@@ -16,7 +16,8 @@ Templates (q the question, o an option, "⏎" a newline; each field is its own p
                          component of its own that is conditioned on but not scored (`Prompt.head`)
                          and counted in the divisor
   OpenBookQA             "{stem}" → " {option}." (option capitalized after a stem ending in . ? !)
-  WinoGrande             "{prefix}{option}" → " {rest of the sentence}" (prefix/rest at the blank)
+  WinoGrande             "{prefix}{option}" → " {rest of the sentence}" (prefix/rest at the blank;
+                         a gold option of several words fills both contexts, as in the code)
 
 Demonstrations: the paper's fixed shots (`PAPER_SHOTS`: train-split indices or row ids, the first
 `SHOTS` of the code's lists; MMLU / MMLU-Redux the first 5 of each subject's MMLU validation
@@ -128,8 +129,20 @@ def item_context(example: TaskExample, option: int) -> tuple[str, ...]:
   if task == "openbookqa":
     return (q,)
   if task == "winogrande":
-    return (_blank(example)[0] + example.options[option],)
+    return (_blank(example)[0] + _winogrande_fill(example, option),)
   raise ValueError(f"{example.source}: {task} has no paper format")
+
+
+def _winogrande_fill(example: TaskExample, option: int) -> str:
+  """The word(s) filling the blank for `option`. The code swaps the option into the gold-filled
+  parse by replacing the gold option's text inside the parse token of its last word, which finds
+  nothing when the gold option is several words: then every option reads the gold context, the
+  scores tie and the first option is predicted (counted among the ties)."""
+  if example.answer >= 0:
+    gold = example.options[example.answer]
+    if sum(len(s.words) for s in default_splitter().split(gold)) > 1:
+      return gold
+  return example.options[option]
 
 
 def continuation(example: TaskExample, option: int, *, demonstration: bool = False) -> str:
