@@ -6,8 +6,8 @@
       [--xsum_finetuned=OUT ...] [--boolq_finetuned=OUT ...] [--gen_beam=6]
       [--gen_max_tokens=150] [--gen_max_words=75] --out=DIR
       [--max_items=N] [--proposals=300] [--blimp_dir=DIR] [--syntaxgym_dir=DIR]
-      [--docppl_ptb=PATH ...] [--docppl_proposals=grammar|gold|beam|parser[:DIR]|FILE]
-      [--blimp_proposals=grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
+      [--docppl_ptb=PATH ...] [--docppl_proposals=auto|grammar|gold|beam|parser[:DIR]|FILE]
+      [--blimp_proposals=auto|grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
       [--beam=300] [--sub_beam=B] [--fast_track=30] [--max_len_factor=6] [--min_len=10]
       [--beam_score_cnt2=true|false] [--tree_scoring=joint|terminal] [--dtype=float32|bfloat16]
       [--max_context=N] [--docppl_documents=500] [--batch_size=32]
@@ -34,22 +34,24 @@ Data: `--data_source=tfds` reads BLiMP from a prepared TFDS data_dir (`--tfds_di
 `blimp/<UID>` builds; `slm_jax.eval.tfds_sets`); SyntaxGym is always local.
 `--blimp_dir` / `--syntaxgym_dir` default to `../shared/data/{blimp,syntaxgym/json}` next to
 the repository (or `$SLM_JAX_SHARED_DATA`). Doc-PPL uses the embedded treebank's test split
-(`--docppl_documents`, default 500 or `--max_items`; the first run's `data.embedded_seed`) with
-`GrammarPosterior` proposals (K = `--proposals`, exact posterior samples, distinct), or PTB files
-(`--docppl_ptb`, one document per file) with gold trees or a proposals file. BLiMP proposals
-default to the grammar posterior, falling back to one flat `(S …)` tree for sentences the embedded
-grammar does not cover (every real BLiMP sentence, in practice; the count is reported) — pass a
-parser's K-best file (`--blimp_proposals=FILE`, format in `slm_jax.eval.proposals`), or
-`parser[:DIR]` — K distinct samples of slm_jax's own CRF parser (offline; the shipped GUM model by
-default; too-long sentences fall back to a flat tree, counted) — for a faithful evaluation. `beam` (BLiMP and doc-PPL) uses each tree model's own word-synchronous beam search
+(`--docppl_documents`, default 500 or `--max_items`; the first run's `data.embedded_seed`), or PTB
+files (`--docppl_ptb`, one document per file). BLiMP and doc-PPL proposals default to `auto`
+(SPEC §9): the embedded grammar's exact posterior (K = `--proposals`, distinct) for a sentence the
+grammar parses, K distinct samples of slm_jax's own CRF parser (offline, the shipped GUM model)
+for the rest — every real BLiMP sentence, in practice — and one flat `(S …)` tree only where
+neither yields a tree (empty, or longer than the parser's limit); results.json and the table
+notes count the sentences of each source. `grammar` (grammar posterior, else flat), `gold`
+(doc-PPL's PTB trees), `parser[:DIR]` and a K-best FILE (format in `slm_jax.eval.proposals`) are
+the alternatives. `beam` (BLiMP and doc-PPL) uses each tree model's own word-synchronous beam search
 as its parser: the top K completed hypotheses of every sentence, and one flat `(S …)` tree where
 the beam completes nothing (counted). It needs a one-to-one linearization (tree, tgtree, tg, …);
 tree_noont / tree_compress runs are refused before anything is scored (give them a FILE).
 
-Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 OLMES-style multiple-choice
-tasks (or `--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
-docs/DOWNSTREAM_DATA.md) with their fixed shots, every text parsed by `--tree_source` and
-linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
+Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 multiple-choice tasks (or
+`--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
+docs/DOWNSTREAM_DATA.md) in `--mc_format=paper` (the paper code's templates, fixed shots and
+MMLU-Redux labels: `slm_jax.downstream.paper_format`) or `olmes`, with their fixed shots, every
+text parsed by `--tree_source` and linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
 read the finished seeds of `python -m slm_jax.finetune` output folders, one `--xsum_finetuned` /
 `--boolq_finetuned` per `--workdir` in the same order: XSum generates (beam `--gen_beam`,
 word-synchronous for tree models) and reports ROUGE-1/2/L and R-AVG; BoolQ scores " yes" vs
@@ -59,6 +61,10 @@ The Pushdown reference (SPEC §14) runs every downstream task with its own proto
 (`slm_jax.downstream.protocol`): MC and BoolQ teacher-forced with the tree source's spans
 supplied as its stack tape, XSum by a joint beam over summary tokens and attachment actions
 (`--gen_beam`, `--gen_max_tokens`).
+
+`--protocol=paper|spec` sets every choice of that protocol at once
+(`slm_jax.evaluation.protocols`: paper = terminal-only tree scoring, CNT2 never scored in the
+beam, 32 SG suites); explicit flags win, and the choices in force are printed first.
 
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
@@ -82,6 +88,7 @@ from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
 from slm_jax.evaluation.inputs import TASKS
+from slm_jax.evaluation.protocols import PROTOCOLS, choices_text
 from slm_jax.evaluation.run import evaluate
 from slm_jax.evaluation.summary import log
 
@@ -114,15 +121,16 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--tfds_dir", default=None,
                  help="TFDS data_dir for --data_source=tfds (None: TFDS's default)")
   p.add_argument("--syntaxgym_dir", default=None, help="SyntaxGym suites folder (shared data)")
-  p.add_argument("--blimp_proposals", default="grammar",
-                 help="grammar | flat | beam (the tree model's own beam search, per run; "
+  p.add_argument("--blimp_proposals", default="auto",
+                 help="auto (the embedded grammar's exact posterior where it parses the sentence, "
+                 "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | "
+                 "beam (the tree model's own beam search, per run; "
                  "--beam/--fast_track, K = --proposals) | parser[:DIR] (slm_jax's own CRF "
                  "parser, K samples; DIR None: the shipped GUM model) | FILE")
   p.add_argument("--docppl_ptb", action="append", default=None,
                  help="PTB file or folder (one document per file) instead of the embedded test")
   p.add_argument("--docppl_proposals", default=None,
-                 help="grammar | gold | beam | parser[:DIR] | FILE (None: grammar; gold with "
-                 "--docppl_ptb)")
+                 help="auto | grammar | gold | beam | parser[:DIR] | FILE (None: auto)")
   p.add_argument("--docppl_documents", type=int, default=None,
                  help="doc-PPL documents (None: 500, or --max_items when given)")
   p.add_argument("--max_context", type=int, default=None,
@@ -149,6 +157,12 @@ def parse_args(argv: Sequence[str] | None):
                  help="folder of <task>/ downstream data folders (mc, xsum, boolq)")
   p.add_argument("--mc_tasks", default=",".join(MC_TASKS),
                  help="comma-separated multiple-choice tasks of --tasks=mc")
+  p.add_argument("--mc_format", default="paper", choices=("paper", "olmes"),
+                 help="multiple-choice inputs: paper (the paper code's templates, shots, "
+                 "MMLU-Redux labels; slm_jax.downstream.paper_format) | olmes")
+  p.add_argument("--protocol", default=None, choices=tuple(PROTOCOLS),
+                 help="set every choice of a protocol at once (paper: the paper code's; spec: "
+                 "SPEC's = the defaults); explicit flags win; the choices in force are printed")
   p.add_argument("--tree_source", default="parser",
                  help="trees of downstream texts for tree models: parser[:DIR] | flat | file:PATH")
   p.add_argument("--xsum_finetuned", action="append", default=None,
@@ -168,6 +182,9 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--bootstrap_seed", type=int, default=SEED,
                  help="bootstrap seed (2027: paper Tables 10-11; 2026: App. F)")
   args = p.parse_args(argv)
+  if args.protocol:  # its values become the defaults: flags given explicitly still win
+    p.set_defaults(**PROTOCOLS[args.protocol])
+    args = p.parse_args(argv)
   args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in args.tasks if t not in TASKS]
   if unknown:
@@ -198,6 +215,7 @@ def parse_args(argv: Sequence[str] | None):
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
+  log(choices_text(args))
   for kind, path in evaluate(args).items():
     log(f"wrote {kind}: {path}")
   return 0

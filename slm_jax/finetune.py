@@ -5,11 +5,15 @@
       [--config=FILE|NAME] [--config.KEY=VALUE] [--epochs=E] [--lr=LR] [--batch_size=B]
       [--max_len=2048] [--warmup_steps=100] [--limit=N] [--micro_batches=1]
       [--tree_source=parser|parser:DIR|flat|file:PATH] [--log_every=10] [--checkpoint_every=500]
+      [--xsum_train=subset|full] [--xsum_train_ids=FILE]
 
 Defaults (paper App. C): XSum 3 epochs, LR 6e-5, batch 40; BoolQ 5 epochs, LR 3e-4, batch 40;
 AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, 100 warmup steps, cosine to 1e-6; seeds 42, 2026,
-6198, 13171, 31723. The train split of `--data_dir` (default `../shared/data/<task>`) is read by
-`slm_jax.downstream.tasks.read_task`, encoded once for the run's tokenizer and linearization
+6198, 13171, 31723. XSum trains on the paper code's 17,904-row subset (`--xsum_train=subset`:
+HELM's training filter mapped to ids, `slm_jax.downstream.xsum_subset`, or the ids of
+`--xsum_train_ids=FILE`, e.g. the paper's `save_ids.json`); `--xsum_train=full` for all. The
+train split of `--data_dir` (default `../shared/data/<task>`) is read by
+`slm_jax.downstream.tasks.read_task` (XSum: `xsum_subset.read_training_rows`), encoded once for the run's tokenizer and linearization
 (`slm_jax.downstream.encoding`, trees from `--tree_source`) into rows
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
 `OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.downstream.finetune`). Rerunning the command
@@ -37,7 +41,7 @@ from slm_jax.downstream import finetune_settings
 # Every flag that sets a settings key (the flag is spelled like the key).
 LOADER = dataclasses.replace(finetune_settings.LOADER, aliases={name: name for name in (
     "task", "epochs", "lr", "batch_size", "max_len", "warmup_steps", "limit", "micro_batches",
-    "tree_source", "log_every", "checkpoint_every")})
+    "tree_source", "log_every", "checkpoint_every", "xsum_train", "xsum_train_ids")})
 DEFAULT_SEEDS = "42,2026,6198,13171,31723"
 
 
@@ -74,6 +78,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
       "tree_source", "trees of the text: parser | parser:DIR | flat | file:PATH"))
   parser.add_argument("--log_every", help=default("log_every"))
   parser.add_argument("--checkpoint_every", help=default("checkpoint_every"))
+  parser.add_argument("--xsum_train", help=default(
+      "xsum_train", "subset (the paper's 17,904 rows) | full (the whole train split)"))
+  parser.add_argument("--xsum_train_ids", help=default(
+      "xsum_train_ids", "a JSON list of XSum ids for the subset (e.g. the paper code's "
+      "datatools/save_ids.json); empty: derived by HELM's filter"))
   overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
   return parser.parse_args(rest), overrides
 
@@ -95,8 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
   loaded = load_run(workdir, dtype=None)  # train in the run's own compute dtype
   print(f"source: {workdir} step {loaded.step} ({loaded.configuration.name})", flush=True)
-  examples = read_task(settings.task, data_dir, "train", limit=settings.limit or None)
   log = lambda line: print(line, flush=True)
+  if settings.task == "xsum":  # the paper's 17,904-row subset by default (SPEC §11)
+    from slm_jax.downstream import xsum_subset  # pylint: disable=g-import-not-at-top
+    examples, counts = xsum_subset.read_training_rows(data_dir, settings.xsum_train,
+                                          settings.xsum_train_ids or None, settings.limit or None)
+    log(f"xsum train ({settings.xsum_train}): {dict(counts)}")
+  else:
+    examples = read_task(settings.task, data_dir, "train", limit=settings.limit or None)
   encoder = finetune.make_encoder(loaded, settings.tree_source)
   rows, stats = encode_rows(examples, encoder.encode, settings.max_len, prefetch=encoder.prefetch,
                             log=log)

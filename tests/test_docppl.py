@@ -112,9 +112,9 @@ def test_projection_duplicates_count_once(tokenizer):
 
 
 @pytest.mark.parametrize("name", ["terminal", "pause1", "pause2", "tree_shuffle"])
-def test_terminal_format_scores_every_position_and_counts_terminals_and_eos(tokenizer, name):
-  """Terminal-format models score every position as trained (pause models: their pauses too,
-  SPEC §9; Tree-Shuffle: terminals in lin0); M = terminal + EOS tokens for all."""
+def test_terminal_format_scores_terminals_and_eos_only(tokenizer, name):
+  """Terminal-format models score their terminal + EOS tokens (pause models: pauses are context,
+  not scored, SPEC §9 / paper §5.2; Tree-Shuffle: terminals in lin0); M = terminal + EOS tokens."""
   conf = CONFIGURATIONS[name]
   doc = [S1[0], S2[0]]
   scorer = FakeScorer()
@@ -125,7 +125,9 @@ def test_terminal_format_scores_every_position_and_counts_terminals_and_eos(toke
   keep = np.isin(seq.kinds[1:], [Kind.TERMINAL, Kind.EOS])
   pauses = {"pause1": 8, "pause2": 16}.get(name, 0)
   assert got.tokens == 9 == int(keep.sum()) and len(lp) == 9 + pauses
-  assert got.log_prob == pytest.approx(float(lp.sum()), abs=1e-9)  # every position
+  assert got.log_prob == pytest.approx(float(lp[keep].sum()), abs=1e-9)  # terminals + EOS
+  if pauses:
+    assert got.log_prob != pytest.approx(float(lp.sum()), abs=1e-6)  # pauses are not scored
   # A context cap scores sentence by sentence: the second sentence loses its history.
   capped = doc_ppl(FakeScorer(), [doc], tokenizer, conf, max_context=len(seq) - 2)
   assert capped.tokens == 9 and capped.truncated_histories == 1

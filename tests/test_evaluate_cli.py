@@ -53,7 +53,8 @@ def test_cli_writes_results_tables_and_chart(runs, tmp_path):
   tree = results["models"][1]
   assert tree["docppl"]["proposals"] >= tree["docppl"]["sentences"] > 0
   assert tree["docppl"]["tokens"] == results["models"][0]["docppl"]["tokens"]  # same M
-  assert tree["blimp"]["stats"]["proposal_source"]["fallback"] > 0  # real English: flat trees
+  source = tree["blimp"]["stats"]["proposal_source"]  # auto: real English gets parser trees
+  assert source["parser"] == 2 * 67 and source.get("flat", 0) == 0
   for task in ("sg", "blimp", "docppl", "sg_macro", "blimp_macro", "macro"):
     boot = results["bootstrap"][task]
     assert boot["resamples"] == 200 and len(boot["pairs"]) == 1 and boot["seed"] == 2026
@@ -74,7 +75,7 @@ def test_cli_writes_results_tables_and_chart(runs, tmp_path):
   assert "| SG circuits AVG† |" in tables and "Ranks first" in tables and "p=" in tables
   assert tables.count("_Conventions:") >= 6 and "sg_item_rule=first prediction" in tables
   assert "dtype=float32" in tables and "beam_cnt2=scored where a target" in tables
-  assert "seed=2026" in tables
+  assert "seed=2026" in tables and "blimp_sources: Tree: grammar 0, parser 134, flat 0" in tables
   assert (out / "sg_circuits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

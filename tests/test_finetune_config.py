@@ -27,7 +27,8 @@ def test_the_old_flags_give_the_old_record(tmp_path):
       "task": "boolq", "source": str(tmp_path), "epochs": 2, "lr": 3e-3, "batch_size": 4,
       "max_len": 256, "warmup_steps": 0, "min_lr": 1e-6, "weight_decay": 0.1, "b1": 0.9,
       "b2": 0.95, "eps": 1e-8, "clip": 1.0, "micro_batches": 2, "limit": 8,
-      "tree_source": "flat", "log_every": 1, "checkpoint_every": 9}
+      "tree_source": "flat", "log_every": 1, "checkpoint_every": 9, "xsum_train": "subset",
+      "xsum_train_ids": ""}
   assert [type(got.epochs), type(got.lr)] == [int, float]
 
 

@@ -15,6 +15,12 @@ formats them, SPEC §11):
   source    "file:row" of the row it came from
   group     MMLU / MMLU-Redux subject, HellaSwag activity label ("" otherwise)
   passage   BoolQ passage, SocialIQA context ("" otherwise)
+  key       the row's id (`id`; HellaSwag `source_id`), by which the paper format picks its fixed
+            demonstrations ("" when the row has none)
+  raw       (field, text) pairs of raw row fields the paper format reads (HellaSwag
+            `activity_label`, `ctx_a`, `ctx_b`; MMLU-Redux `error_type`, `correct_answer`)
+  answers   every right option when several are (the paper format's MMLU-Redux corrections;
+            empty: just `answer`)
 
 `slm_jax.downstream.tasks` reads every task's Hub files into these records (HellaSwag's
 question is `ctx_a + " " + ctx_b.capitalize()` cleaned of its WikiHow markup, as lm-eval-harness
@@ -41,6 +47,21 @@ class TaskExample:
   source: str
   group: str = ""
   passage: str = ""
+  key: str = ""
+  raw: tuple[tuple[str, str], ...] = ()
+  answers: tuple[int, ...] = ()
+
+  def field(self, name: str) -> str:
+    """A raw row field kept in `raw` (a ValueError naming the example when absent)."""
+    for key, value in self.raw:
+      if key == name:
+        return value
+    raise ValueError(f"{self.source}: the row has no {name!r} field (the paper format needs "
+                     "it: use the Hub layout of docs/DOWNSTREAM_DATA.md, or --mc_format=olmes)")
+
+  def correct(self, prediction: int) -> bool:
+    """Whether `prediction` is a right option (`answers` when given, else `answer`)."""
+    return prediction >= 0 and prediction in (self.answers or (self.answer,))
 
   def __post_init__(self):
     if self.task not in TASKS:

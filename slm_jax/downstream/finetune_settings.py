@@ -43,6 +43,8 @@ class FinetuneSettings:
   micro_batches: int = 1  # gradient accumulation inside one step (same update)
   limit: int = 0  # first N training examples only (0 = all)
   tree_source: str = "parser"  # parser | parser:DIR | flat | file:PATH
+  xsum_train: str = "subset"  # subset (the paper's 17,904 rows) | full (`downstream.xsum_subset`)
+  xsum_train_ids: str = ""  # a JSON list of ids for `subset` ("" = the derived rule)
   log_every: int = 10
   checkpoint_every: int = 500
 
@@ -60,6 +62,8 @@ class FinetuneSettings:
                    "checkpoint_every"):
         value = getattr(self, name)
         rules.need(value is None or value > 0, f"{name} must be positive, got {value}")
+      rules.need(self.xsum_train in ("subset", "full"),
+                 f"xsum_train must be subset or full, got {self.xsum_train!r}")
       for name in ("warmup_steps", "limit"):
         rules.need(getattr(self, name) >= 0, f"{name} must be ≥ 0, got {getattr(self, name)}")
       if self.batch_size is not None and self.micro_batches > 0:

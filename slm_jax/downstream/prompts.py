@@ -56,21 +56,25 @@ class Prompt:
   roles: tuple[str, ...]  # a name per context component
   continuation: str
   option: int
+  head: str = ""  # the paper format's HellaSwag Ctx_b: before the continuation, not scored
+  divisor: int = 0  # the normalizer when the format fixes it (0: `len(continuation.strip())`)
 
   @property
   def text(self) -> str:
-    """The whole prompt as one OLMES string (context, then continuation)."""
-    return "".join(self.context) + self.continuation
+    """The whole prompt as one string (context, head, then continuation)."""
+    return "".join(self.context) + self.head + self.continuation
 
   @property
   def components(self) -> tuple[str, ...]:
-    """The context components followed by the continuation (what the encoder reads)."""
-    return self.context + (self.continuation,)
+    """The context components, the head (when there is one), then the continuation (what the
+    encoder reads; the scored continuation is always the last component)."""
+    return self.context + ((self.head,) if self.head else ()) + (self.continuation,)
 
   @property
   def option_chars(self) -> int:
-    """The normalizer: characters of the continuation without its surrounding whitespace."""
-    return len(self.continuation.strip())
+    """The normalizer: `divisor`, else characters of the continuation without its surrounding
+    whitespace."""
+    return self.divisor or len(self.continuation.strip())
 
 
 def _blank(example: TaskExample) -> tuple[str, str]:

@@ -54,13 +54,16 @@ class Protocol:
 
   def generated_positions(self, configuration: Configuration, *, max_tokens: int,
                           max_words: int) -> int:
-    """Positions a summary may fill after the prompt (the room the prompt leaves for it)."""
-    return generated_positions(configuration, max_tokens=max_tokens, max_words=max_words)
+    """Positions a summary may fill after the prompt (the room the prompt leaves for it): at most
+    `max_tokens` for every model, structure included for tree models, which also stop at
+    `max_words` words (the paper code: 150 tokens, 75 words; SPEC §11)."""
+    return generated_positions(configuration, max_tokens=max_tokens, max_words=max_words,
+                               tree_max_tokens=max_tokens)
 
   def generate(self, run: Any, ids, kinds, *, beam: int, max_tokens: int, max_words: int,
                max_open: int | None) -> Generation:
     """The summary of one encoded prompt (ids, kinds in the run's linearization)."""
-    limits = ({"max_words": max_words, "max_open": max_open}
+    limits = ({"max_words": max_words, "max_open": max_open, "max_tokens": max_tokens}
               if run.configuration.scheme.has_brackets else {"max_tokens": max_tokens})
     return generate(run.model, run.tokenizer, run.configuration, ids, prompt_kinds=kinds,
                     beam=beam, **limits)

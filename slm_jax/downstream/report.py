@@ -135,8 +135,8 @@ def _seed_column(stats: Sequence[MeanSD | None]) -> list[str]:
 # --- tables ---------------------------------------------------------------------------------------
 
 def conventions_line(results: dict, tasks: Sequence[str]) -> str:
-  """Scoring rule, normalization, shots, tree source (per model), plus `downstream_*` keys of
-  `results["conventions"]`."""
+  """Format (`downstream_mc_format`: paper or OLMES), scoring rule, normalization, shots, tree
+  source (per model), plus `downstream_*` keys of `results["conventions"]`."""
   raw = [TASK_ABBREVIATIONS[t] for t in tasks if t in RAW_SUM_TASKS]
   shots = {}
   for t in tasks:
@@ -146,13 +146,25 @@ def conventions_line(results: dict, tasks: Sequence[str]) -> str:
   conv = results.get("conventions") or {}
   extra = [f"{k}={v}" for k, v in conv.items() if k.startswith("downstream_")]
   extra += [f"dtype={conv['dtype']}"] if "dtype" in conv else []
-  parts = ["OLMES cloze, argmax of S_term (terminal tokens of the continuation; its structure "
-           "tokens stay in the context)",
-           "normalization: S / characters of the terminal-only option without its leading space"
-           + (f", raw sum for {', '.join(raw)}" if raw else ""),
-           "MMLU/MMLU-Redux: macro over subjects, other tasks: micro over items",
-           "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),
-           "ties and non-finite scores count as wrong", f"tree source: {trees}"] + extra
+  if conv.get("downstream_mc_format") == "paper":
+    parts = ["the paper code's format (qlwpc/TG-Interpolation cd50d9ef: its templates, fixed "
+             "shots, MMLU header, MMLU-Redux corrected labels; template text and each field "
+             "parsed on its own), argmax of S_term (terminal tokens of the continuation; "
+             "HellaSwag's ctx_b conditioned on, not scored)",
+             "normalization: S / characters of the option's words joined by spaces"
+             + (f", raw sum for {', '.join(raw)}" if raw else ""),
+             "MMLU/MMLU-Redux: macro over subjects, other tasks: micro over items",
+             "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),
+             "ties go to the first option (the code's argmax), non-finite scores count as wrong",
+             f"tree source: {trees}"] + extra
+  else:
+    parts = ["OLMES cloze, argmax of S_term (terminal tokens of the continuation; its structure "
+             "tokens stay in the context)",
+             "normalization: S / characters of the terminal-only option without its leading "
+             "space" + (f", raw sum for {', '.join(raw)}" if raw else ""),
+             "MMLU/MMLU-Redux: macro over subjects, other tasks: micro over items",
+             "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),
+             "ties and non-finite scores count as wrong", f"tree source: {trees}"] + extra
   return f"_Conventions: {'; '.join(parts)}._"
 
 

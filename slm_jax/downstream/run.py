@@ -2,15 +2,18 @@
 
 - `evaluate_mc`: the 11 multiple-choice tasks (or a subset) of `tasks.read_task` from one data
   folder (`<data_dir>/<task>/`, the layout of docs/DOWNSTREAM_DATA.md), each with its fixed
-  demonstrations (`tasks.demonstrations`; MMLU-Redux takes MMLU's, from `<data_dir>/mmlu`),
+  demonstrations (`--mc_format=paper`: `paper_format.paper_demonstrations`, the paper code's
+  fixed rows; `olmes`: `tasks.demonstrations`; MMLU-Redux takes MMLU's, from `<data_dir>/mmlu`),
   scored by `scoring.evaluate_task` into `<out>/<task>.jsonl` (resumable per task) and summarized
   by `report.mc_summary` into the `downstream.mc` entry `downstream.report` renders.
 - `evaluate_xsum`: every finished seed of a `python -m slm_jax.finetune --task=xsum` output
   folder generates a summary of each test article (`generate.generate`: beam 6, ≤ 150 tokens;
-  word-synchronous for tree models) from the prompt it was fine-tuned on
-  (`finetune_data.xsum_context`; the article's trailing sentences dropped so the prompt and
-  the longest summary fit the run's sequence length, counted; tree models generate the summary
-  as one sentence, one root, as XSum's one-sentence summaries are trained); predictions are appended to
+  word-synchronous for tree models, ≤ 150 tokens and ≤ 75 words) from the prompt it was
+  fine-tuned on (`finetune_data.xsum_context`; the article's trailing sentences dropped so the
+  prompt and 150 summary positions fit the run's sequence length, counted; the empty test
+  article skipped and counted, `skipped_empty_articles`, as the paper code does; tree models
+  generate the summary as one sentence, one root, as XSum's one-sentence summaries are
+  trained); predictions are appended to
   `<out>/seed<S>.jsonl` (a restart continues after the last complete line); ROUGE-1/2/L F1 ×100
   and R-AVG per seed (`rouge.rouge`).
 - `evaluate_boolq_finetuned`: every finished seed of a `--task=boolq` output folder scores the
@@ -36,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from slm_jax import cli
+from slm_jax.downstream import paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
@@ -60,6 +64,7 @@ class DownstreamOptions:
   max_words: int = MAX_WORDS
   max_open: int = MAX_OPEN
   progress: bool = True
+  mc_format: str = "paper"  # paper (`paper_format`, SPEC §11's default) | olmes (`prompts`)
 
   def __post_init__(self):
     unknown = [t for t in self.mc_tasks if t not in MC_TASKS]
@@ -82,12 +87,13 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
     examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
                                    limit=options.max_items)
     mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
-    demos = tasks_lib.demonstrations(task, tasks_lib.task_folder(options.data_dir, task),
-                                     mmlu_root=mmlu_root)
+    pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
+            else tasks_lib.demonstrations)
+    demos = pick(task, tasks_lib.task_folder(options.data_dir, task), mmlu_root=mmlu_root)
     started = time.perf_counter()
     summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
                             batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
-                            progress=options.progress)
+                            progress=options.progress, mc_format=options.mc_format)
     records = read_records(out / f"{task}.jsonl")
     entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
     entries[task]["seconds"] = round(time.perf_counter() - started, 2)
@@ -187,8 +193,9 @@ def evaluate_xsum(folder: str | pathlib.Path, options: DownstreamOptions,
                   out_dir: str | pathlib.Path, tree_source: TreeSource | None) -> dict:
   """`downstream.xsum` entry: ROUGE per finished seed of an XSum fine-tuning output folder."""
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
-  examples = tasks_lib.read_task("xsum", tasks_lib.task_folder(options.data_dir, "xsum"),
-                                 limit=options.max_items)
+  split = tasks_lib.load_split("xsum", tasks_lib.task_folder(options.data_dir, "xsum"),
+                               limit=options.max_items)
+  examples = split.examples  # the empty article skipped and counted (the paper's 11,333)
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   seeds: dict[str, dict] = {}
@@ -203,7 +210,8 @@ def evaluate_xsum(folder: str | pathlib.Path, options: DownstreamOptions,
                         "truncated_prompts": sum(r["truncated"] for r in records),
                         "workdir": str(path), "step": int(run.step)}
     _log(f"xsum seed {seed}: R-AVG {scores.r_avg:.2f} over {scores.count} articles")
-  return {"seeds": seeds, "folder": str(folder)}
+  return {"seeds": seeds, "folder": str(folder),
+          "skipped_empty_articles": int(split.counts["empty_document"])}
 
 
 def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOptions,

@@ -40,6 +40,7 @@ import numpy as np
 from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
+from slm_jax.downstream import paper_format
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
@@ -72,7 +73,7 @@ def continuation_scores(scorer: Scorer, encoder: TextEncoder,
   out = []
   for prompt, enc, lp in zip(prompts, encoded, scorer.logprobs([e.sequence for e in encoded])):
     kinds_T = enc.sequence.kinds
-    continuation_T = enc.component_T == len(prompt.context)
+    continuation_T = enc.component_T == len(prompt.components) - 1
     full_T = continuation_T & scorer.target_mask(kinds_T)
     term_T = continuation_T & ((kinds_T == TERMINAL_CODE) | (kinds_T == PAUSE_CODE))
     out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()),
@@ -80,14 +81,15 @@ def continuation_scores(scorer: Scorer, encoder: TextEncoder,
   return out
 
 
-def decide(scores: Sequence[float]) -> tuple[int, bool, bool]:
-  """(argmax or −1, tie, nonfinite) of one item's primary scores."""
+def decide(scores: Sequence[float], ties_to_first: bool = False) -> tuple[int, bool, bool]:
+  """(argmax or −1, tie, nonfinite) of one item's primary scores; a tie is wrong (−1), or with
+  `ties_to_first` (the paper format, as the paper code's argmax) the first tied option."""
   values = np.asarray(scores, np.float64)
   if not np.isfinite(values).all():
     return -1, False, True
   best = values.max()
   if int((values == best).sum()) > 1:
-    return -1, True, False
+    return (int(values.argmax()) if ties_to_first else -1), True, False
   return int(values.argmax()), False, False
 
 
@@ -100,14 +102,19 @@ def primary(task: str, score: OptionScore, which: str = "term") -> float:
 
 
 def item_record(index: int, example: TaskExample, shots: int,
-                scores: Sequence[OptionScore]) -> dict:
-  prediction, tie, nonfinite = decide([primary(example.task, s) for s in scores])
-  prediction_full, _, _ = decide([primary(example.task, s, "full") for s in scores])
-  return dict(index=index, source=example.source, group=example.group, gold=example.answer,
-              prediction=prediction, correct=prediction >= 0 and prediction == example.answer,
-              tie=tie, nonfinite=nonfinite, prediction_full=prediction_full,
-              correct_full=prediction_full >= 0 and prediction_full == example.answer,
-              shots=shots, options=[s.as_json() for s in scores])
+                scores: Sequence[OptionScore], ties_to_first: bool = False) -> dict:
+  """One item's JSON record; right = the prediction is one of the example's right options."""
+  prediction, tie, nonfinite = decide([primary(example.task, s) for s in scores], ties_to_first)
+  prediction_full, _, _ = decide([primary(example.task, s, "full") for s in scores],
+                                 ties_to_first)
+  record = dict(index=index, source=example.source, group=example.group, gold=example.answer,
+                prediction=prediction, correct=example.correct(prediction),
+                tie=tie, nonfinite=nonfinite, prediction_full=prediction_full,
+                correct_full=example.correct(prediction_full),
+                shots=shots, options=[s.as_json() for s in scores])
+  if example.answers:
+    record["golds"] = list(example.answers)
+  return record
 
 
 def summarize(task: str, records: Sequence[dict]) -> dict:
@@ -175,12 +182,21 @@ def as_scorer(model: Any, batch_size: int = 32) -> Scorer:
   return Scorer(model.model, model.tokenizer, model.configuration, batch_size=batch_size)
 
 
+def prompt_builder(mc_format: str = "olmes") -> Callable[..., list[Prompt]]:
+  """`build_prompts` of `--mc_format`: `olmes` (`prompts`) or `paper` (`paper_format`)."""
+  if mc_format not in paper_format.FORMATS:
+    raise ValueError(f"mc_format must be one of {', '.join(paper_format.FORMATS)}, got "
+                     f"{mc_format!r}")
+  return paper_format.build_prompts if mc_format == "paper" else build_prompts
+
+
 def fitting_prompts(encoder: TextEncoder, example: TaskExample, demos: list[TaskExample],
-                    max_len: int | None) -> tuple[list[Prompt], int]:
+                    max_len: int | None, mc_format: str = "olmes") -> tuple[list[Prompt], int]:
   """The item's prompts with as many shots as fit in `max_len` tokens (the earliest dropped
   first), and the number dropped (−1: no prompt fits even without shots)."""
+  build = prompt_builder(mc_format)
   for dropped in range(len(demos) + 1):
-    prompts = build_prompts(example, demos[dropped:])
+    prompts = build(example, demos[dropped:])
     if max_len is None or all(len(encoder.encode(p.components)) <= max_len for p in prompts):
       return prompts, dropped
   return prompts, -1
@@ -190,14 +206,16 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                   demonstrations: Demonstrations | None, out_dir: str | pathlib.Path,
                   tree_source: TreeSource | None, *, chunk_items: int = 64,
                   batch_size: int = 32, max_len: int | None = None, progress: bool = True,
-                  tree_source_name: str | None = None) -> dict:
+                  tree_source_name: str | None = None, mc_format: str = "olmes") -> dict:
   """Scores every example of `task` (resumable, see the module docstring) and returns the
   summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts).
 
   `model`: a Scorer, a loaded run or a workdir; `demonstrations`: the shots, one list for all
   items, a mapping group → list (MMLU subjects) or a function of the example; `max_len`: drop the
   earliest shots of a prompt longer than this (counted as `fewer_shots`; an item that does not
-  fit without shots is scored NaN, i.e. wrong and counted as non-finite).
+  fit without shots is scored NaN, i.e. wrong and counted as non-finite); `mc_format`: `olmes`
+  or `paper` (`paper_format`: its prompts, MMLU-Redux's corrected answers, ties to the first
+  option).
   """
   if task not in MC_TASKS:
     raise ValueError(f"{task} is not a multiple-choice task ({', '.join(MC_TASKS)})")
@@ -208,9 +226,14 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   encoder = TextEncoder(scorer.tokenizer, scorer.configuration, tree_source)
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
+  build = prompt_builder(mc_format)
+  paper = mc_format == "paper"
+  if paper:
+    examples = [paper_format.corrected(x) for x in examples]
   meta = dict(task=task, items=len(examples), configuration=scorer.configuration.name,
               scheme=encoder.scheme,
-              tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None))
+              tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None),
+              **({"mc_format": mc_format} if paper else {}))
   meta_path, path = out / f"{task}.meta.json", out / f"{task}.jsonl"
   if meta_path.exists() and path.exists():
     saved = json.loads(meta_path.read_text())
@@ -231,11 +254,11 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
       chunk = todo[start:start + chunk_items]
       demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
       if encoder.with_trees:
-        encoder.prefetch(text for i in chunk for p in build_prompts(examples[i], demos[i])
+        encoder.prefetch(text for i in chunk for p in build(examples[i], demos[i])
                          for text in p.components)
       items, prompts = [], []
       for i in chunk:
-        own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len)
+        own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len, mc_format)
         items.append((i, own, dropped))
         if dropped >= 0:
           prompts += own
@@ -246,7 +269,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
           option_scores = [next(scores) for _ in own]
         else:
           option_scores = [OptionScore(math.nan, math.nan, p.option_chars, 0, 0) for p in own]
-        record = item_record(i, examples[i], len(demos[i]) - max(dropped, 0), option_scores)
+        record = item_record(i, examples[i], len(demos[i]) - max(dropped, 0), option_scores,
+                             ties_to_first=paper)
         record["shots_dropped"] = dropped if dropped >= 0 else len(demos[i])
         record["too_long"] = dropped < 0
         done[i] = record
@@ -263,10 +287,12 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
 
 
 def render_item(encoder: TextEncoder, example: TaskExample,
-                demonstrations: Sequence[TaskExample] = (), option: int | None = None) -> str:
+                demonstrations: Sequence[TaskExample] = (), option: int | None = None,
+                mc_format: str = "olmes") -> str:
   """One item's full prompt for `option` (default: the gold, else 0) as the model reads it,
   linearized (brackets for tree models), one line per component headed by its role."""
-  prompts = build_prompts(example, list(demonstrations))
+  prompts = prompt_builder(mc_format)(example, list(demonstrations))
   prompt = prompts[option if option is not None else max(example.answer, 0)]
   encoded = encoder.encode(prompt.components)
-  return encoder.render(encoded, names=list(prompt.roles) + ["continuation"])
+  return encoder.render(encoded, names=list(prompt.roles) + ["head"] * bool(prompt.head)
+                        + ["continuation"])

@@ -34,7 +34,9 @@ Row layouts (Hub field names → `TaskExample`, see `slm_jax.downstream.example`
 - ARC `question`, `choices` {text, label}, `answerKey`; labels "A".."E" or "1".."5" (the key is
   looked up in the row's own labels).
 - PIQA `goal`, `sol1`, `sol2`, `label` 0/1 (−1 in test).
-- XSum `document` → question, `summary` → options = (summary,), answer 0 (`id` unread).
+- XSum `document` → question, `summary` → options = (summary,), answer 0 (`id` unread); a row
+  whose document is the empty string is skipped and counted (`counts["empty_document"]`), as
+  the paper code does (test split: 11,333 of 11,334 rows scored).
 Only HellaSwag's text is changed; every other field is kept as the Hub has it.
 
 A missing field, a wrong type or an answer outside the options is a `RowDataError` naming file,
@@ -262,7 +264,8 @@ READERS: dict[str, Callable[[RowReader, str, str], TaskExample]] = {
 @dataclasses.dataclass
 class TaskSplit:
   """The examples of one split and what was counted reading them: `rows`, `unlabeled`
-  (answer −1) and, for MMLU-Redux, `error_type=<type>`."""
+  (answer −1), for XSum `empty_document` (skipped rows) and, for MMLU-Redux,
+  `error_type=<type>`."""
   task: str
   split: str
   files: list[pathlib.Path]
@@ -282,6 +285,18 @@ def _subject_of(task: str, base: pathlib.Path, path: pathlib.Path) -> str:
   return path.relative_to(base).parts[0] if task == "mmlu_redux" else ""
 
 
+RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b"),  # what the paper format reads
+              "mmlu_redux": ("error_type", "correct_answer")}
+
+
+def with_row_fields(example: TaskExample, raw: dict) -> TaskExample:
+  """`example` with the row's id (`key`: HellaSwag's `source_id`, else `id`) and the raw fields
+  of `RAW_FIELDS` (missing or null ones are left out)."""
+  key = raw.get("source_id" if example.task == "hellaswag" else "id")
+  kept = tuple((f, str(raw[f])) for f in RAW_FIELDS.get(example.task, ()) if raw.get(f) is not None)
+  return dataclasses.replace(example, key="" if key is None else str(key), raw=kept)
+
+
 def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
                limit: int | None = None) -> TaskSplit:
   """Every row of one split (default: the evaluation split) of `task` under `root`, in file
@@ -295,12 +310,17 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
     group = _subject_of(task, base, path)
     for index, raw in enumerate(read_rows(path)):
       row = RowReader(path, index, raw)
+      if task == "xsum" and raw.get("document") == "":
+        counts["rows"] += 1  # the paper code skips the empty article (test: 11,333 of 11,334)
+        counts["empty_document"] += 1
+        continue
       try:
         example = reader(row, task, group)
       except ValueError as error:
         if isinstance(error, RowDataError):
           raise
         raise RowDataError(f"{path}: row {index}: {error}") from None
+      example = with_row_fields(example, raw)
       counts["rows"] += 1
       counts["unlabeled"] += example.answer < 0
       if task == "mmlu_redux":

@@ -16,9 +16,10 @@ scores its terminal and EOS tokens only (structure as context) and a sentence ta
 candidate's score instead of the sum; histories still follow the highest joint probability.
 
 Terminal-format models (lin0, pause1/2, and lin1_shuf, which the paper scores in terminal format)
-score each document's terminal-format sequence once, **every position counted** as trained
-(terminals, EOS and pause tokens: SPEC §9; lin1_shuf on its terminals only); M is the same
-terminal + EOS count as for tree models.
+score each document's terminal-format sequence once, on its **terminal and EOS tokens** (SPEC §9,
+paper §5.2: "terminal and pause-token models use their terminal-token likelihoods with the same
+denominator": a pause model's pauses are context, not scored here, although SG and BLiMP score
+them as trained; `docppl_mask`); M is the same terminal + EOS count as for tree models.
 
 Scoring is batched across documents: all candidates of sentence position i of every document go
 to the scorer in one call (the scorer splits them into batches).
@@ -66,6 +67,13 @@ def counted_tokens(kinds_T: np.ndarray, configuration: Configuration,
   segment = np.ones(len(kinds), dtype=np.int32)
   return np.asarray(target_mask(kinds, segment, configuration.linearization,
                                 configuration.attention))
+
+
+def docppl_mask(kinds_T: np.ndarray, configuration: Configuration) -> np.ndarray:
+  """[T] bool: the tokens a terminal-format model's doc-PPL scores: its targets (SPEC §4) that
+  are terminals or EOS (a pause model's pause positions are dropped; SPEC §9)."""
+  kinds = np.asarray(kinds_T)
+  return counted_tokens(kinds, configuration) & ((kinds == Kind.TERMINAL) | (kinds == Kind.EOS))
 
 
 def sentence_ids(tree: Tree, tokenizer: Tokenizer, linearization: str) -> tuple[np.ndarray,
@@ -258,14 +266,14 @@ def _terminal_doc_ppl(scorer, documents, tokenizer, configuration, max_context) 
     if max_context is None or sum(len(p[0]) for p in parts) + 2 <= max_context:
       seq = make_sequence(parts, tokenizer, eos=True)
       sequences.append(seq)
-      masks.append(counted_tokens(seq.kinds, configuration))
+      masks.append(docppl_mask(seq.kinds, configuration))
       owner.append(d)
       continue
     for i in range(len(parts)):
       hist = _fit(parts[:i], len(parts[i][0]) + 2, max_context)
       truncated += len(hist) < i
       seq = make_sequence(hist + [parts[i]], tokenizer, eos=i == len(parts) - 1)
-      mask = counted_tokens(seq.kinds, configuration)
+      mask = docppl_mask(seq.kinds, configuration)
       mask[:1 + sum(len(h[0]) for h in hist)] = False
       sequences.append(seq)
       masks.append(mask)

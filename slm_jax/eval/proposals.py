@@ -20,6 +20,8 @@ Sources:
 - `GoldProposals(documents)`: the gold tree of each sentence of an evaluation corpus (K = 1).
 - `FallbackProposals(primary, fallback)`: the primary source, or the fallback where the primary
   has no proposals (counted in `.stats`).
+- `ChainProposals([(name, source), ...])`: the first source in order that has proposals for the
+  words; `.stats[name]` counts the sentences each source served (`auto` = grammar, parser, flat).
 
 `proposals()` raises `NoProposals` when a source has nothing for the words.
 """
@@ -195,6 +197,46 @@ class FallbackProposals(ProposalSource):
       return self.fallback.proposals(sentence_words)
 
 
+class ChainProposals(ProposalSource):
+  """The first of `named` sources (in order) that has proposals for the words; `stats[name]`
+  counts the sentences each one served. `prefetch` hands a source only the sentences the sources
+  before it cannot serve (a batched parser never samples what the grammar parses)."""
+
+  def __init__(self, named: Sequence[tuple[str, ProposalSource]]):
+    if not named or len({n for n, _ in named}) != len(named):
+      raise ValueError(f"a chain needs distinct source names, got {[n for n, _ in named]}")
+    self.named = list(named)
+    self.stats: collections.Counter = collections.Counter({name: 0 for name, _ in named})
+
+  def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:
+    todo = list(dict.fromkeys(tuple(s) for s in sentences))
+    for _, source in self.named:
+      if not todo:
+        return
+      source.prefetch(todo)
+      todo = [words for words in todo if not _serves(source, words)]
+
+  def proposals(self, sentence_words: Sequence[str]) -> list[Tree]:
+    reasons = []
+    for name, source in self.named:
+      try:
+        out = source.proposals(sentence_words)
+      except NoProposals as e:
+        reasons.append(f"{name}: {e}")
+        continue
+      self.stats[name] += 1
+      return out
+    raise NoProposals("; ".join(reasons))
+
+
+def _serves(source: ProposalSource, words: Words) -> bool:
+  try:
+    source.proposals(words)
+    return True
+  except NoProposals:
+    return False
+
+
 # --- the model's own beam search -----------------------------------------------------------------
 
 def check_beam_proposals(configuration: Configuration) -> None:
@@ -347,4 +389,5 @@ def _hypothesis_tree(hyp, words: Words, expected_ids: np.ndarray, first_piece: n
 
 
 __all__ = ["ProposalSource", "FileProposals", "BeamProposals", "FlatProposals",
-           "FallbackProposals", "NoProposals", "ProposalError", "check_beam_proposals"]
+           "FallbackProposals", "ChainProposals", "NoProposals",
+           "ProposalError", "check_beam_proposals"]

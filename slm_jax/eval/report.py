@@ -60,23 +60,46 @@ def _get(model: dict, *path: str) -> float | None:
 
 
 CONVENTION_KEYS = {  # which conventions a table depends on
-    "main": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
-             "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K", "dtype"),
-    "sg": ("sg_suites", "sg_item_rule", "sg_headline", "tree_scoring", "beam_search",
-           "beam_cnt2", "dtype"),
-    "blimp": ("blimp_proposals", "proposals_K", "tree_scoring", "dtype"),
-    "syntax": ("sg_suites", "sg_item_rule", "tree_scoring", "beam_search", "beam_cnt2",
-               "blimp_proposals", "proposals_K", "dtype"),
-    "docppl": ("docppl_proposals", "proposals_K", "tree_scoring", "dtype"),
-    "bootstrap": ("bootstrap", "sg_suites", "sg_item_rule", "tree_scoring", "beam_cnt2",
-                  "dtype"),
+    "main": ("protocol", "sg_suites", "sg_item_rule", "sg_headline", "tree_scoring",
+             "beam_search", "beam_cnt2", "blimp_proposals", "docppl_proposals", "proposals_K",
+             "dtype"),
+    "sg": ("protocol", "sg_suites", "sg_item_rule", "sg_headline", "tree_scoring",
+           "beam_search", "beam_cnt2", "dtype"),
+    "blimp": ("protocol", "blimp_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "syntax": ("protocol", "sg_suites", "sg_item_rule", "tree_scoring", "beam_search",
+               "beam_cnt2", "blimp_proposals", "proposals_K", "dtype"),
+    "docppl": ("protocol", "docppl_proposals", "proposals_K", "tree_scoring", "dtype"),
+    "bootstrap": ("protocol", "bootstrap", "sg_suites", "sg_item_rule", "tree_scoring",
+                  "beam_cnt2", "dtype"),
 }
 
 
+def proposal_counts(results: dict, task: str) -> str:
+  """How many sentences took each proposal source in `task` ("blimp" or "docppl"), per model
+  that used proposals, e.g. `TGTree: grammar 12, parser 2668, flat 0` ("" when none recorded)."""
+  parts = []
+  for model in results.get("models", []):
+    entry = model.get(task) or {}
+    counts = (entry.get("stats") or {}).get("proposal_source") if task == "blimp" else (
+        entry.get("proposal_source"))
+    if counts:
+      shown = ", ".join(f"{k} {v}" for k, v in counts.items()
+                        if k in ("grammar", "parser", "flat", "primary", "fallback"))
+      if shown:
+        parts.append(f"{model.get('name', model.get('configuration'))}: {shown}")
+  return " / ".join(parts)
+
+
 def conventions_line(results: dict, table: str) -> str:
-  """`_Conventions: key=value, …_` for one table (empty when nothing is recorded)."""
+  """`_Conventions: key=value, …_` for one table (empty when nothing is recorded), with the
+  sentences per proposal source of the tasks it shows (`proposal_counts`)."""
   conv = results.get("conventions") or {}
   parts = [f"{k}={conv[k]}" for k in CONVENTION_KEYS[table] if k in conv]
+  for task in ("blimp", "docppl"):
+    if f"{task}_proposals" in CONVENTION_KEYS[table]:
+      counts = proposal_counts(results, task)
+      if counts:
+        parts.append(f"{task}_sources: {counts}")
   return f"_Conventions: {'; '.join(parts)}._" if parts else ""
 
 

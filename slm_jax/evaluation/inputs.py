@@ -38,7 +38,7 @@ def check_inputs(args) -> None:
       problems.append(f"{workdir}: no checkpoint in {checkpoints} (has the run saved one?)")
   for flag, task in (("blimp_proposals", "blimp"), ("docppl_proposals", "docppl")):
     value = getattr(args, flag)
-    if task not in args.tasks or value in (None, "grammar", "flat", "beam", "gold"):
+    if task not in args.tasks or value in (None, "auto", "grammar", "flat", "beam", "gold"):
       continue
     if is_parser(value):
       folder = value.partition(":")[2]

@@ -122,7 +122,7 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
     data["downstream_options"] = DownstreamOptions(
         pathlib.Path(args.downstream_dir), tuple(args.mc_tasks), max_items=args.max_items,
         batch_size=args.batch_size, beam=args.gen_beam, max_tokens=args.gen_max_tokens,
-        max_words=args.gen_max_words)
+        max_words=args.gen_max_words, mc_format=args.mc_format)
     data["tree_source"] = functools.cache(lambda: make_tree_source(args.tree_source))
     settings.update(downstream_dir=args.downstream_dir, tree_source=args.tree_source)
     if "mc" in args.tasks:
@@ -209,7 +209,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
     result = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
                      max_context=cap or None, tree_scoring=args.tree_scoring)
     entry["docppl"] = {**result.summary(), "max_context": cap or None}
-    if per_run and source is not None:
+    if source is not None and source_stats(source) and result.proposals:
       entry["docppl"]["proposal_source"] = {k: v - before.get(k, 0)
                                             for k, v in source_stats(source).items()}
     entry["timing_s"]["docppl"] = round(time.time() - start, 2)

@@ -1,13 +1,15 @@
 """Where an evaluation's trees come from: the proposal sources its flags choose (SPEC §9).
 
 - `blimp_source(arg, k, seed)` (`--blimp_proposals`) and `docppl_data(args, first_cfg)`
-  (`--docppl_ptb`, `--docppl_proposals`: the documents and their source): `grammar` (the
-  embedded grammar's posterior, a flat tree where it has none), `flat`, `gold` (doc-PPL's PTB
-  trees: `eval.proposals.GoldProposals`), `parser[:DIR]` (`parser_source`: K samples of
-  slm_jax's own parser), a K-best FILE, or `beam`: None here, built per run by `beam_source` from the run's own
+  (`--docppl_ptb`, `--docppl_proposals`: the documents and their source): `auto` (the default,
+  SPEC §9: the embedded grammar's exact posterior where the grammar parses the sentence, else K
+  samples of the shipped parser, else a flat tree; `auto_source`), `grammar` (the embedded
+  grammar's posterior, a flat tree where it has none), `flat`, `gold` (doc-PPL's PTB trees:
+  `eval.proposals.GoldProposals`), `parser[:DIR]` (`parser_source`: K samples of slm_jax's own
+  parser), a K-best FILE, or `beam`: None here, built per run by `beam_source` from the run's own
   word-synchronous beam search (`beam_options`: the `BeamSearcher` options of the flags).
-- `source_stats(source)`: a source's counters (a fallback's merged with its primary's), so the
-  evaluator can report how many sentences took each source.
+- `source_stats(source)`: a source's counters (a fallback's merged with its primary's; a chain's
+  per-source sentence counts), so the evaluator can report how many sentences took each source.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from slm_jax.eval.grammar_posterior import GrammarPosterior
-from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
-                                    FlatProposals, GoldProposals, ProposalSource)
+from slm_jax.eval.proposals import (BeamProposals, ChainProposals, FallbackProposals,
+                                    FileProposals, FlatProposals, GoldProposals, ProposalSource)
 from slm_jax.trees import Tree
 
 
@@ -33,6 +35,8 @@ def blimp_source(arg: str, k: int, seed: int) -> ProposalSource | None:
     return None
   if arg == "flat":
     return FlatProposals()
+  if arg == "auto":
+    return auto_source(k, seed)
   if arg == "grammar":
     return FallbackProposals(GrammarPosterior(k=k, seed=seed), FlatProposals())
   if is_parser(arg):
@@ -52,6 +56,40 @@ def parser_source(arg: str, k: int, seed: int) -> ProposalSource:
   return FallbackProposals(ParserProposals(path, k=k, seed=seed), FlatProposals())
 
 
+def auto_source(k: int, seed: int, parser_path: str | None = None) -> ChainProposals:
+  """SPEC §9's default: the embedded grammar's exact posterior for a sentence it parses, else K
+  distinct samples of the shipped parser (or `parser_path`), else (empty or longer than the
+  parser's limit) a flat tree; `stats` counts the sentences of each (`grammar`, `parser`,
+  `flat`). The parser is loaded on first use: a run whose sentences the grammar covers never
+  loads it."""
+  return ChainProposals([("grammar", GrammarPosterior(k=k, seed=seed)),
+                         ("parser", _LazyParser(parser_path, k, seed)),
+                         ("flat", FlatProposals())])
+
+
+class _LazyParser(ProposalSource):
+  """`ParserProposals(path, k, seed)`, loaded when first asked for a tree."""
+
+  def __init__(self, path: str | None, k: int, seed: int):
+    self.args = (path, k, seed)
+    self._source: ProposalSource | None = None
+
+  def _get(self) -> ProposalSource:
+    if self._source is None:
+      from slm_jax.eval import parser_proposals  # pylint: disable=g-import-not-at-top
+      path, k, seed = self.args
+      self._source = parser_proposals.ParserProposals(path, k=k, seed=seed)
+    return self._source
+
+  def prefetch(self, sentences) -> None:
+    sentences = list(sentences)
+    if sentences:
+      self._get().prefetch(sentences)
+
+  def proposals(self, sentence_words):
+    return self._get().proposals(sentence_words)
+
+
 def docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | None, dict]:
   """(documents, their proposal source — None for `beam` —, what to record in the settings) of
   doc-PPL: the `--docppl_ptb` files or the embedded test split of the first run's seed."""
@@ -59,18 +97,20 @@ def docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | Non
   if args.docppl_ptb:
     from slm_jax.ptb import read_documents
     documents = read_documents(args.docppl_ptb)[:limit]
-    source_kind = args.docppl_proposals or "gold"
+    source_kind = args.docppl_proposals or "auto"
     info = {"corpus": "PTB " + " ".join(str(p) for p in args.docppl_ptb)}
   else:
     from slm_jax.corpus.treebank import embedded_corpus
     seed = int(first_cfg.data.embedded_seed)
     documents = embedded_corpus("test", limit, seed)
-    source_kind = args.docppl_proposals or "grammar"
+    source_kind = args.docppl_proposals or "auto"
     info = {"corpus": f"embedded test split (seed {seed})"}
   if source_kind == "beam":
     source: ProposalSource | None = None  # per run: `_beam_source`
   elif source_kind == "gold":
     source = GoldProposals(documents)
+  elif source_kind == "auto":
+    source = auto_source(args.proposals, args.seed)
   elif source_kind == "grammar":
     source = FallbackProposals(GrammarPosterior(k=args.proposals, seed=args.seed), FlatProposals())
   elif is_parser(source_kind):

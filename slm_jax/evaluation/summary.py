@@ -15,7 +15,7 @@ import sys
 from typing import Any, Sequence
 
 from slm_jax.eval.bootstrap import SEED, macro_bootstrap, paired_bootstrap
-from slm_jax.eval.proposals import FallbackProposals
+from slm_jax.eval.proposals import ChainProposals, FallbackProposals
 from slm_jax.eval.sg_aggregate import ITEM_RULE
 from slm_jax.evaluation.inputs import TASKS
 from slm_jax.evaluation.sources import is_parser
@@ -27,21 +27,23 @@ def log(message: str) -> None:
 
 def conventions(args) -> dict[str, Any]:
   """What produced the numbers: printed under every table (`report`)."""
-  out = {"dtype": args.dtype, "tree_scoring": args.tree_scoring}
+  out = {"protocol": args.protocol or "flags (spec defaults)", "dtype": args.dtype,
+         "tree_scoring": args.tree_scoring}
   if "sg" in args.tasks:
     out.update(sg_suites=args.sg_suites, sg_item_rule=ITEM_RULE,
                sg_headline="mean of 6 circuits pooled over items")
   if "blimp" in args.tasks:
     out.update(blimp_proposals=args.blimp_proposals, proposals_K=args.proposals)
   if "docppl" in args.tasks:
-    out.update(docppl_proposals=args.docppl_proposals or ("gold" if args.docppl_ptb else
-                                                          "grammar"), proposals_K=args.proposals)
+    out.update(docppl_proposals=args.docppl_proposals or "auto", proposals_K=args.proposals)
   beam_used = "sg" in args.tasks or "beam" in (args.blimp_proposals, args.docppl_proposals)
   if beam_used:
     out.update(beam_search=f"b={args.beam}, sub-beam={args.sub_beam or args.beam}, "
                f"fast track={args.fast_track}, cap=max({args.max_len_factor:g}L, {args.min_len})",
                beam_cnt2="scored where a target" if args.beam_score_cnt2 else
                "never scored (paper code)")
+  if "mc" in args.tasks:
+    out.update(downstream_mc_format=args.mc_format)
   out.update(bootstrap=f"B={args.bootstrap_resamples}, seed={args.bootstrap_seed}")
   return out
 
@@ -108,8 +110,15 @@ def notes(args, data: dict, results: dict, beam_tasks: Sequence[str]) -> list[st
   rule and later predictions, BLiMP ties and non-finite pairs, `--max_items` subsets."""
   out: list[str] = []
   names = [m["name"] for m in results["models"]]
+  for task, key in (("BLiMP", "blimp_proposals"), ("Doc-PPL", "docppl_proposals")):
+    source = data.get(key)
+    if isinstance(source, ChainProposals) and sum(source.stats.values()):
+      out.append(f"{task} proposals (auto, SPEC §9), sentences per source (all models): " +
+                 ", ".join(f"{name} {source.stats.get(name, 0)}" for name, _ in source.named) +
+                 " (grammar: the embedded grammar's exact posterior; parser: K samples of the "
+                 "shipped parser; flat: one (S …) tree, where neither gave a tree).")
   fallback = getattr(data.get("blimp_proposals"), "stats", None)
-  if fallback and fallback.get("fallback"):
+  if isinstance(data.get("blimp_proposals"), FallbackProposals) and fallback.get("fallback"):
     why = ("longer than the parser's limit" if is_parser(args.blimp_proposals)
            else "words outside the embedded grammar")
     out.append(f"BLiMP: {fallback['fallback']} of {fallback['primary'] + fallback['fallback']} "

@@ -1,0 +1,46 @@
+"""`evaluate --protocol=paper|spec` sets every choice at once (explicit flags win) and prints
+them; every table says which protocol, format and proposal sources produced it."""
+
+from __future__ import annotations
+
+from slm_jax import evaluate
+from slm_jax.downstream import report as downstream_report
+from slm_jax.eval import report
+from slm_jax.evaluation import protocols, summary
+
+COMMON = ["--workdir=w", "--out=o"]
+
+
+def test_paper_protocol_sets_the_paper_codes_choices_and_flags_win():
+  paper = evaluate.parse_args(COMMON + ["--protocol=paper"])
+  assert (paper.tree_scoring, paper.beam_score_cnt2, paper.sg_suites) == (
+      "terminal", False, "paper32")
+  assert (paper.blimp_proposals, paper.mc_format, paper.dtype) == ("auto", "paper", "float32")
+  spec = evaluate.parse_args(COMMON + ["--protocol=spec"])
+  assert (spec.tree_scoring, spec.beam_score_cnt2, spec.sg_suites) == ("joint", True, "hu31")
+  mixed = evaluate.parse_args(COMMON + ["--protocol=paper", "--sg-suites=hu31",
+                                        "--mc_format=olmes"])
+  assert (mixed.sg_suites, mixed.mc_format, mixed.tree_scoring) == ("hu31", "olmes", "terminal")
+  text = protocols.choices_text(paper)
+  assert text.startswith("choices in force (protocol paper): tree_scoring=terminal, ")
+  for key in ("beam_score_cnt2=False", "sg_suites=paper32", "blimp_proposals=auto",
+              "docppl_proposals=auto", "mc_format=paper", "dtype=float32", "bootstrap_seed=2027"):
+    assert key in text
+  assert "protocol none" in protocols.choices_text(evaluate.parse_args(COMMON))
+
+
+def test_tables_say_protocol_format_and_proposal_sources():
+  args = evaluate.parse_args(COMMON + ["--protocol=paper", "--tasks=blimp,mc"])
+  conv = summary.conventions(args)
+  assert conv["protocol"] == "paper" and conv["downstream_mc_format"] == "paper"
+  results = {"conventions": conv, "models": [
+      {"name": "TGTree", "blimp": {"stats": {"proposal_source": {"grammar": 2, "parser": 38,
+                                                                  "flat": 0}}},
+       "downstream": {"tree_source": "parser"}}]}
+  line = report.conventions_line(results, "blimp")
+  assert "protocol=paper" in line and "blimp_proposals=auto" in line
+  assert "blimp_sources: TGTree: grammar 2, parser 38, flat 0" in line
+  mc = downstream_report.conventions_line(results, ["piqa", "boolq"])
+  assert "the paper code's format" in mc and "ties go to the first option" in mc
+  olmes = dict(results, conventions=dict(conv, downstream_mc_format="olmes"))
+  assert "OLMES cloze" in downstream_report.conventions_line(olmes, ["piqa"])
