@@ -61,6 +61,7 @@ class Settings:
   data_root: str = ""
   cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
   n_options: int = 2  # option letters the backbone's prompt tokenizer has
+  shared_cross_attention: bool = False  # one cross-attention module for all layers (ablation)
 
   def __post_init__(self):
     problems = []

@@ -31,8 +31,10 @@ DISPLAY = {"backbone": "Backbone", "lora_only": "LoRA-only", "direct_joint": "Di
 METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "toy_orc": "ORC↑",
                 "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",
                 REAL_BLIMP: "BLiMP (67 paradigms)↑", "cola": "CoLA (MCC)↑",
-                "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓"}
+                "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓",
+                "xattn_params": "X-attn params", "branch_params": "Branch params"}
 LOWER_BETTER = {"drift"}
+COUNTS = {"xattn_params", "branch_params"}  # sizes, not scores: whole numbers, no bold
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -57,7 +59,7 @@ def _table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Sequence[
   rows = [r for r in rows if r in results]
   header = [first, *(METRIC_NAMES.get(m, m) for m in metrics), "n"]
   best = {}
-  for m in metrics:
+  for m in (m for m in metrics if m not in COUNTS):
     means = [(mean_sd(results[r].get(m, ()))[0], r) for r in rows]
     means = [(v, r) for v, r in means if math.isfinite(v)]
     if len(means) > 1:
@@ -66,7 +68,8 @@ def _table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Sequence[
   for r in rows:
     cells = [DISPLAY.get(r, r)]
     for m in metrics:
-      text = format_mean_sd(results[r].get(m, ()), 3 if m == "drift" else 2)
+      digits = 3 if m == "drift" else 0 if m in COUNTS else 2
+      text = format_mean_sd(results[r].get(m, ()), digits)
       cells.append(f"**{text}**" if best.get(m) == r else text)
     seeds = max((len(results[r].get(m, ())) for m in metrics), default=0)
     cells.append(str(seeds))
@@ -126,7 +129,8 @@ def present(results: Mapping[str, Mapping[str, Sequence[float]]],
 def report(results: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
   """Both tables as Markdown, each under a heading, with the benchmarks the runs measured."""
   return ("## Main results (mean ± SD over seeds)\n\n"
-          + main_table(results, present(results, MAIN_COLUMNS)) +
+          + main_table(results, present(results, (*MAIN_COLUMNS, *sorted(COUNTS)))) +
           "\n\n## Ablations (mean ± SD over seeds)\n\n"
-          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift"))) + "\n")
+          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift", *sorted(COUNTS))))
+          + "\n")
 

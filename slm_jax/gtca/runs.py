@@ -37,7 +37,7 @@ from slm_jax import cli
 from slm_jax.gtca import metrics, real_sets, scoring
 from slm_jax.gtca.backbone import Backbone, load_backbone
 from slm_jax.gtca.batches import row_width
-from slm_jax.gtca.branch import Gtca, GtcaConfig
+from slm_jax.gtca.branch import Gtca, GtcaConfig, parameter_counts
 from slm_jax.gtca.model import GtcaLM, params_of
 from slm_jax.gtca.plans import ABLATION_SWITCHES, Settings, eval_alpha, plan
 from slm_jax.gtca.stages import (digest_line, restore_stage, run_stage, settings_json,
@@ -53,7 +53,9 @@ _SCORER_CACHE: dict = {}  # graphdef -> (letter scorer, sequence scorer)
 def make_model(backbone: Backbone, settings: Settings) -> GtcaLM:
   """The backbone with a fresh branch of the run's ablation options (seeded by seed + 1)."""
   options, _ = ABLATION_SWITCHES[settings.ablation]
-  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=settings.k, **options),
+  sharing = "shared" if settings.shared_cross_attention else "per_layer"
+  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=settings.k,
+                                    cross_attention=sharing, **options),
               rngs=nnx.Rngs(settings.seed + 1))
   return GtcaLM(backbone.decoder, gtca)
 
@@ -152,6 +154,9 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   _, source = ABLATION_SWITCHES[settings.ablation]
   model = make_model(backbone, settings)
   n_layers = model.config.n_layers
+  sizes = parameter_counts(model.gtca.config)
+  log(f"GTCA branch ({model.gtca.config.cross_attention} cross-attention): {sizes['total']:,} "
+      f"parameters ({sizes['cross_attention']:,} cross-attention, {sizes['chunk']:,} chunk)")
   if settings.task == "toy":
     data, counts = toy_data(settings, backbone, task, source)
     log("truncated from the left: " + ", ".join(f"{split} {c.get('truncated', 0)}"
@@ -189,6 +194,8 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   alpha = eval_alpha(settings)
   found = evaluate_params(scorers, params, data, settings, n_layers, width, alpha,
                           drift=alpha > 0)
+  if alpha > 0:  # the branch's size, for the tables (methods that train one)
+    found.update(branch_params=sizes["total"], xattn_params=sizes["cross_attention"])
   result = {"method": settings.name, "seed": settings.seed, "metrics": found,
             "stages": per_stage, "counts": counts, "backbone_checks": checks,
             "settings": settings_json(settings), "seconds": time.perf_counter() - began}

@@ -113,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--cache", default=None, help="the parse cache of the real set's prompts "
                       "(python -m slm_jax.gtca.cache --task=… --workdir=BACKBONE)")
   parser.add_argument("--log_every", type=int, default=None, help=given("log_every", ""))
+  parser.add_argument("--shared_cross_attention", type=cli.boolean, nargs="?", const=True,
+                      default=None, help=given("shared_cross_attention", "one cross-attention "
+                                           "module for all layers (ablation; default: one per "
+                                           "layer, as the reference)"))
   parser.add_argument("--jit_cache", default=None,
                       help="JAX persistent compilation cache folder (reused across runs)")
   args, rest = parser.parse_known_args(argv)
