@@ -263,13 +263,13 @@ def restore_run(out: str | pathlib.Path, log: Callable[[str], None] = print) -> 
 
 
 def evaluate_saved_run(run_dir: str | pathlib.Path, task: str, data_root: str, cache: str, *,
-                       limit: int = 0, fit_limit: int = 0,
+                       limit: int = 0, fit_limit: int = 0, cola: str = "prompt",
                        log: Callable[[str], None] = print) -> dict:
   """`real_sets.score_run` of a restored run, written to RUN/eval_TASK.json and merged into its
   result.json (metrics, and the counts under `eval_counts`); returns the scores."""
   restored = restore_run(run_dir, log)
   out = real_sets.score_run(restored, task, data_root, cache, limit=limit, fit_limit=fit_limit,
-                            log=log)
+                            cola=cola, log=log)
   run_dir = pathlib.Path(run_dir)
   (run_dir / f"eval_{task}.json").write_text(json.dumps(out, indent=1))
   result = json.loads((run_dir / "result.json").read_text())
