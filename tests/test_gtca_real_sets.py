@@ -306,7 +306,9 @@ def test_tree_sources_on_cached_trees(root, tiny, tmp_path, capsys):
   with cache:
     gold = real_sets.encode_cached(examples, backbone, cache, fmt, "gold")
     permuted = real_sets.encode_cached(examples, backbone, cache, fmt, "permuted", seed=3)
-    weak = real_sets.encode_cached(examples, backbone, cache, fmt, "weak")  # right_branching
+    weak = real_sets.encode_cached(examples, backbone, cache, fmt, "right_branching")
+    with pytest.raises(ValueError, match="weaker trained parser; .* holds 'right_branching'"):
+      real_sets.encode_cached(examples, backbone, cache, fmt, "weak")  # not right-branching
     with pytest.raises(ValueError, match="--parser=random"):
       real_sets.encode_cached(examples, backbone, cache, fmt, "random")
   assert [e.tree for e in weak] == [e.tree for e in gold]

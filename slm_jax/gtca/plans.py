@@ -24,7 +24,8 @@ ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
     "none": ({}, "gold"),
     "no_gate": ({"gate": "one"}, "gold"),
     "no_mask": ({"use_update_mask": False}, "gold"),
-    "weak_parser": ({}, "weak"),
+    "weak_parser": ({}, "weak"),  # trees of a genuinely weaker trained parser (weak_parser)
+    "right_branching": ({}, "right_branching"),
     "random_trees": ({}, "random"),
     "permuted_trees": ({}, "permuted"),
 }
@@ -62,6 +63,7 @@ class Settings:
   cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
   n_options: int = 2  # option letters the backbone's prompt tokenizer has
   shared_cross_attention: bool = False  # one cross-attention module for all layers (ablation)
+  weak_parser: str = ""  # the weak-parser ablation's parser folder (toy task)
 
   def __post_init__(self):
     problems = []
@@ -81,6 +83,8 @@ class Settings:
       problems.append(f"option_order {self.option_order!r} is not random or fixed")
     if self.batch_size < 1 or self.lr <= 0 or self.alpha < 0:
       problems.append("batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
+    if self.ablation == "weak_parser" and self.task == "toy" and not self.weak_parser:
+      problems.append("ablation weak_parser needs weak_parser=FOLDER (a weaker trained parser)")
     if problems:
       raise ValueError("gtca.train settings: " + "; ".join(problems))
 

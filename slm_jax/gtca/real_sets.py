@@ -10,8 +10,9 @@ tree sources an ablation may use, and CoLA's Matthews correlation.
   its span tree read from the cache — a miss is a `CacheMissError` naming the example, never a
   run without structure. Prompts cut from the left are counted (`truncated`).
 - **Tree sources**: the cache holds the trees of the parser it was built with (`parser` in its
-  meta). `gold` takes them as they are; `weak` and `random` need a cache built with
-  `--parser=right_branching` / `--parser=random` (`check_tree_source` refuses another);
+  meta). `gold` takes them as they are; `right_branching` and `random` need a cache built with
+  `--parser=right_branching` / `--parser=random`, `weak` one built with `--parser=FOLDER` of a
+  weaker trained parser than the shipped one (`check_tree_source` refuses another);
   `permuted` shuffles the cached tree's leaves per example (`ablations.permute_leaves`).
 - **CoLA**, `cola="prompt"` (the default, the paper's; `cola_judgments`): each sentence in the
   judgment prompt (`prompts.judgment_prompt`: the CoLA system prompt, `Answer:`), predicted
@@ -46,11 +47,14 @@ from slm_jax.gtca import ablations, scoring
 from slm_jax.gtca.backbone import Backbone, digit_ids
 from slm_jax.gtca.batches import Encoded, row_width
 from slm_jax.gtca.metrics import REAL_BLIMP, matthews_corrcoef, mcqa_metrics, option_drift
-from slm_jax.gtca.parse_cache import ParseCache, StaleCacheError
+from slm_jax.gtca.cache_builder import parser_identity
+from slm_jax.gtca.parse_cache import GIVEN, ParseCache, StaleCacheError
 from slm_jax.gtca.mcqa_data import MCQA, PAIRS, SENTENCE, GtcaSplit, load_set, set_of
 from slm_jax.gtca.prompts import PromptFormat, TextTokenizer
 
-WEAK_PARSERS = {"weak": "right_branching", "random": "random"}  # tree source -> cache parser
+# tree source -> the cache's parser; `weak`: any trained parser folder but the shipped one
+WEAK_PARSERS = {"right_branching": "right_branching", "random": "random"}
+MODEL_FREE = ("right_branching", "random", GIVEN)
 COLA_MODES = ("prompt", "threshold")
 
 
@@ -120,10 +124,17 @@ def context_warning(fmt: PromptFormat, context: int | None, path) -> str | None:
 
 
 def check_tree_source(cache: ParseCache, tree_source: str) -> None:
-  """`weak` / `random` need a cache of that parser; `gold` / `permuted` take any cache."""
+  """`right_branching` / `random` need a cache of that parser, `weak` one of a trained parser
+  folder other than the shipped one; `gold` / `permuted` take any cache."""
+  built = cache.meta.get("parser", "")
+  if tree_source == "weak":
+    from slm_jax.parser.api import SHIPPED  # pylint: disable=import-outside-toplevel
+    if not built or built in MODEL_FREE or built == parser_identity(SHIPPED):
+      raise ValueError(f"tree source 'weak' needs a cache built with --parser=FOLDER of a "
+                       f"weaker trained parser; {cache.path} holds {built!r} trees")
+    return
   if tree_source not in WEAK_PARSERS:
     return
-  built = cache.meta.get("parser", "")
   if built != WEAK_PARSERS[tree_source]:
     raise ValueError(f"tree source {tree_source!r} needs a cache built with "
                      f"--parser={WEAK_PARSERS[tree_source]}; {cache.path} holds {built!r} trees")

@@ -22,11 +22,12 @@ import numpy as np
 from slm_jax.gtca.metrics import REAL_BLIMP
 
 MAIN_METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
-ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "random_trees",
-             "permuted_trees")
+ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "right_branching",
+             "random_trees", "permuted_trees")
 DISPLAY = {"backbone": "Backbone", "lora_only": "LoRA-only", "direct_joint": "Direct-Joint",
            "gtca": "GTCA", "no_gate": "w/o gate (g ≡ 1)", "no_mask": "w/o mask (m ≡ 1)",
            "stage2_only": "Stage 1+2 (no stage 3)", "weak_parser": "Weak parser",
+           "right_branching": "Right-branching trees",
            "random_trees": "Random trees", "permuted_trees": "Permuted trees"}
 METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "toy_orc": "ORC↑",
                 "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",

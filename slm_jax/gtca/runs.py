@@ -103,7 +103,8 @@ def toy_data(settings: Settings, backbone: Backbone, task, tree_source: str
   data = {}
   for split, items in task.splits.items():
     tally: collections.Counter = collections.Counter()
-    data[split] = encode_items(items, backbone, tree_source, settings.seed, tally)
+    data[split] = encode_items(items, backbone, tree_source, settings.seed, tally,
+                               weak_parser=settings.weak_parser)
     counts.setdefault(split, {})["truncated"] = tally["truncated"]
   return data, counts
 
@@ -167,7 +168,8 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
                                                 for split, c in counts.items()))
   width = row_width([e for split in data.values() for e in split])
   if settings.blimp_pairs and settings.task == "toy":
-    data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed)
+    data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed,
+                                 weak_parser=settings.weak_parser)
   graphdef, params = params_of(model)
   # the step donates what it trains on: the run trains its own copy (the loaded backbone's
   # arrays stay usable by the next run of a sweep)

@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--cache", default=None, help="the parse cache of the real set's prompts "
                       "(python -m slm_jax.gtca.cache --task=… --workdir=BACKBONE)")
   parser.add_argument("--log_every", type=int, default=None, help=given("log_every", ""))
+  parser.add_argument("--weak_parser", default=None,
+                      help="parser folder of the weak_parser ablation (a genuinely weaker "
+                      "trained parser; right_branching is its own ablation)")
   parser.add_argument("--shared_cross_attention", type=cli.boolean, nargs="?", const=True,
                       default=None, help=given("shared_cross_attention", "one cross-attention "
                                            "module for all layers (ablation; default: one per "
