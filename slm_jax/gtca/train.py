@@ -24,7 +24,7 @@ a sweep as code, every key validated before the first run starts; flags override
   α = 0.15 · min(1, (s + 1) / ⌈0.1 · steps⌉) at 0-based step s, i.e. linear over the first 10%;
   stage 3 both at α = 0.15). A baseline trains as many steps as the three stages together.
 - **Ablations** (`plans.ABLATION_SWITCHES`): `no_gate` (g ≡ 1), `no_mask` (m ≡ 1), `weak_parser`
-  (right-branching trees), `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
+  (a weaker trained parser's trees, `--weak_parser=FOLDER`), `right_branching`, `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
   runs the `gtca` plan. The `gtca` plan's result also reports its stage-2 checkpoint as the
   `stage2_only` variant (stages 1+2, no stage 3).
 - **Stages are chained and resumable**: stage i writes Orbax checkpoints of the adapters (LoRA +
@@ -43,9 +43,9 @@ a sweep as code, every key validated before the first run starts; flags override
   (`slm_jax.gtca.real_sets`, `slm_jax.gtca.mcqa_data`); the backbone gets the set's option
   letters; prompts use the cache's own prompt format and span trees come from the cache (a miss
   stops the run naming the example). Unlabeled rows and left-truncated prompts are counted in
-  the log and in result.json's `counts`. `weak_parser` / `random_trees` need a cache built with
-  `--parser=right_branching` / `--parser=random`. The test metric is named after the set
-  (`mmlu`, …). `python -m slm_jax.gtca.evaluate --run=DIR --task=…` scores a finished run on
+  the log and in result.json's `counts`. `weak_parser` / `right_branching` / `random_trees`
+  need a cache built with `--parser=WEAK_FOLDER` / `--parser=right_branching` /
+  `--parser=random`. The test metric is named after the set (`mmlu`, …). `python -m slm_jax.gtca.evaluate --run=DIR --task=…` scores a finished run on
   another set (CoLA as MCC included) and `python -m slm_jax.gtca.probe --gtca=DIR` probes it.
 
 Writes `DIR/result.json` ({method, seed, metrics, stages, counts, backbone_checks, settings}).
