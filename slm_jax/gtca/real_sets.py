@@ -126,14 +126,14 @@ def context_warning(fmt: PromptFormat, context: int | None, path) -> str | None:
 def check_tree_source(cache: ParseCache, tree_source: str) -> None:
   """`right_branching` / `random` need a cache of that parser, `weak` one of a trained parser
   folder other than the shipped one; `gold` / `permuted` take any cache."""
+  if tree_source not in (*WEAK_PARSERS, "weak"):
+    return
   built = cache.meta.get("parser", "")
   if tree_source == "weak":
     from slm_jax.parser.api import SHIPPED  # pylint: disable=import-outside-toplevel
     if not built or built in MODEL_FREE or built == parser_identity(SHIPPED):
       raise ValueError(f"tree source 'weak' needs a cache built with --parser=FOLDER of a "
                        f"weaker trained parser; {cache.path} holds {built!r} trees")
-    return
-  if tree_source not in WEAK_PARSERS:
     return
   if built != WEAK_PARSERS[tree_source]:
     raise ValueError(f"tree source {tree_source!r} needs a cache built with "
