@@ -320,6 +320,17 @@ def test_per_layer_cross_attention_has_one_set_per_layer():
   assert np.abs(d0 - d1).max() > 1e-4
 
 
+def test_a_run_builds_per_layer_cross_attention_unless_shared_is_asked():
+  from types import SimpleNamespace
+  from slm_jax.gtca.plans import Settings
+  from slm_jax.gtca.runs import make_model
+  decoder, _ = models()
+  backbone = SimpleNamespace(decoder=decoder)
+  built = lambda **kw: make_model(backbone, Settings(backbone="b", out="o", **kw)).gtca.config
+  assert built().cross_attention == "per_layer"
+  assert built(shared_cross_attention=True).cross_attention == "shared"
+
+
 def test_train_step_changes_only_the_branch():
   decoder, gtca = models(lora_rank=4)  # stage 2: LoRA adapters frozen with the backbone
   graphdef, params = params_of(GtcaLM(decoder, gtca))
