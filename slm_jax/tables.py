@@ -141,10 +141,11 @@ def seed_table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Seque
                row_names: Mapping[str, str] | None = None,
                metric_names: Mapping[str, str] | None = None,
                digits: Mapping[str, int] | None = None,
-               lower_better: Collection[str] = ()) -> str:
+               lower_better: Collection[str] = (), unranked: Collection[str] = ()) -> str:
   """Rows (those present in `results`: row → metric → values over seeds) × metrics, each cell
   `mean_sd_text`, the best mean of each metric in bold (`lower_better` names the metrics where
-  lower is better), then `n`: the most values any metric of the row has."""
+  lower is better; `unranked` those never bold, such as sizes), then `n`: the most values any
+  metric of the row has."""
   rows = [r for r in rows if r in results]
   digits = digits or {}
   columns = [first, *((metric_names or {}).get(m, m) for m in metrics), "n"]
@@ -153,7 +154,8 @@ def seed_table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Seque
     stats = [mean_sd(results[r].get(m, ())) for r in rows]
     places = digits.get(m, 2)
     cells = [mean_sd_text(s, places) for s in stats]
-    best = best_rows([s and s.mean for s in stats], m in lower_better, places)
+    best = (set() if m in unranked
+            else best_rows([s and s.mean for s in stats], m in lower_better, places))
     for line, cell in zip(body, bold(cells, best)):
       line.append(cell)
   for r, line in zip(rows, body):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from slm_jax.gtca.branch import ChunkMemory, Gtca, GtcaConfig, span_means
+from slm_jax.gtca.branch import ChunkMemory, Gtca, GtcaConfig, parameter_counts, span_means
 from slm_jax.gtca.model import GtcaLM, changed_arrays, params_of
 from slm_jax.hf.scoring import plain_rows
 from slm_jax.model import Decoder, ModelConfig
@@ -104,13 +104,14 @@ def _probe(decoder, gtca, tokens_BT, meta, chunks, w_BTD):
 
 
 @functools.lru_cache(maxsize=None)
-def leaks(gtca_cls) -> tuple[float, float]:
-  """(value leak, gradient leak) of the tiny decoder with a `gtca_cls` branch.
+def leaks(gtca_cls, sharing: str = "per_layer") -> tuple[float, float]:
+  """(value leak, gradient leak) of the tiny decoder with a `gtca_cls` branch (cross-attention
+  per layer, or `sharing="shared"`).
 
   Value: max |Δ logits[:, :t+1]| when every token after t and every chunk with r_n > t change
   (start, end and r_n moved), over t ∈ {0, 3, 7, T−2}. Gradient: max |∂ hidden[:, t] / ∂ x[:, s]|
   over s > t, every t."""
-  decoder, gtca = models(gtca_cls=gtca_cls)
+  decoder, gtca = models(gtca_cls=gtca_cls, cross_attention=sharing)
   tokens, meta = rows(0)
   chunks = make_chunks(0)
   w_BTD = jax.random.normal(jax.random.key(5), (B, T, 32))
@@ -130,16 +131,22 @@ def leaks(gtca_cls) -> tuple[float, float]:
   return value, float(later.max())
 
 
-def test_causal_mask_values_do_not_see_the_future():
-  assert leaks(Gtca)[0] == 0.0
+SHARING = ("per_layer", "shared")
 
 
-def test_causal_mask_gradients_do_not_reach_the_future():
-  assert leaks(Gtca)[1] == 0.0
+@pytest.mark.parametrize("sharing", SHARING)
+def test_causal_mask_values_do_not_see_the_future(sharing):
+  assert leaks(Gtca, sharing)[0] == 0.0
 
 
-def test_inverted_reference_mask_is_caught():
-  value, gradient = leaks(InvertedGtca)
+@pytest.mark.parametrize("sharing", SHARING)
+def test_causal_mask_gradients_do_not_reach_the_future(sharing):
+  assert leaks(Gtca, sharing)[1] == 0.0
+
+
+@pytest.mark.parametrize("sharing", SHARING)
+def test_inverted_reference_mask_is_caught(sharing):
+  value, gradient = leaks(InvertedGtca, sharing)
   assert value > 1e-4 and gradient > 1e-6
 
 
@@ -154,8 +161,9 @@ def _zero_probe(gtca, x_BTD, chunks):
   return c_BLKD, deltas, grads
 
 
-def test_token_that_sees_no_chunk_gets_exact_zero():
-  _, gtca = models()
+@pytest.mark.parametrize("sharing", SHARING)
+def test_token_that_sees_no_chunk_gets_exact_zero(sharing):
+  _, gtca = models(cross_attention=sharing)
   rng = np.random.default_rng(3)
   start = np.zeros((B, 2, K), np.int32)
   end = np.zeros((B, 2, K), np.int32)
@@ -173,8 +181,9 @@ def test_token_that_sees_no_chunk_gets_exact_zero():
   assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(nnx.state(grads)))
 
 
-def test_alpha_zero_leaves_the_decoder_bitwise_unchanged():
-  decoder, gtca = models()
+@pytest.mark.parametrize("sharing", SHARING)
+def test_alpha_zero_leaves_the_decoder_bitwise_unchanged(sharing):
+  decoder, gtca = models(cross_attention=sharing)
   tokens, meta = rows(0)
   chunks = make_chunks(0)
   assert gtca.config.alpha == 0.0  # the default, not the reference code's 1.0
@@ -246,9 +255,10 @@ def test_gqa_equals_mha_with_repeated_kv():
   _copy_params(gqa, mha, ("chunk_proj", "chunk_norm_scale", "chunk_norm_bias", "q", "o"))
   mha.gate_w[...], mha.gate_b[...] = gqa.gate_w[...], gqa.gate_b[...]
   R, E = config.n_heads // config.n_kv_heads, config.head_dim
+  X = config.n_layers  # one set per layer
   for name in ("k", "v"):
-    w_XDGE = getattr(gqa, name)[...].reshape(1, 32, config.n_kv_heads, E)
-    getattr(mha, name)[...] = jnp.repeat(w_XDGE, R, axis=2).reshape(1, 32, config.n_heads * E)
+    w_XDGE = getattr(gqa, name)[...].reshape(X, 32, config.n_kv_heads, E)
+    getattr(mha, name)[...] = jnp.repeat(w_XDGE, R, axis=2).reshape(X, 32, config.n_heads * E)
   x_BTD = jnp.asarray(np.random.default_rng(0).normal(size=(B, T, 32)), jnp.float32)
   chunks = make_chunks(0)
   d_gqa = gqa.delta(0, x_BTD, gqa.memories(x_BTD, chunks), 0.5)
@@ -256,8 +266,8 @@ def test_gqa_equals_mha_with_repeated_kv():
   np.testing.assert_allclose(np.asarray(d_gqa), np.asarray(d_mha), rtol=1e-5, atol=1e-6)
   # Tiling instead of repeating (head h reading KV head h % G) is a different model.
   for name in ("k", "v"):
-    w_XDGE = getattr(gqa, name)[...].reshape(1, 32, config.n_kv_heads, E)
-    getattr(mha, name)[...] = jnp.tile(w_XDGE, (1, 1, R, 1)).reshape(1, 32, config.n_heads * E)
+    w_XDGE = getattr(gqa, name)[...].reshape(X, 32, config.n_kv_heads, E)
+    getattr(mha, name)[...] = jnp.tile(w_XDGE, (1, 1, R, 1)).reshape(X, 32, config.n_heads * E)
   d_tiled = mha.delta(0, x_BTD, mha.memories(x_BTD, chunks), 0.5)
   assert np.abs(np.asarray(d_tiled) - np.asarray(d_gqa)).max() > 1e-4
 
@@ -288,15 +298,37 @@ def test_span_means_and_shape_errors():
 
 
 def test_per_layer_cross_attention_has_one_set_per_layer():
-  _, shared = models()
-  _, per_layer = models(cross_attention="per_layer")
+  _, shared = models(cross_attention="shared")
+  _, per_layer = models()  # the default, as the reference builds it
+  assert per_layer.config.cross_attention == "per_layer"
   assert shared.q.shape == (1, 32, 32) and per_layer.q.shape == (2, 32, 32)
+  # parameter counts: L× the cross-attention parameters, the same chunk encoder; and the
+  # counts are the arrays' sizes
+  mine, theirs = parameter_counts(per_layer.config), parameter_counts(shared.config)
+  assert mine["cross_attention"] == 2 * theirs["cross_attention"] > 0
+  assert mine["chunk"] == theirs["chunk"]
+  for gtca, counts in ((per_layer, mine), (shared, theirs)):
+    sizes = {path: leaf.size for path, leaf in
+             jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(nnx.state(gtca, nnx.Param)))[0]}
+    chunk = sum(n for p, n in sizes.items() if "chunk" in jax.tree_util.keystr(p))
+    assert chunk == counts["chunk"] and sum(sizes.values()) == counts["total"]
   x_BTD = jnp.asarray(np.random.default_rng(0).normal(size=(B, T, 32)), jnp.float32)
   memory = per_layer.memories(x_BTD, make_chunks(0))
   same = ChunkMemory(memory.c_BLKD[:, :1].repeat(2, 1), memory.last_BLK[:, :1].repeat(2, 1),
                      memory.update_mask_BT)  # both layers read the same chunks
   d0, d1 = (np.asarray(per_layer.delta(l, x_BTD, same, 1.0)) for l in (0, 1))
   assert np.abs(d0 - d1).max() > 1e-4
+
+
+def test_a_run_builds_per_layer_cross_attention_unless_shared_is_asked():
+  from types import SimpleNamespace
+  from slm_jax.gtca.plans import Settings
+  from slm_jax.gtca.runs import make_model
+  decoder, _ = models()
+  backbone = SimpleNamespace(decoder=decoder)
+  built = lambda **kw: make_model(backbone, Settings(backbone="b", out="o", **kw)).gtca.config
+  assert built().cross_attention == "per_layer"
+  assert built(shared_cross_attention=True).cross_attention == "shared"
 
 
 def test_train_step_changes_only_the_branch():

@@ -194,8 +194,9 @@ def test_cli_on_a_checkpoint_folder_uses_its_chat_template_bos_and_context(setup
     fmt = prompts.PromptFormat.from_meta(cache.meta)
     assert fmt == prompts.PromptFormat(max_len=40, chat=True, bos=True)
     prompt = fmt.prompt(RECORDS[2], backbone)
-    assert prompt.text == "<|user|>\nThe cats chase the mice.\n<|assistant|>\n"
-    assert prompt.ids_T[0] == backbone.bos_id
+    # a sentence to score is never chat-wrapped (#36); BOS once
+    assert prompt.text == "The cats chase the mice."
+    assert prompt.ids_T[0] == backbone.bos_id and prompt.ids_T[1] != backbone.bos_id
     tree = cache.get(prompt.ids_T, example="s1")
     sentence = tree.root.children[0]
     texts = [prompt.text[a:b] for a, b in prompt.offsets_T2]

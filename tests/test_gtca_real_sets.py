@@ -117,6 +117,22 @@ def test_downstream_sets_are_converted_from_task_examples(root):
       assert got.counts["rows"] == want.counts["rows"]
   mmlu = mcqa_data.load_set("mmlu", root)
   assert mmlu.examples[0].group == "astronomy" and len(mmlu.examples[0].options) == 4
+  assert "shots" not in mmlu.examples[0].record() and "lead" not in mmlu.examples[0].record()
+  # paper App. B: HellaSwag 10-shot, WinoGrande 5-shot evaluation, fixed demonstrations (the
+  # first labeled training rows; the fixture has 4), counted; training questions are 0-shot
+  for name, lead in (("hellaswag", prompts.HELLASWAG_LEAD), ("winogrande", "")):
+    spec = mcqa_data.SETS[name]
+    train_rows = [x for x in mcqa_data.load_set(name, root, spec.train_split).examples
+                  if x.answer >= 0]
+    evaluated = mcqa_data.load_set(name, root)
+    want = min(spec.shots, len(train_rows))
+    assert evaluated.counts["shots"] == want > 0
+    record = evaluated.examples[0].record()
+    assert record["shots"] == [{"question": x.question, "options": list(x.options),
+                                "answer": x.answer} for x in train_rows[:want]]
+    assert record.get("lead", "") == lead
+    assert all(not x.shots for x in mcqa_data.load_set(name, root, spec.train_split).examples)
+  assert (mcqa_data.SETS["hellaswag"].shots, mcqa_data.SETS["winogrande"].shots) == (10, 5)
   assert mcqa_data.load_set("hellaswag", root, "test").counts["unlabeled"] == 4  # the Hub's ""
 
 
@@ -291,7 +307,9 @@ def test_tree_sources_on_cached_trees(root, tiny, tmp_path, capsys):
   with cache:
     gold = real_sets.encode_cached(examples, backbone, cache, fmt, "gold")
     permuted = real_sets.encode_cached(examples, backbone, cache, fmt, "permuted", seed=3)
-    weak = real_sets.encode_cached(examples, backbone, cache, fmt, "weak")  # right_branching
+    weak = real_sets.encode_cached(examples, backbone, cache, fmt, "right_branching")
+    with pytest.raises(ValueError, match="weaker trained parser; .* holds 'right_branching'"):
+      real_sets.encode_cached(examples, backbone, cache, fmt, "weak")  # not right-branching
     with pytest.raises(ValueError, match="--parser=random"):
       real_sets.encode_cached(examples, backbone, cache, fmt, "random")
   assert [e.tree for e in weak] == [e.tree for e in gold]
@@ -445,6 +463,46 @@ def test_blimp_scores_of_a_run_equal_a_direct_computation(root, tiny, branch_run
       got[0.0][1][:, 0] > got[0.0][1][:, 1]).tolist()  # … and some verdicts: α is applied
 
 
+def test_cola_by_the_prompted_judgment_equals_a_direct_computation(root, tmp_path, capsys):
+  """CoLA (paper, reference): each sentence in the judgment prompt, acceptable iff the next
+  token after `Answer:` is likelier "1" than "0"; MCC of those verdicts, the branch live. The
+  direct computation reads the logits of one forward pass."""
+  tokenizer = make_tokenizer("word", words=VOCAB + ["0", "1"])
+  workdir = tmp_path / "digits"
+  workdir.mkdir()
+  tokenizer.save(workdir)
+  config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                       mlp_ratio=2, attention_impl="xla")
+  restored = branch_run.__wrapped__((workdir, Decoder(config, rngs=nnx.Rngs(0)), tokenizer))
+  assert build_cache(capsys, root, workdir, "cola", tmp_path / "c.sqlite")[0] == 0
+  out = real_sets.score_run(restored, "cola", root, tmp_path / "c.sqlite", log=lambda _: None)
+  assert set(out["metrics"]) == {"cola", "cola_accuracy"}
+  assert out["counts"]["cola_digit_form"] == "' d'"  # words split at spaces: " 1" is one token
+  backbone, graphdef, params = restored.backbone, restored.graphdef, restored.params
+  (zero, one), _ = gbackbone.digit_ids(backbone.text_tokenizer)
+  examples = mcqa_data.load_set("cola", root).labeled()
+  with parse_cache.ParseCache(tmp_path / "c.sqlite", {}) as cache:
+    fmt = prompts.PromptFormat.from_meta(cache.meta)
+    ids = [fmt.prompt(x.judged_record(), backbone.text_tokenizer).ids_T for x in examples]
+    trees = [cache.get(x) for x in ids]
+  assert all(spans.ANSWER in [c.label for c in t.root.children] for t in trees)
+  width = max(map(len, ids))
+  tokens, meta = plain_rows(ids, width, len(ids))
+  chunks = chunk_batch(trees, 1, width, restored.settings.k)
+  logits = np.asarray(nnx.merge(graphdef, params).logits(tokens, meta, chunks, 0.15))
+  last = np.asarray([len(x) - 1 for x in ids])
+  verdicts = logits[np.arange(len(ids)), last, one] > logits[np.arange(len(ids)), last, zero]
+  labels = np.asarray([x.label for x in examples])
+  assert out["metrics"]["cola"] == pytest.approx(100 * metrics.matthews_corrcoef(labels,
+                                                                                  verdicts))
+  assert out["metrics"]["cola_accuracy"] == pytest.approx(100 * np.mean(verdicts == labels))
+  # the threshold variant scores the sentences alone (fitted on train), from the same cache
+  assert build_cache(capsys, root, workdir, "cola", tmp_path / "c.sqlite", "--split=train")[0] == 0
+  alone = real_sets.score_run(restored, "cola", root, tmp_path / "c.sqlite", cola="threshold",
+                              log=lambda _: None)
+  assert set(alone["metrics"]) == {"cola", "cola_threshold"}
+
+
 def test_blimp_cache_miss_names_the_pair(root, tiny, branch_run, tmp_path, capsys):
   assert build_cache(capsys, root, tiny[0], "blimp", tmp_path / "b.sqlite", "--limit=1")[0] == 0
   restored = branch_run
@@ -513,8 +571,11 @@ def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys)
   for split in ("train", "validation"):
     assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola.sqlite",
                        f"--split={split}")[0] == 0
+  with pytest.raises(ValueError, match="--cola=threshold"):  # no 0/1 words: no judgment
+    evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
+                   f"--cache={tmp_path / 'cola.sqlite'}"])
   assert evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
-                        f"--cache={tmp_path / 'cola.sqlite'}"]) == 0
+                        f"--cache={tmp_path / 'cola.sqlite'}", "--cola=threshold"]) == 0
   metrics = json.loads((run / "result.json").read_text())["metrics"]
   assert -100 <= metrics["cola"] <= 100 and "cola_threshold" in metrics
   saved = json.loads((run / "eval_cola.json").read_text())

@@ -79,7 +79,7 @@ def test_unknown_keys_and_wrong_types_are_refused_naming_them(tmp_path):
 def test_the_packaged_toy_config_keeps_its_values():
   config = _load("toy")
   assert config.methods == ("backbone", "lora_only", "direct_joint", "gtca", "no_gate",
-                            "no_mask", "weak_parser", "random_trees", "permuted_trees")
+                            "no_mask", "right_branching", "random_trees", "permuted_trees")
   assert (config.seeds, config.stage_steps, config.batch_size, config.lr) == (
       (0, 1, 2, 3, 4), (150, 150, 150), 16, 3e-3)
   assert (config.option_order, config.log_every, config.jit_cache, config.backbone,
@@ -93,7 +93,8 @@ FLAG_VALUES = {"backbone": "b2", "out": "o2", "methods": "gtca,no_mask", "seeds"
                "stage_steps": "5,6,7", "batch_size": "4", "lr": "0.002", "alpha": "0.1",
                "train_items": "8", "dev_items": "3", "test_items": "5", "task_seed": "9",
                "option_order": "fixed", "task": "mmlu", "data_root": "d2", "cache": "c2",
-               "log_every": "2", "jit_cache": "j"}
+               "log_every": "2", "jit_cache": "j", "weak_parser": "w2",
+               "shared_cross_attention": "true"}
 
 
 @pytest.mark.parametrize("flag", sorted(train.FLAGS))

@@ -121,11 +121,14 @@ def test_left_truncation_is_counted_and_the_tree_follows(tok):
 
 
 def test_chat_template_shifts_the_fields(tok):
-  chat = prompts.TextTokenizer(tok.tokenizer, chat_template=lambda c: f"<user>\n{c}\n<bot>\n")
+  chat = prompts.TextTokenizer(tok.tokenizer,
+                               chat_template=lambda c, s=None: f"<sys>{s}\n<user>\n{c}\n<bot>")
   p = prompts.PromptFormat(chat=True).prompt(
       {"id": "c", "question": QUESTION, "options": ["cats", "dogs"]}, chat)
-  assert p.text.startswith("<user>\n") and p.field_text(p.parse_fields[0]) == QUESTION
-  assert p.field_text(p.answer) == "Answer:\n<bot>\n"  # `Answer:` … the end
+  assert p.text.startswith(f"<sys>{prompts.MCQA_SYSTEM}\n<user>\n")
+  assert p.field_text(p.parse_fields[0]) == QUESTION
+  # `Answer:` after the assistant header, on a line of its own (… the end)
+  assert p.text.endswith("\n<bot>\nAnswer:") and p.field_text(p.answer) == "Answer:"
   assert "".join(t for t, m in zip(token_texts(p), p.update_mask_T) if m == 0) == (
       "Options:\nA. cats\nB. dogs")
   with pytest.raises(prompts.PromptError, match="chat template"):

@@ -3,12 +3,21 @@ tests/test_gtca_real_sets.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+from flax import nnx
 
 from slm_jax.corpus.grammar import default_grammar
 from slm_jax.gtca import ablations, toy_task
 from slm_jax.gtca.spans import ANSWER, OPTIONS, SpanNode, SpanTree
+from slm_jax.parser.api import load_parser
+from slm_jax.parser.config import named_config
+from slm_jax.parser.labels import LabelVocab
+from slm_jax.parser.model import SpanScorer
+from slm_jax.parser.vocab import Vocab
+from slm_jax.parser.weights import save_parser
 from slm_jax.trees import Tree
 
 
@@ -133,6 +142,29 @@ def test_right_branching_and_random_bracketing():
   assert ablations.random_bracketing(["a"], rng).leaves() == ["a"]
   with pytest.raises(ValueError, match="unknown tree source"):
     ablations.question_tree(rb, "oracle", rng)
+
+
+def test_weak_parser_is_a_trained_parser_and_right_branching_its_own_source(tmp_path):
+  """The weak-parser ablation reads a trained parser's trees (here a tiny random one), not
+  right-branching trees (which it gave before); right-branching is its own source."""
+  words = ["the", "cats", "near", "the", "dog", "sleep"]
+  cfg = dataclasses.replace(named_config("tiny").model, max_words=12)
+  vocab = Vocab.from_sentences([words], min_count=1)
+  labels = LabelVocab(("∅", "NP", "VP", "S", "PP"))
+  folder = save_parser(tmp_path / "weak", SpanScorer(cfg, len(vocab.words), len(vocab.chars),
+                                                      len(labels), nnx.Rngs(3)), vocab, labels)
+  gold = Tree("S", (Tree("NP", (Tree("NP", ("the", "cats")), Tree("PP", ("near", Tree(
+      "NP", ("the", "dog")))))), Tree("VP", ("sleep",))))
+  weak, = ablations.weak_trees([gold.leaves()], str(folder))
+  assert weak == load_parser(folder).parse([words])[0] and weak.leaves() == words
+  rng = np.random.default_rng(0)
+  assert ablations.question_tree(gold, "weak", rng, weak) == weak
+  assert ablations.question_tree(gold, "right_branching", rng) == ablations.right_branching(words)
+  assert "weak" in ablations.TREE_SOURCES and "right_branching" in ablations.TREE_SOURCES
+  with pytest.raises(ValueError, match="needs the weak parser's tree"):
+    ablations.question_tree(gold, "weak", rng)  # no silent right-branching fallback
+  with pytest.raises(ValueError, match="weak_parser=FOLDER"):
+    ablations.weak_trees([words], "")
 
 
 def test_permuted_leaves_keep_topology_and_leave_options_alone():

@@ -1,8 +1,12 @@
-"""Tree sources for GTCA's parse-quality ablations (SPEC §10): gold, weak, random, permuted.
+"""Tree sources for GTCA's parse-quality ablations (SPEC §10): gold, weak, right-branching,
+random, permuted.
 
 - `gold`: the tree the example comes with (the toy task's grammar tree).
-- `weak` (weak parser): a right-branching tree over the same words, `(X w0 (X w1 (X w2 …)))` —
-  the classic structure-free baseline parser of English; it knows nothing but word order.
+- `weak` (weak parser): the tree a genuinely weaker trained parser gives the same words
+  (`weak_trees`: a parser folder, e.g. the GUM parser trained on 10% of GUM's training
+  documents for one epoch, docs/GTCA_TOY.md says which and its F1).
+- `right_branching`: `(X w0 (X w1 (X w2 …)))` over the same words — the classic structure-free
+  baseline of English; it knows nothing but word order (its own row, not the weak parser).
 - `random` (random trees): a random binary bracketing of the same words in their order, each
   node split at a uniformly drawn point (`random_bracketing`).
 - `permuted` (permuted trees): the gold topology with the words shuffled among its leaves
@@ -23,7 +27,7 @@ import numpy as np
 from slm_jax.gtca.spans import ANSWER, OPTIONS, SpanNode, SpanTree
 from slm_jax.trees import Tree
 
-TREE_SOURCES = ("gold", "weak", "random", "permuted")
+TREE_SOURCES = ("gold", "weak", "right_branching", "random", "permuted")
 LABEL = "X"
 
 
@@ -98,12 +102,27 @@ def permute_leaves(tree: SpanTree, rng: np.random.Generator) -> SpanTree:
   return SpanTree(root, tree.n_tokens, tree.masked)
 
 
-def question_tree(gold: Tree, source: str, rng: np.random.Generator) -> Tree:
+def weak_trees(sentences: Sequence[Sequence[str]], folder: str) -> list[Tree]:
+  """The weak parser's trees (parser folder `folder`) over each word list, in one batch."""
+  if not folder:
+    raise ValueError("the weak-parser ablation needs a parser folder (weak_parser=FOLDER: a "
+                     "genuinely weaker trained parser, docs/GTCA_TOY.md)")
+  from slm_jax.parser import api  # pylint: disable=import-outside-toplevel  (JAX: only to parse)
+  return api.load_parser(folder).parse([list(words) for words in sentences])
+
+
+def question_tree(gold: Tree, source: str, rng: np.random.Generator,
+                  weak: Tree | None = None) -> Tree:
   """The word tree of the question under `source` (`permuted` returns the gold tree: the
-  shuffle is applied to its span tree, `permute_leaves`)."""
+  shuffle is applied to its span tree, `permute_leaves`; `weak` returns `weak`, the weak
+  parser's tree over the same words, `weak_trees`)."""
   if source in ("gold", "permuted"):
     return gold
   if source == "weak":
+    if weak is None or weak.leaves() != gold.leaves():
+      raise ValueError("tree source 'weak' needs the weak parser's tree over the same words")
+    return weak
+  if source == "right_branching":
     return right_branching(gold.leaves())
   if source == "random":
     return random_bracketing(gold.leaves(), rng)

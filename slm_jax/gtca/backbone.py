@@ -190,6 +190,25 @@ def letter_ids(text_tokenizer: TextTokenizer, n_options: int, source: str) -> tu
   return tuple(letters)
 
 
+def digit_ids(text_tokenizer: TextTokenizer, source: str = "") -> tuple[tuple[int, int], str]:
+  """((id of 0, id of 1), the form used): CoLA's judgment tokens after `Answer:` — " 0" / " 1"
+  when each is one token, else "0" / "1" (the reference's rule: the first single-token form;
+  Llama-3 and Qwen2 tokenizers split " 1" into " " + "1"). A form is one token that decodes
+  back to the digit (a word vocabulary's unknown word does not); neither form is an error."""
+  for form in (" {}", "{}"):
+    ids = []
+    for digit in "01":
+      encoded, _ = text_tokenizer.encode(form.format(digit))
+      if len(encoded) == 1 and text_tokenizer.tokenizer.decode(
+          [int(encoded[0])]).strip() == digit:
+        ids.append(int(encoded[0]))
+    if len(ids) == 2:
+      return (ids[0], ids[1]), repr(form.format("d"))
+  raise ValueError(f"backbone {source or text_tokenizer.name}: neither \" 0\"/\" 1\" nor "
+                   "\"0\"/\"1\" are single tokens; CoLA's prompted judgment reads one token "
+                   "(--cola=threshold scores the sentences' likelihood instead)")
+
+
 def is_hf_checkpoint(source: str | pathlib.Path) -> bool:
   """A Hugging Face checkpoint folder (config.json), not a slm_jax training workdir."""
   path = pathlib.Path(source)

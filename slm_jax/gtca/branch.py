@@ -18,12 +18,11 @@ float32 `update_mask_BT` = m_t; any object with those four attributes will do):
   chunks only (THE softmax, `attention_core`), and a token that sees no chunk gets exactly 0;
   g = σ(x W_g + b_g) one gate per head; δ = α · m_t · W_o(concat_h g_h ⊙ O_h) (`Gtca.delta`).
 
-Why the cross-attention projections are SHARED across layers by default: the paper makes only
-the chunk projection layer-specific ("a projection specific to that chunk's height", then
-LayerNorm) and describes one cross-attention and one head-wise gate that every layer's token
-states use to read *that layer's* memory; SPEC §10 writes W_ℓ and LayerNorm_ℓ with a layer index
-and W_q, W_k, W_v, W_o, W_g without one. `cross_attention="per_layer"` gives every layer its own
-set (X = L) for comparison; the parameters are stacked over X either way.
+One cross-attention module per layer by default (X = L), as the reference builds it
+(`ParseTreeCrossAttention` per decoder layer) and SPEC §10 prescribes: layer ℓ has its own
+W_q, W_k, W_v, W_o, W_g, b_g. `cross_attention="shared"` (`--shared_cross_attention`) keeps one
+set read by every layer (X = 1) as an ablation; the parameters are stacked over X either way
+(`parameter_counts` gives the sizes of both parts).
 
 Known defects of the public reference code, not copied (SPEC §10): its mask is inverted (tokens
 see chunks that end AFTER them); α defaults to 1.0 (here 0.0, so a fresh branch is the identity).
@@ -53,8 +52,10 @@ class GtcaConfig:
 
   `k` chunk slots per layer; `alpha` the structural coefficient used when a call passes none
   (0.0: the branch starts as the identity; training ramps it, SPEC §10); `gate` "learned" or
-  "one" (ablation); `use_update_mask` False is the m ≡ 1 ablation; `dtype` the compute dtype,
-  `param_dtype` the parameters' (trainable: float32 by default).
+  "one" (ablation); `cross_attention` "per_layer" (one module per layer, the default) or
+  "shared" (one module for all layers, ablation); `use_update_mask` False is the m ≡ 1
+  ablation; `dtype` the compute dtype, `param_dtype` the parameters' (trainable: float32 by
+  default).
   """
 
   d_model: int
@@ -66,7 +67,7 @@ class GtcaConfig:
   alpha: float = 0.0
   gate: str = "learned"
   use_update_mask: bool = True
-  cross_attention: str = "shared"
+  cross_attention: str = "per_layer"
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   init_std: float = 0.02
@@ -95,6 +96,17 @@ class GtcaConfig:
                  n_kv_heads=model.n_kv_heads, head_dim=model.head_dim,
                  dtype=model.compute_dtype)
     return cls(**{**sizes, **options})
+
+
+def parameter_counts(config: GtcaConfig) -> dict[str, int]:
+  """Trainable parameters of a branch: `chunk` (W_ℓ and LayerNorm_ℓ, L of each),
+  `cross_attention` (q, k, v, o and the gate, X sets) and `total`."""
+  c = config
+  D, L, H, G, E = c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim
+  X = L if c.cross_attention == "per_layer" else 1
+  one_set = D * H * E + 2 * D * G * E + H * E * D + ((D * H + H) if c.gate == "learned" else 0)
+  chunk = L * (D * D + 2 * D)
+  return {"chunk": chunk, "cross_attention": X * one_set, "total": chunk + X * one_set}
 
 
 class ChunkMemory(NamedTuple):

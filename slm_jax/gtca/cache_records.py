@@ -5,7 +5,8 @@ parsers of the weak-parser and random-tree ablations.
 - `task_records`: the labeled examples of one split of a `slm_jax.gtca.mcqa_data` set as
   `(example id, record)` (the record `PromptFormat.prompt` reads; the id is the row's
   `file:row`, `file:row:blank` for a CLOTH passage), with the counts (rows, examples, unlabeled
-  left out) for the builder's report (`task_summary`). BLiMP (read by
+  left out) for the builder's report (`task_summary`). CoLA: every sentence twice, alone (the
+  threshold variant) and in its judgment prompt (id `…:judge`, the prompted 0/1 variant). BLiMP (read by
   `slm_jax.eval.blimp.load_blimp`, `limit` = pairs per paradigm): both sentences of every pair
   as sentence records, ids `UID:pair:good` / `UID:pair:bad`, counted as paradigms, pairs and
   sentences.
@@ -38,7 +39,7 @@ from slm_jax.parse import backends
 from slm_jax.splitting import Sentence
 from slm_jax.tokenizer_bases import ptb_unescape
 from slm_jax.gtca import ablations
-from slm_jax.gtca.mcqa_data import PAIRS, load_set, set_of
+from slm_jax.gtca.mcqa_data import PAIRS, SENTENCE, load_set, set_of
 from slm_jax.gtca.probe_trees import read_trees
 from slm_jax.trees import Tree
 
@@ -58,6 +59,8 @@ def task_records(name: str, root: str | pathlib.Path, split: str | None, limit: 
   if set_of(name).kind == PAIRS:  # both sentences of every pair
     examples = [sentence for pair in examples for sentence in pair.sentences()]
   records = [(x.source, x.record()) for x in examples]
+  if set_of(name).kind == SENTENCE:  # CoLA: the judgment prompts too (`--cola=prompt`)
+    records += [(f"{x.source}:judge", x.judged_record()) for x in examples]
   counts = collections.Counter(loaded.counts)
   counts["split"] = loaded.split  # type: ignore[assignment]
   return _shard(records, index, count), counts

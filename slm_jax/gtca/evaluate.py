@@ -6,7 +6,8 @@ and seed), groups them by method and prints both tables (`slm_jax.gtca.report`: 
 and ablation layouts, mean ± SD over seeds, the columns some run measured).
 `python -m slm_jax.gtca.evaluate --run=DIR --task=SET --data_root=DOWNLOAD --cache=FILE` scores
 one finished run on a real set (CLOTH, MMLU, HellaSwag, WinoGrande by letter log-likelihood;
-CoLA as MCC; BLiMP's pairs, `--limit` = pairs per paradigm; `slm_jax.gtca.real_sets`), writes
+CoLA as MCC of the prompted 0/1 judgment, `--cola=threshold` the likelihood-threshold variant;
+BLiMP's pairs, `--limit` = pairs per paradigm; `slm_jax.gtca.real_sets`), writes
 DIR/eval_SET.json and adds the metrics (and the counts, under `eval_counts`) to its result.json
 (`slm_jax.gtca.runs.evaluate_saved_run`); an existing eval_SET.json is refused unless `--force`,
 which keeps it as eval_SET.N.json. The metrics: `slm_jax.gtca.metrics`.
@@ -30,7 +31,8 @@ def _evaluate_run(args) -> int:
                        "parse cache)")
   log = lambda line: print(line, flush=True)
   out = evaluate_saved_run(args.run, args.task, args.data_root, args.cache, limit=args.limit,
-                           fit_limit=args.fit_limit, force=args.force, log=log)
+                           fit_limit=args.fit_limit, cola=args.cola, force=args.force,
+                           log=log)
   written = pathlib.Path(args.run) / f"eval_{args.task}.json"
   log(f"{args.task}: " + ", ".join(f"{k} {v:.3f}" for k, v in out["metrics"].items())
       + f"; truncated {out['counts']['truncated']} -> {written}")
@@ -53,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--force", action="store_true",
                       help="--run: evaluate again although DIR/eval_SET.json exists (the old "
                       "file is kept as eval_SET.N.json)")
+  parser.add_argument("--cola", choices=("prompt", "threshold"), default="prompt",
+                      help="CoLA: the prompted 0/1 judgment, p(1) vs p(0) after Answer: (the "
+                      "paper's), or the sentence likelihood against a fitted threshold")
   args = parser.parse_args(argv)
   if bool(args.runs) == bool(args.run):
     raise cli.CliError("give --runs (tables of finished runs) or --run with --task (score one)")

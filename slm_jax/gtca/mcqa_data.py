@@ -24,6 +24,9 @@ Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation
 - **MMLU** `cais/mmlu` (`all/`), **HellaSwag** `Rowan/hellaswag`, **WinoGrande**
   `allenai/winogrande` (`winogrande_xl/`): the downstream layouts (`slm_jax.downstream.tasks`);
   HellaSwag's question is its cleaned context, WinoGrande's the sentence with its blank `_`.
+  Their evaluation questions carry the set's fixed demonstrations (`shots_of`: HellaSwag 10,
+  WinoGrande 5, paper App. B; the first labeled training rows), HellaSwag's the reference's
+  lead (`prompts.HELLASWAG_LEAD` instead of `Question: `); training questions are 0-shot.
 - **CoLA** GLUE `nyu-mll/glue` (`cola/{train,validation,test}-00000-of-00001.parquet`):
   `sentence`, `label` (1 acceptable, 0 unacceptable, −1 in the unlabeled test split).
 - **BLiMP** (`nyu-mll/blimp`, the release's `data/<UID>.jsonl` layout, `../shared/data/blimp`):
@@ -52,6 +55,7 @@ import numpy as np
 from slm_jax.data.rows import RowDataError, RowReader, read_rows
 from slm_jax.downstream import tasks
 from slm_jax.downstream.example import TaskExample
+from slm_jax.gtca.prompts import HELLASWAG_LEAD
 from slm_jax.gtca.toy_task import SLOT  # the asked blank, as in the toy task
 
 McqaDataError = RowDataError
@@ -70,6 +74,8 @@ class GtcaSet:
   kind: str = MCQA
   revision: str = "main"
   downstream: bool = False  # read by slm_jax.downstream.tasks
+  shots: int = 0  # solved training examples before each evaluation question (paper App. B)
+  lead: str = ""  # replaces the prompt's `Question: ` label (HellaSwag's instruction)
 
   def source(self) -> tasks.TaskSource:
     return tasks.TaskSource(self.repo, self.configs, self.eval_split, 0, self.train_split, 0,
@@ -80,9 +86,9 @@ SETS: dict[str, GtcaSet] = {
     "cloth": GtcaSet("AndyChiang/cloth", ("default",), "train", "test", 4),
     "mmlu": GtcaSet("cais/mmlu", ("all",), "auxiliary_train", "test", 4, downstream=True),
     "hellaswag": GtcaSet("Rowan/hellaswag", ("default",), "train", "validation", 4,
-                         downstream=True),
+                         downstream=True, shots=10, lead=HELLASWAG_LEAD),
     "winogrande": GtcaSet("allenai/winogrande", ("winogrande_xl",), "train", "validation", 2,
-                          downstream=True),
+                          downstream=True, shots=5),
     "cola": GtcaSet("nyu-mll/glue", ("cola",), "train", "validation", 0, SENTENCE),
     "blimp": GtcaSet("nyu-mll/blimp", (), "", "all", 0, PAIRS),  # no training split
 }
@@ -99,12 +105,19 @@ class McqaExample:
   source: str  # "file:row" ("file:row:blank" for a CLOTH passage)
   group: str = ""  # subject (MMLU), activity (HellaSwag)
   context: str = ""
+  lead: str = ""  # the prompt's label before the question ("": `Question: `)
+  shots: tuple["McqaExample", ...] = ()  # solved examples written before the question
 
   def record(self) -> dict[str, Any]:
     """The JSON record `prompts.PromptFormat.prompt` and the parse cache read."""
     out = {"id": self.source, "question": self.question, "options": list(self.options)}
     if self.context:
       out["context"] = self.context
+    if self.lead:
+      out["lead"] = self.lead
+    if self.shots:
+      out["shots"] = [{"question": x.question, "options": list(x.options), "answer": x.answer}
+                      for x in self.shots]
     return out
 
 
@@ -120,7 +133,12 @@ class SentenceExample:
     return self.label
 
   def record(self) -> dict[str, Any]:
+    """The sentence to score (BLiMP, CoLA's threshold variant): never chat-wrapped."""
     return {"id": self.source, "sentence": self.sentence}
+
+  def judged_record(self) -> dict[str, Any]:
+    """CoLA's prompted 0/1 judgment of the sentence (`prompts.judgment_prompt`)."""
+    return {**self.record(), "judge": True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +270,19 @@ def _load_pairs(name: str, root: str | pathlib.Path, split: str,
   return GtcaSplit(name, split, sorted(folder.glob("*.jsonl")), examples, counts, paradigms)
 
 
+def shots_of(name: str, root: str | pathlib.Path) -> tuple[McqaExample, ...]:
+  """The set's fixed demonstrations (`GtcaSet.shots`, HellaSwag 10, WinoGrande 5 as in the
+  paper's App. B): the first labeled examples of its training split, the same for every
+  evaluation question (the reference code has no shot selection; this is ours). A training
+  split with fewer labeled rows gives fewer (`load_set` counts them as `shots`)."""
+  spec = set_of(name)
+  if not spec.shots:
+    return ()
+  loaded = tasks.load_split(name, root, spec.train_split, 4 * spec.shots)
+  labeled = [_from_task(x) for x in loaded.examples if x.answer >= 0][:spec.shots]
+  return tuple(dataclasses.replace(x, lead=spec.lead) for x in labeled)
+
+
 # ---- reading a split -------------------------------------------------------------------------
 def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
              limit: int | None = None, seed: int = 0) -> GtcaSplit:
@@ -267,6 +298,10 @@ def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
     examples = [_from_task(x) for x in loaded.examples]
     counts = collections.Counter(rows=loaded.counts["rows"], examples=len(examples),
                                  unlabeled=loaded.counts["unlabeled"])
+    shots = shots_of(name, root) if split == spec.eval_split else ()
+    examples = [dataclasses.replace(x, lead=spec.lead, shots=shots) for x in examples]
+    if spec.shots:
+      counts["shots"] = len(shots)
     return GtcaSplit(name, split, loaded.files, examples, counts)
   files = find_files(name, root, split)
   examples, counts = [], collections.Counter()

@@ -26,7 +26,8 @@ ABLATION_SWITCHES = {  # ablation -> (gtca config options, tree source)
     "none": ({}, "gold"),
     "no_gate": ({"gate": "one"}, "gold"),
     "no_mask": ({"use_update_mask": False}, "gold"),
-    "weak_parser": ({}, "weak"),
+    "weak_parser": ({}, "weak"),  # trees of a genuinely weaker trained parser (weak_parser)
+    "right_branching": ({}, "right_branching"),
     "random_trees": ({}, "random"),
     "permuted_trees": ({}, "permuted"),
 }
@@ -65,6 +66,8 @@ class Settings:
   data_root: str = ""
   cache: str = ""  # the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)
   n_options: int = option(2, config=False)  # option letters the backbone's prompt tokenizer has
+  shared_cross_attention: bool = False  # one cross-attention module for all layers (ablation)
+  weak_parser: str = ""  # the weak-parser ablation's parser folder (toy task)
 
   def __post_init__(self):
     rules = Rules("", self)
@@ -91,6 +94,8 @@ class Settings:
          "batch_size ≥ 1, lr > 0 and alpha ≥ 0 are required")
     need(self.log_every >= 1 and self.checkpoint_every >= 1,
          "log_every and checkpoint_every must be positive")
+    need(not (self.ablation == "weak_parser" and self.task == "toy" and not self.weak_parser),
+         "ablation weak_parser needs weak_parser=FOLDER (a weaker trained parser)")
 
   @property
   def name(self) -> str:

@@ -1,25 +1,35 @@
 """GTCA prompts: the text, the character range of every field, token ids with per-token character
 offsets, and the token update mask m_t (SPEC §10).
 
-MCQA layout (the user message, when a chat template renders it):
+MCQA with a chat-template backbone, as the reference writes it (Pineandgrass/
+GatedTreeCrossAttention, utils/gtca_format.py): the system prompt `MCQA_SYSTEM`, one user turn
 
-    Context: {context}          only when the record has a non-empty context
-    Question: {question}
+    Question: {question}        (HellaSwag: `HELLASWAG_LEAD` then the context)
     Options:
     A. {option 0}
-    B. {option 1}
-    …
-    Answer:
+    B. {option 1}…              (no newline after the last option)
+
+and `Answer:` after the assistant header (on its own line: a newline is added when the
+rendered template does not end with one). Without a chat template, the plain layout: the same
+lines, then `Answer:` on the next line. A record's `context` adds a `Context: {context}` line
+before the question; its `shots` (solved examples: HellaSwag 10, WinoGrande 5, `mcqa_data`) come
+first in the same turn, each the same block followed by `Answer: {letter}` and a blank line.
 
 Fields (character ranges `[start, end)` into `Prompt.text`): `parse_fields` — what the parser
-reads (the context and question *text*, without their labels); `options_header` (`Options:`);
-`option_lines` (`A. …` each, without the newline); `answer` (`Answer:` … the end of the text, so a
-chat template's assistant header belongs to it). BLiMP / CoLA: the text is the sentence itself (or
-its chat rendering), `parse_fields` = the sentence, no options, m ≡ 1.
+reads (the context and question *text*, without their labels; never a shot); `options_header`
+(`Options:`); `option_lines` (`A. …` each, without the newline); `answer` (`Answer:` … the end).
 
-m_t = 0 for every token whose characters overlap the options block (the `Options:` header
-through the end of the last option line: header, option lines and the newlines between them),
-1 elsewhere (zero-width tokens such as a prepended BOS get 1).
+CoLA (`judgment_prompt`, record `{"sentence", "judge": true}`): the CoLA system prompt, the
+sentence as the user turn, `Answer:` after the assistant header (plain: the instruction line,
+`Sentence: {sentence}`, `Answer:`); the score is the next token, " 1" vs " 0". A sentence to be
+*scored* (BLiMP, CoLA's threshold variant: `sentence_prompt`) is the sentence alone and never
+wrapped in a chat template; `parse_fields` = the sentence, no options, m ≡ 1. A BOS id is
+prepended at most once: not when the text's first token already is the BOS (a chat template
+that writes it).
+
+m_t = 0 for every token whose characters overlap an options block (the `Options:` header
+through the end of the last option line: header, option lines and the newlines between them;
+the shots' blocks too), 1 elsewhere (zero-width tokens such as a prepended BOS get 1).
 
 An example longer than `max_len` tokens is truncated from the left (as the paper does):
 `Prompt.truncated` counts the dropped tokens (0 when none). `PromptFormat.max_len` bounds the
@@ -47,6 +57,17 @@ import numpy as np
 LETTERS = string.ascii_uppercase
 MCQA = "mcqa"
 SENTENCE = "sentence"
+JUDGMENT = "judgment"  # CoLA's prompted 0/1 judgment
+ANSWER_TEXT = "Answer:"
+QUESTION_LABEL = "Question: "
+# The reference's system prompts and HellaSwag lead (Pineandgrass/GatedTreeCrossAttention,
+# utils/gtca_format.py), written as it writes them.
+MCQA_SYSTEM = ("Choose the correct option based on the question. Output only the corresponding "
+               "letter of the option without providing a reason.")
+COLA_SYSTEM = ("You are a linguist. Decide if the following English sentence is grammatically "
+               "acceptable. Output 1 for acceptable, 0 for unacceptable. Output only a single "
+               "character: 0 or 1.")
+HELLASWAG_LEAD = "Context: Read the context and choose the most plausible continuation.\n"
 
 
 class PromptError(ValueError):
@@ -55,11 +76,12 @@ class PromptError(ValueError):
 
 class TextTokenizer:
   """Ids and character offsets of a text, from a `tokenizers.Tokenizer`, with the backbone's BOS
-  id and chat template (a callable: user message → rendered text) when it has them.
+  id and chat template (a callable: (user message, system prompt or None) → the rendered
+  conversation with the generation prompt) when it has them.
   `identity` is the sha256 of the tokenizer's canonical JSON: the parse cache's stale check."""
 
   def __init__(self, tokenizer: Any, *, bos_id: int | None = None,
-               chat_template: Callable[[str], str] | None = None, name: str = ""):
+               chat_template: Callable[[str, str | None], str] | None = None, name: str = ""):
     self.tokenizer = tokenizer
     self.bos_id = bos_id
     self.chat_template = chat_template
@@ -84,11 +106,13 @@ class TextTokenizer:
   @classmethod
   def from_checkpoint(cls, tok: Any) -> "TextTokenizer":
     """From an `slm_jax.hf.tokenizer.CheckpointTokenizer`: its BOS id, and its chat template
-    rendering one user message with the generation prompt (the assistant header) after it."""
+    rendering [system prompt,] user message and the generation prompt (the assistant header)."""
     template = None
     if tok.template is not None:
-      def template(content: str) -> str:
-        return tok.chat([{"role": "user", "content": content}], add_generation_prompt=True)
+      def template(content: str, system: str | None = None) -> str:
+        turns = [{"role": "system", "content": system}] if system else []
+        return tok.chat(turns + [{"role": "user", "content": content}],
+                        add_generation_prompt=True)
     return cls(tok.tokenizer, bos_id=tok.bos_id, chat_template=template, name=tok.folder.name)
 
   @property
@@ -178,8 +202,9 @@ class PromptFormat:
 
   def prompt(self, record: Mapping[str, Any], tokenizer: TextTokenizer,
              example_id: str | None = None) -> Prompt:
-    """The prompt of a JSON record: MCQA (`question`, `options`, optional `context`) or a single
-    sentence (`sentence`); `example_id` defaults to the record's `id`."""
+    """The prompt of a JSON record: MCQA (`question`, `options`, optional `context`, `lead`,
+    `shots`), a sentence to score (`sentence`) or CoLA's judgment (`sentence`, `judge`: true);
+    `example_id` defaults to the record's `id`. A sentence to score is never chat-wrapped."""
     example_id = str(record.get("id", "?") if example_id is None else example_id)
     if self.chat and tokenizer.chat_template is None:
       raise PromptError(f"example {example_id}: the prompt format asks for a chat template and "
@@ -192,9 +217,13 @@ class PromptFormat:
                           f"the backbone {tokenizer.name or '(tokenizer)'} defines none")
       bos_id = tokenizer.bos_id
     if "sentence" in record:
-      return sentence_prompt(str(record["sentence"]), tokenizer, example_id=example_id,
-                             max_len=self.prompt_limit(SENTENCE, example_id),
-                             chat_template=template, bos_id=bos_id)
+      sentence = str(record["sentence"])
+      if record.get("judge"):
+        return judgment_prompt(sentence, tokenizer, example_id=example_id,
+                               max_len=self.prompt_limit(MCQA, example_id),
+                               chat_template=template, bos_id=bos_id)
+      return sentence_prompt(sentence, tokenizer, example_id=example_id,
+                             max_len=self.prompt_limit(SENTENCE, example_id), bos_id=bos_id)
     if "question" not in record or "options" not in record:
       raise PromptError(f"example {example_id}: a record needs `question` and `options` (MCQA) "
                         f"or `sentence` (BLiMP/CoLA); it has {sorted(record)}")
@@ -205,25 +234,40 @@ class PromptFormat:
     return mcqa_prompt(str(record["question"] or ""), [str(o) for o in options], tokenizer,
                        context=str(record.get("context") or ""), example_id=example_id,
                        max_len=self.prompt_limit(MCQA, example_id), chat_template=template,
-                       bos_id=bos_id)
+                       bos_id=bos_id, lead=str(record.get("lead") or QUESTION_LABEL),
+                       shots=record.get("shots") or ())
 
 
-def _finish(example_id: str, kind: str, content: str, fields: dict[str, Any],
-            tokenizer: TextTokenizer, masked: tuple[int, int] | None, max_len: int | None,
-            chat_template: Callable[[str], str] | None, bos_id: int | None) -> Prompt:
-  """Renders `content` (chat template), shifts the field ranges, tokenizes, truncates, masks."""
-  text, shift = content, 0
-  if chat_template is not None:
-    text = chat_template(content)
-    shift = text.find(content)
-    if shift < 0:
-      raise PromptError(f"example {example_id}: the chat template does not contain the user "
-                        "message verbatim, so the field ranges cannot be placed")
-  move = lambda span: None if span is None else (span[0] + shift, span[1] + shift)
-  if kind == MCQA and fields["answer"] is not None:
-    fields["answer"] = (fields["answer"][0], len(text) - shift)  # `Answer:` … the end
+def _render(content: str, chat_template: Callable[..., str] | None, system: str | None,
+            example_id: str) -> tuple[str, int]:
+  """(text, shift): `content` as the user turn of the chat template (after `system`), or
+  plain; `shift` = where the content starts in the text."""
+  if chat_template is None:
+    return content, 0
+  text = chat_template(content, system)
+  shift = text.find(content)
+  if shift < 0:
+    raise PromptError(f"example {example_id}: the chat template does not contain the user "
+                      "message verbatim, so the field ranges cannot be placed")
+  return text, shift
+
+
+def _answered(text: str, chat: bool) -> tuple[str, int]:
+  """(text + `Answer:`, where `Answer:` starts): after the assistant header on a line of its
+  own (a newline is added when the rendered template does not end with one, as the reference
+  does); the plain layout's content already ends with a newline."""
+  if chat and not text.endswith("\n"):
+    text += "\n"
+  return text + ANSWER_TEXT, len(text)
+
+
+def _finish(example_id: str, kind: str, text: str, fields: dict[str, Any],
+            tokenizer: TextTokenizer, masked: Sequence[tuple[int, int]], max_len: int | None,
+            bos_id: int | None) -> Prompt:
+  """Tokenizes `text` (field ranges already placed in it), prepends BOS once, truncates, masks."""
   ids_T, offsets_T2 = tokenizer.encode(text)
-  if bos_id is not None:
+  if bos_id is not None and not (len(ids_T) and ids_T[0] == bos_id):
+    # once: a chat template that writes the BOS itself already gave it
     ids_T = np.concatenate([[bos_id], ids_T])
     offsets_T2 = np.concatenate([np.zeros((1, 2), np.int64), offsets_T2])
   dropped = 0
@@ -233,62 +277,111 @@ def _finish(example_id: str, kind: str, content: str, fields: dict[str, Any],
     dropped = len(ids_T) - max_len
     ids_T, offsets_T2 = ids_T[dropped:], offsets_T2[dropped:]
   mask_T = np.ones(len(ids_T), np.float32)
-  if masked is not None:
-    start, end = move(masked)
+  for start, end in masked:
     mask_T[overlapping(offsets_T2, start, end)] = 0.0
   return Prompt(example_id=example_id, kind=kind, text=text,
-                parse_fields=tuple(move(s) for s in fields["parse"]),
-                options_header=move(fields.get("header")),
-                option_lines=tuple(move(s) for s in fields.get("options", ())),
-                answer=move(fields.get("answer")), ids_T=ids_T, offsets_T2=offsets_T2,
-                update_mask_T=mask_T, truncated=dropped, field_names=tuple(fields["names"]))
+                parse_fields=tuple(fields["parse"]), options_header=fields.get("header"),
+                option_lines=tuple(fields.get("options", ())), answer=fields.get("answer"),
+                ids_T=ids_T, offsets_T2=offsets_T2, update_mask_T=mask_T, truncated=dropped,
+                field_names=tuple(fields["names"]))
 
 
-def mcqa_prompt(question: str, options: Sequence[str], tokenizer: TextTokenizer, *,
-                context: str = "", example_id: str = "?", max_len: int | None = None,
-                chat_template: Callable[[str], str] | None = None,
-                bos_id: int | None = None) -> Prompt:
-  """The MCQA prompt (module docstring layout); an empty question or no options is an error."""
-  question, context = question.strip(), context.strip()
-  if not question:
-    raise PromptError(f"example {example_id}: empty question")
+def _options_block(options: Sequence[str], example_id: str
+                   ) -> tuple[str, tuple[int, int], list[tuple[int, int]]]:
+  """(`Options:\nA. …\nB. …`, header range, line ranges), ranges relative to the block."""
   if not options:
     raise PromptError(f"example {example_id}: no options")
   if len(options) > len(LETTERS):
     raise PromptError(f"example {example_id}: {len(options)} options, at most {len(LETTERS)}")
-  parts: list[str] = []
-  parse: list[tuple[int, int]] = []
-
-  def add(label: str, body: str) -> tuple[int, int]:
-    at = sum(map(len, parts)) + len(label)
-    parts.append(label + body + "\n")
-    return at, at + len(body)
-
-  if context:
-    parse.append(add("Context: ", context))
-  parse.append(add("Question: ", question))
-  header = add("", "Options:")
-  lines = []
+  text, lines = "Options:", []
   for letter, option in zip(LETTERS, options):
     option = " ".join(str(option).split())  # one line each
     if not option:
       raise PromptError(f"example {example_id}: option {letter} is empty")
-    lines.append(add("", f"{letter}. {option}"))
-  answer_at = sum(map(len, parts))
-  content = "".join(parts) + "Answer:"
-  fields = {"parse": parse, "names": ["context"] * bool(context) + ["question"],
-            "header": header, "options": lines, "answer": (answer_at, len(content))}
-  return _finish(example_id, MCQA, content, fields, tokenizer, (header[0], lines[-1][1]),
-                 max_len, chat_template, bos_id)
+    text += "\n"
+    lines.append((len(text), len(text) + len(f"{letter}. {option}")))
+    text += f"{letter}. {option}"
+  return text, (0, len("Options:")), lines
+
+
+def mcqa_prompt(question: str, options: Sequence[str], tokenizer: TextTokenizer, *,
+                context: str = "", example_id: str = "?", max_len: int | None = None,
+                chat_template: Callable[..., str] | None = None, bos_id: int | None = None,
+                lead: str = QUESTION_LABEL, shots: Sequence[Mapping[str, Any]] = ()) -> Prompt:
+  """The MCQA prompt (module docstring layout); an empty question or no options is an error.
+  `lead` replaces `Question: ` (HellaSwag's instruction); `shots` are solved examples
+  ({question, options, answer index}) written before the question in the same user turn."""
+  question = " ".join(question.split())
+  context = context.strip()
+  if not question:
+    raise PromptError(f"example {example_id}: empty question")
+  parts: list[str] = []
+  masked: list[tuple[int, int]] = []
+  at = lambda: sum(map(len, parts))
+
+  def block(label: str, body: str, options: Sequence[str], where: str):
+    """label + body + newline + options block; returns (body range, header, lines)."""
+    body_at = at() + len(label)
+    parts.append(label + body + "\n")
+    text, header, lines = _options_block(options, where)
+    base = at()
+    parts.append(text)
+    shift = lambda span: (span[0] + base, span[1] + base)
+    masked.append((base, base + len(text)))  # header, option lines and the newlines between
+    return (body_at, body_at + len(body)), shift(header), [shift(l) for l in lines]
+
+  for n, shot in enumerate(shots):
+    where = f"{example_id} (shot {n})"
+    shot_q = " ".join(str(shot["question"]).split())
+    block(lead, shot_q, [str(o) for o in shot["options"]], where)
+    parts.append(f"\n{ANSWER_TEXT} {LETTERS[int(shot['answer'])]}\n\n")
+  parse, names = [], []
+  if context:
+    parse.append((at() + len("Context: "), at() + len("Context: ") + len(context)))
+    names.append("context")
+    parts.append(f"Context: {context}\n")
+  question_span, header, lines = block(lead, question, options, example_id)
+  parse.append(question_span)
+  names.append("question")
+  content = "".join(parts)
+  chat = chat_template is not None
+  text, shift = _render(content if chat else content + "\n", chat_template, MCQA_SYSTEM,
+                        example_id)
+  text, answer_at = _answered(text, chat)
+  move = lambda span: (span[0] + shift, span[1] + shift)
+  fields = {"parse": [move(s) for s in parse], "names": names, "header": move(header),
+            "options": [move(l) for l in lines], "answer": (answer_at, len(text))}
+  return _finish(example_id, MCQA, text, fields, tokenizer, [move(m) for m in masked], max_len,
+                 bos_id)
 
 
 def sentence_prompt(sentence: str, tokenizer: TextTokenizer, *, example_id: str = "?",
-                    max_len: int | None = None, chat_template: Callable[[str], str] | None = None,
-                    bos_id: int | None = None) -> Prompt:
-  """A BLiMP / CoLA prompt: the sentence alone, m ≡ 1; an empty sentence is an error."""
+                    max_len: int | None = None, bos_id: int | None = None) -> Prompt:
+  """A sentence to be scored (BLiMP, CoLA's threshold variant): the sentence alone — never in
+  a chat template, whatever the backbone has (#36) — with BOS once when `bos_id` is given;
+  m ≡ 1; an empty sentence is an error."""
   sentence = sentence.strip()
   if not sentence:
     raise PromptError(f"example {example_id}: empty sentence")
   fields = {"parse": [(0, len(sentence))], "names": ["sentence"]}
-  return _finish(example_id, SENTENCE, sentence, fields, tokenizer, None, max_len, chat_template,
-                 bos_id)
+  return _finish(example_id, SENTENCE, sentence, fields, tokenizer, (), max_len, bos_id)
+
+
+def judgment_prompt(sentence: str, tokenizer: TextTokenizer, *, example_id: str = "?",
+                    max_len: int | None = None, chat_template: Callable[..., str] | None = None,
+                    bos_id: int | None = None) -> Prompt:
+  """CoLA's prompted acceptability judgment (the reference's): with a chat template, the CoLA
+  system prompt, the sentence as the user turn and `Answer:` after the assistant header; plain:
+  the instruction line, `Sentence: …` and `Answer:`. m ≡ 1; the model's next token after
+  `Answer:` is read as " 1" (acceptable) vs " 0"."""
+  sentence = " ".join(sentence.split())
+  if not sentence:
+    raise PromptError(f"example {example_id}: empty sentence")
+  chat = chat_template is not None
+  content = sentence if chat else f"{COLA_SYSTEM}\nSentence: {sentence}\n"
+  text, shift = _render(content, chat_template, COLA_SYSTEM, example_id)
+  at = shift + (0 if chat else len(COLA_SYSTEM) + len("\nSentence: "))
+  text, answer_at = _answered(text, chat)
+  fields = {"parse": [(at, at + len(sentence))], "names": ["sentence"],
+            "answer": (answer_at, len(text))}
+  return _finish(example_id, JUDGMENT, text, fields, tokenizer, (), max_len, bos_id)

@@ -10,13 +10,17 @@ tree sources an ablation may use, and CoLA's Matthews correlation.
   its span tree read from the cache — a miss is a `CacheMissError` naming the example, never a
   run without structure. Prompts cut from the left are counted (`truncated`).
 - **Tree sources**: the cache holds the trees of the parser it was built with (`parser` in its
-  meta). `gold` takes them as they are; `weak` and `random` need a cache built with
-  `--parser=right_branching` / `--parser=random` (`check_tree_source` refuses another);
+  meta). `gold` takes them as they are; `right_branching` and `random` need a cache built with
+  `--parser=right_branching` / `--parser=random`, `weak` one built with `--parser=FOLDER` of a
+  weaker trained parser than the shipped one (`check_tree_source` refuses another);
   `permuted` shuffles the cached tree's leaves per example (`ablations.permute_leaves`).
-- **CoLA** (`cola_mcc`): each sentence's score is its mean per-token log-likelihood (summed
-  log-likelihood / scored tokens, so length does not decide); a sentence is predicted acceptable
-  iff its score is above a threshold, the one that maximizes MCC on the fitting split (CoLA's
-  train rows); the reported MCC is that of the evaluation split, ×100 as the paper prints it.
+- **CoLA**, `cola="prompt"` (the default, the paper's; `cola_judgments`): each sentence in the
+  judgment prompt (`prompts.judgment_prompt`: the CoLA system prompt, `Answer:`), predicted
+  acceptable iff log p(1) > log p(0) of the next token (`backbone.digit_ids`: " 1" / " 0" when
+  single tokens, else "1" / "0", as the reference reads them; a tie is 0, as there); MCC ×100
+  and accuracy. `cola="threshold"` (`cola_mcc`): each sentence scored alone (never in a chat
+  template) by its mean per-token log-likelihood; predicted acceptable iff above the threshold
+  that maximizes MCC on the fitting split (CoLA's train rows); MCC of the evaluation split.
 - **BLiMP** (`blimp_metrics`): both sentences of every pair scored by summed log-likelihood of
   the tokens after the first (a cache built with `--bos` scores every word), the branch active at
   the run's evaluation α with m ≡ 1 (a sentence prompt masks nothing), span trees from the cache;
@@ -40,14 +44,18 @@ import numpy as np
 
 from slm_jax.eval.blimp import pair_verdicts, summarize
 from slm_jax.gtca import ablations, scoring
-from slm_jax.gtca.backbone import Backbone
+from slm_jax.gtca.backbone import Backbone, digit_ids
 from slm_jax.gtca.batches import Encoded, row_width
 from slm_jax.gtca.metrics import REAL_BLIMP, matthews_corrcoef, mcqa_metrics, option_drift
-from slm_jax.gtca.parse_cache import ParseCache, StaleCacheError
+from slm_jax.gtca.cache_builder import parser_identity
+from slm_jax.gtca.parse_cache import GIVEN, ParseCache, StaleCacheError
 from slm_jax.gtca.mcqa_data import MCQA, PAIRS, SENTENCE, GtcaSplit, load_set, set_of
 from slm_jax.gtca.prompts import PromptFormat, TextTokenizer
 
-WEAK_PARSERS = {"weak": "right_branching", "random": "random"}  # tree source -> cache parser
+# tree source -> the cache's parser; `weak`: any trained parser folder but the shipped one
+WEAK_PARSERS = {"right_branching": "right_branching", "random": "random"}
+MODEL_FREE = ("right_branching", "random", GIVEN)
+COLA_MODES = ("prompt", "threshold")
 
 
 @dataclasses.dataclass
@@ -116,10 +124,17 @@ def context_warning(fmt: PromptFormat, context: int | None, path) -> str | None:
 
 
 def check_tree_source(cache: ParseCache, tree_source: str) -> None:
-  """`weak` / `random` need a cache of that parser; `gold` / `permuted` take any cache."""
-  if tree_source not in WEAK_PARSERS:
+  """`right_branching` / `random` need a cache of that parser, `weak` one of a trained parser
+  folder other than the shipped one; `gold` / `permuted` take any cache."""
+  if tree_source not in (*WEAK_PARSERS, "weak"):
     return
   built = cache.meta.get("parser", "")
+  if tree_source == "weak":
+    from slm_jax.parser.api import SHIPPED  # pylint: disable=import-outside-toplevel
+    if not built or built in MODEL_FREE or built == parser_identity(SHIPPED):
+      raise ValueError(f"tree source 'weak' needs a cache built with --parser=FOLDER of a "
+                       f"weaker trained parser; {cache.path} holds {built!r} trees")
+    return
   if built != WEAK_PARSERS[tree_source]:
     raise ValueError(f"tree source {tree_source!r} needs a cache built with "
                      f"--parser={WEAK_PARSERS[tree_source]}; {cache.path} holds {built!r} trees")
@@ -193,6 +208,31 @@ def cola_mcc(scorer, params, fit_rows: Sequence[tuple], fit_labels: Sequence[int
   return {"cola": 100.0 * mcc, "cola_threshold": threshold}
 
 
+def cola_judgments(scorer, params, examples: Sequence, backbone: Backbone, cache: ParseCache,
+                   fmt: PromptFormat, alpha: float, *, n_layers: int, k: int,
+                   counts: collections.Counter | None = None) -> dict[str, float]:
+  """CoLA by the prompted 0/1 judgment (module docstring): {"cola": MCC ×100,
+  "cola_accuracy": %} of labeled sentence examples, trees of their judgment prompts from the
+  cache (`cache_records.task_records` writes them)."""
+  counts = collections.Counter() if counts is None else counts
+  (zero, one), form = digit_ids(backbone.text_tokenizer, backbone.source)
+  counts["cola_digit_form"] = form  # type: ignore[assignment]
+  encoded = []
+  for example in examples:
+    prompt = fmt.prompt(example.judged_record(), backbone.text_tokenizer, example.source)
+    counts["truncated"] += prompt.truncated > 0
+    ids = np.concatenate([prompt.ids_T, [one if example.label else zero]])
+    counts["over_context"] += backbone.context is not None and len(ids) > backbone.context
+    encoded.append(Encoded(ids, cache.get(prompt.ids_T, example.source), (zero, one),
+                           example.label, "", example.source))
+  scores_N2 = scoring.letter_scores(scorer, params, encoded, alpha, n_layers=n_layers, k=k,
+                                    width=row_width(encoded))
+  predicted_N = scores_N2[:, 1] > scores_N2[:, 0]  # a tie is 0, as the reference reads it
+  labels_N = np.asarray([e.answer for e in encoded])
+  return {"cola": 100.0 * matthews_corrcoef(labels_N, predicted_N),
+          "cola_accuracy": 100.0 * float(np.mean(predicted_N == labels_N.astype(bool)))}
+
+
 def blimp_metrics(scorer, params, split: GtcaSplit, tokenizer: TextTokenizer, cache: ParseCache,
                   fmt: PromptFormat, alpha: float, *, n_layers: int, k: int,
                   counts: collections.Counter | None = None,
@@ -224,16 +264,19 @@ def is_sentence_set(name: str) -> bool:
 
 
 def score_run(restored, name: str, root: str | pathlib.Path, cache_path: str | pathlib.Path,
-              *, limit: int = 0, fit_limit: int = 0, log=print) -> dict:
+              *, limit: int = 0, fit_limit: int = 0, cola: str = "prompt", log=print) -> dict:
   """The metrics of a restored run (`slm_jax.gtca.runs.restore_run`) on one real set's
   evaluation split: MCQA accuracy (`name`, `name_<group>`) and, for branch methods, the option
-  drift; CoLA's MCC (`cola`, threshold fitted on `fit_limit` train rows); BLiMP's accuracies
+  drift; CoLA's MCC (`cola`: "prompt", the 0/1 judgment, or "threshold", fitted on `fit_limit`
+  train rows); BLiMP's accuracies
   (`blimp_metrics`; `limit`: pairs per paradigm). Returns {"metrics", "counts"} and for BLiMP
   "breakdown" (per-term and per-paradigm accuracies)."""
   settings, backbone, graphdef, params, alpha = (
       restored.settings, restored.backbone, restored.graphdef, restored.params, restored.alpha)
   n_layers, k = backbone.decoder.config.n_layers, settings.k
   spec = set_of(name)
+  if cola not in COLA_MODES:
+    raise ValueError(f"cola={cola!r} is not one of {', '.join(COLA_MODES)}")
   cache, fmt = open_cache(cache_path, backbone.text_tokenizer, settings.n_options)
   counts: dict = {}
   extra: dict = {}
@@ -249,6 +292,11 @@ def score_run(restored, name: str, root: str | pathlib.Path, cache_path: str | p
       metrics, counts["pairs"], extra["breakdown"] = blimp_metrics(
           scoring.make_sequence_scorer(graphdef), params, evaluated, backbone.text_tokenizer,
           cache, fmt, alpha, n_layers=n_layers, k=k, counts=tally, context=backbone.context)
+    elif spec.kind == SENTENCE and cola == "prompt":
+      metrics = cola_judgments(scoring.make_letter_scorer(graphdef), params,
+                               evaluated.labeled(), backbone, cache, fmt, alpha,
+                               n_layers=n_layers, k=k, counts=tally)
+      counts["cola_digit_form"] = tally["cola_digit_form"]
     elif spec.kind == SENTENCE:
       fitted = load_set(name, root, spec.train_split, limit=_limit(fit_limit))
       counts["fit"] = {"split": fitted.split, **fitted.counts}

@@ -20,23 +20,27 @@ from slm_jax.gtca.metrics import REAL_BLIMP
 from slm_jax.tables import seed_table
 
 MAIN_METHODS = ("backbone", "lora_only", "direct_joint", "gtca")
-ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "random_trees",
-             "permuted_trees")
+ABLATIONS = ("gtca", "no_gate", "no_mask", "stage2_only", "weak_parser", "right_branching",
+             "random_trees", "permuted_trees")
 DISPLAY = {"backbone": "Backbone", "lora_only": "LoRA-only", "direct_joint": "Direct-Joint",
            "gtca": "GTCA", "no_gate": "w/o gate (g ≡ 1)", "no_mask": "w/o mask (m ≡ 1)",
            "stage2_only": "Stage 1+2 (no stage 3)", "weak_parser": "Weak parser",
+           "right_branching": "Right-branching trees",
            "random_trees": "Random trees", "permuted_trees": "Permuted trees"}
 METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "toy_orc": "ORC↑",
                 "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",
                 REAL_BLIMP: "BLiMP (67 paradigms)↑", "cola": "CoLA (MCC)↑",
-                "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓"}
+                "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓",
+                "xattn_params": "X-attn params", "branch_params": "Branch params"}
 LOWER_BETTER = {"drift"}
+COUNTS = {"xattn_params", "branch_params"}  # sizes, not scores: whole numbers, no bold
 
 
 def _table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Sequence[str],
            metrics: Sequence[str], first: str) -> str:
   return seed_table(results, rows, metrics, first=first, row_names=DISPLAY,
-                    metric_names=METRIC_NAMES, digits={"drift": 3}, lower_better=LOWER_BETTER)
+                    metric_names=METRIC_NAMES, digits={"drift": 3, **dict.fromkeys(COUNTS, 0)},
+                    lower_better=LOWER_BETTER, unranked=COUNTS)
 
 
 def main_table(results: Mapping[str, Mapping[str, Sequence[float]]],
@@ -91,7 +95,8 @@ def present(results: Mapping[str, Mapping[str, Sequence[float]]],
 def report(results: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
   """Both tables as Markdown, each under a heading, with the benchmarks the runs measured."""
   return ("## Main results (mean ± SD over seeds)\n\n"
-          + main_table(results, present(results, MAIN_COLUMNS)) +
+          + main_table(results, present(results, (*MAIN_COLUMNS, *sorted(COUNTS)))) +
           "\n\n## Ablations (mean ± SD over seeds)\n\n"
-          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift"))) + "\n")
+          + ablation_table(results, present(results, (*MAIN_COLUMNS, "drift", *sorted(COUNTS))))
+          + "\n")
 

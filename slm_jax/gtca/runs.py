@@ -44,7 +44,7 @@ from slm_jax import cli
 from slm_jax.gtca import metrics, real_sets, scoring
 from slm_jax.gtca.backbone import Backbone, load_backbone
 from slm_jax.gtca.batches import data_digest, row_width
-from slm_jax.gtca.branch import Gtca, GtcaConfig
+from slm_jax.gtca.branch import Gtca, GtcaConfig, parameter_counts
 from slm_jax.gtca.model import GtcaLM, params_of
 from slm_jax.gtca.plans import ABLATION_SWITCHES, Settings, eval_alpha, plan
 from slm_jax.gtca.stages import (RECORD, RESUMABLE_KEYS, digest_line, restore_stage, run_stage,
@@ -61,7 +61,9 @@ _SCORER_CACHE: dict = {}  # graphdef -> (letter scorer, sequence scorer)
 def make_model(backbone: Backbone, settings: Settings) -> GtcaLM:
   """The backbone with a fresh branch of the run's ablation options (seeded by seed + 1)."""
   options, _ = ABLATION_SWITCHES[settings.ablation]
-  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=settings.k, **options),
+  sharing = "shared" if settings.shared_cross_attention else "per_layer"
+  gtca = Gtca(GtcaConfig.from_model(backbone.decoder.config, k=settings.k,
+                                    cross_attention=sharing, **options),
               rngs=nnx.Rngs(settings.seed + 1))
   return GtcaLM(backbone.decoder, gtca)
 
@@ -109,7 +111,8 @@ def toy_data(settings: Settings, backbone: Backbone, task, tree_source: str
   data = {}
   for split, items in task.splits.items():
     tally: collections.Counter = collections.Counter()
-    data[split] = encode_items(items, backbone, tree_source, settings.seed, tally)
+    data[split] = encode_items(items, backbone, tree_source, settings.seed, tally,
+                               weak_parser=settings.weak_parser)
     counts.setdefault(split, {})["truncated"] = tally["truncated"]
   return data, counts
 
@@ -194,6 +197,9 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   _, source = ABLATION_SWITCHES[settings.ablation]
   model = make_model(backbone, settings)
   n_layers = model.config.n_layers
+  sizes = parameter_counts(model.gtca.config)
+  log(f"GTCA branch ({model.gtca.config.cross_attention} cross-attention): {sizes['total']:,} "
+      f"parameters ({sizes['cross_attention']:,} cross-attention, {sizes['chunk']:,} chunk)")
   if settings.task == "toy":
     data, counts = toy_data(settings, backbone, task, source)
     log("truncated from the left: " + ", ".join(f"{split} {c.get('truncated', 0)}"
@@ -204,7 +210,8 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
                                                 for split, c in counts.items()))
   width = row_width([e for split in data.values() for e in split])
   if settings.blimp_pairs and settings.task == "toy":
-    data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed)
+    data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed,
+                                 weak_parser=settings.weak_parser)
   graphdef, params = params_of(model)
   # the step donates what it trains on: the run trains its own copy (the loaded backbone's
   # arrays stay usable by the next run of a sweep)
@@ -235,6 +242,8 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   alpha = eval_alpha(settings)
   found = evaluate_params(scorers, params, data, settings, n_layers, width, alpha,
                           drift=alpha > 0)
+  if alpha > 0:  # the branch's size, for the tables (methods that train one)
+    found.update(branch_params=sizes["total"], xattn_params=sizes["cross_attention"])
   result = {"method": settings.name, "seed": settings.seed, "metrics": found,
             "stages": per_stage, "counts": counts, "backbone_checks": checks,
             "settings": settings_json(settings), "seconds": time.perf_counter() - began}
@@ -303,6 +312,7 @@ def restore_run(out: str | pathlib.Path, log: Callable[[str], None] = print) -> 
 
 def evaluate_saved_run(run_dir: str | pathlib.Path, task: str, data_root: str, cache: str, *,
                        limit: int = 0, fit_limit: int = 0, force: bool = False,
+                       cola: str = "prompt",
                        log: Callable[[str], None] = print) -> dict:
   """`real_sets.score_run` of a restored run, written to RUN/eval_TASK.json with what made it
   (`evaluated`: task, data_root, cache, limit, fit_limit) and merged into its result.json
@@ -316,7 +326,7 @@ def evaluate_saved_run(run_dir: str | pathlib.Path, task: str, data_root: str, c
                        "again (the old file is kept as eval_TASK.N.json)")
   restored = restore_run(run_dir, log)
   out = real_sets.score_run(restored, task, data_root, cache, limit=limit, fit_limit=fit_limit,
-                            log=log)
+                            cola=cola, log=log)
   out = {**out, "evaluated": {"task": task, "data_root": str(data_root), "cache": str(cache),
                               "limit": limit, "fit_limit": fit_limit}}
   result = json.loads((run_dir / "result.json").read_text())

@@ -11,7 +11,7 @@ parse field uncovered, is a `SpanError` naming the example.
 
 **The input's tree.** MCQA: ROOT → [the trees of the context and question fields, OPTIONS → one leaf
 per option line (labelled by its letter), ANSWER (`Answer:` … the end)]. BLiMP / CoLA: ROOT → the
-sentence tree(s). Every parser word is a leaf node of its own (a word split into several tokens
+sentence tree(s) (CoLA's judgment prompt: and its ANSWER leaf). Every parser word is a leaf node of its own (a word split into several tokens
 is the paper's "subword block as a subnode"). `SpanTree` also carries the token ranges where
 m_t = 0, so a cached value alone gives the branch everything; it round-trips through JSON (the
 parse cache's value): `{"v": 1, "n": tokens, "masked": [[s, e], …], "nodes": [[label, s, e,
@@ -247,6 +247,7 @@ def span_tree(prompt: Prompt, trees: Sequence[Tree]) -> SpanTree:
                if e > s]
     if options:
       children.append(_over(OPTIONS, options))
+  if prompt.answer is not None:  # MCQA and CoLA's judgment prompt
     (s, e), = token_ranges(prompt.offsets_T2, np.asarray([prompt.answer]))
     if e > s:
       children.append(SpanNode(ANSWER, int(s), int(e)))

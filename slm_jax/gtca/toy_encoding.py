@@ -26,7 +26,8 @@ from slm_jax.gtca.toy_task import ToyItem, filled
 
 
 def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
-                 seed: int, counts: collections.Counter | None = None) -> list[Encoded]:
+                 seed: int, counts: collections.Counter | None = None,
+                 weak_parser: str = "") -> list[Encoded]:
   """Prompt + answer-letter rows and span trees of toy items under `tree_source`; the random
   and permuted sources draw from `SeedSequence([seed, split stream, item index])`. A row is cut
   from the left to the backbone's context, letter included (`counts["truncated"]` counts them)."""
@@ -34,15 +35,17 @@ def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
   fmt = PromptFormat(max_len=backbone.context, bos=True,
                      chat=backbone.text_tokenizer.chat_template is not None)
   streams = {"train": 0, "dev": 1, "test": 2}
+  weak = (ablations.weak_trees([item.tree.leaves() for item in items], weak_parser)
+          if tree_source == "weak" else [None] * len(items))
   out = []
-  for item in items:
+  for item, weak_tree in zip(items, weak):
     example_id = f"{item.split}:{item.index}"
     rng = np.random.default_rng(np.random.SeedSequence(
         [seed, streams.get(item.split, 3), item.index]))
     prompt = fmt.prompt({"question": item.question, "options": list(item.options)},
                         backbone.text_tokenizer, example_id)
     counts["truncated"] += prompt.truncated > 0
-    tree = span_tree(prompt, [ablations.question_tree(item.tree, tree_source, rng)])
+    tree = span_tree(prompt, [ablations.question_tree(item.tree, tree_source, rng, weak_tree)])
     if tree_source == "permuted":
       tree = ablations.permute_leaves(tree, rng)
     ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[item.answer]]])
@@ -52,20 +55,24 @@ def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
 
 
 def encode_pairs(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
-                 seed: int) -> list[tuple[tuple, tuple]]:
+                 seed: int, weak_parser: str = "") -> list[tuple[tuple, tuple]]:
   """BLiMP-style minimal pairs of toy items: ((good ids, span tree), (bad ids, span tree)) —
   the sentence with the agreeing verb vs the other form, each a sentence prompt (BOS + words,
   m ≡ 1) with its tree under `tree_source` (drawn like `encode_items`, stream + 10)."""
+  filled_items = [[filled(item, option) for option in (item.answer, 1 - item.answer)]
+                  for item in items]
+  weak = (iter(ablations.weak_trees([words for pair in filled_items for words, _ in pair],
+                                    weak_parser)) if tree_source == "weak" else None)
   out = []
-  for item in items:
+  for item, both in zip(items, filled_items):
     pair = []
-    for option in (item.answer, 1 - item.answer):
-      words, tree = filled(item, option)
+    for option, (words, tree) in zip((item.answer, 1 - item.answer), both):
       rng = np.random.default_rng(np.random.SeedSequence([seed, 10 + item.index, option]))
       prompt = sentence_prompt(" ".join(words), backbone.text_tokenizer,
                                example_id=f"{item.split}:{item.index}:{option}",
                                max_len=backbone.context, bos_id=backbone.text_tokenizer.bos_id)
-      span = span_tree(prompt, [ablations.question_tree(tree, tree_source, rng)])
+      span = span_tree(prompt, [ablations.question_tree(tree, tree_source, rng,
+                                                        next(weak) if weak else None)])
       if tree_source == "permuted":
         span = ablations.permute_leaves(span, rng)
       pair.append((prompt.ids_T.astype(np.int32), span))

@@ -25,7 +25,7 @@ the flags are aliases of the keys of the same name and override the file).
   α = 0.15 · min(1, (s + 1) / ⌈0.1 · steps⌉) at 0-based step s, i.e. linear over the first 10%;
   stage 3 both at α = 0.15). A baseline trains as many steps as the three stages together.
 - **Ablations** (`plans.ABLATION_SWITCHES`): `no_gate` (g ≡ 1), `no_mask` (m ≡ 1), `weak_parser`
-  (right-branching trees), `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
+  (a weaker trained parser's trees, `--weak_parser=FOLDER`), `right_branching`, `random_trees`, `permuted_trees` (`slm_jax.gtca.ablations`); each
   runs the `gtca` plan. The `gtca` plan's result also reports its stage-2 checkpoint as the
   `stage2_only` variant (stages 1+2, no stage 3).
 - **Stages are chained and resumable**: stage i writes Orbax checkpoints of the adapters (LoRA +
@@ -44,9 +44,9 @@ the flags are aliases of the keys of the same name and override the file).
   (`slm_jax.gtca.real_sets`, `slm_jax.gtca.mcqa_data`); the backbone gets the set's option
   letters; prompts use the cache's own prompt format and span trees come from the cache (a miss
   stops the run naming the example). Unlabeled rows and left-truncated prompts are counted in
-  the log and in result.json's `counts`. `weak_parser` / `random_trees` need a cache built with
-  `--parser=right_branching` / `--parser=random`. The test metric is named after the set
-  (`mmlu`, …). `python -m slm_jax.gtca.evaluate --run=DIR --task=…` scores a finished run on
+  the log and in result.json's `counts`. `weak_parser` / `right_branching` / `random_trees`
+  need a cache built with `--parser=WEAK_FOLDER` / `--parser=right_branching` /
+  `--parser=random`. The test metric is named after the set (`mmlu`, …). `python -m slm_jax.gtca.evaluate --run=DIR --task=…` scores a finished run on
   another set (CoLA as MCC included) and `python -m slm_jax.gtca.probe --gtca=DIR` probes it.
 
 Writes `DIR/result.json` ({method, seed, metrics, stages, counts, backbone_checks, settings}).
@@ -99,7 +99,12 @@ FLAGS = {  # the train CLI's flags: aliases of the config keys of the same name,
     "data_root": "the real set's Hugging Face download",
     "cache": "the parse cache of the real set's prompts (python -m slm_jax.gtca.cache)",
     "log_every": "", "jit_cache": "JAX persistent compilation cache folder (reused across runs)",
+    "weak_parser": "parser folder of the weak_parser ablation (a genuinely weaker trained parser; "
+                   "right_branching is its own ablation)",
+    "shared_cross_attention": "one cross-attention module for all layers (ablation; default: one "
+                              "per layer, as the reference); a bare flag means true",
 }
+BARE_FLAGS = ("shared_cross_attention",)  # booleans: `--flag` alone means true
 CONFIG = dataclasses.replace(run_config.LOADER, aliases={name: name for name in FLAGS})
 
 
@@ -109,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   for name, text in FLAGS.items():
     default = CONFIG.default(name) if name not in ("backbone", "out") else None
     shown = "" if default is None else f"default {_shown(default)!r}"
-    parser.add_argument(f"--{name}", default=None,
+    bare = {"nargs": "?", "const": "true"} if name in BARE_FLAGS else {}
+    parser.add_argument(f"--{name}", default=None, **bare,
                         help="; ".join(part for part in (text, shown) if part))
   overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
   args = parser.parse_args(rest)

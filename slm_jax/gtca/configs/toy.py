@@ -4,6 +4,9 @@ grammar's agreement task, on a `terminal_tiny` backbone trained first with
 
   python -m slm_jax.gtca.train --config=toy                      # about 11 min of CPU per seed
   python -m slm_jax.gtca.train --config=toy --seeds=0 --methods=gtca,lora_only   # a smaller one
+
+The weak-parser row needs a weaker trained parser's folder (docs/GTCA_TOY.md says how it was
+trained): `--methods=weak_parser --weak_parser=FOLDER`.
 """
 
 import ml_collections
@@ -14,7 +17,7 @@ def get_config():
   config.backbone = "runs/terminal_tiny"
   config.out = "gtca_runs/toy"
   config.methods = ("backbone", "lora_only", "direct_joint", "gtca", "no_gate", "no_mask",
-                    "weak_parser", "random_trees", "permuted_trees")
+                    "right_branching", "random_trees", "permuted_trees")
   config.seeds = (0, 1, 2, 3, 4)
   config.stage_steps = (150, 150, 150)
   config.batch_size = 16
