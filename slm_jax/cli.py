@@ -14,6 +14,7 @@
   usual user-input errors (ValueError, KeyError, OSError, ImportError) and any exception that
   carries an `exit_code`; `--debug` (every CLI has it) shows their traceback too. An "error" with
   exit code 0 (e.g. "already at step N: nothing to do") is printed as a plain line.
+- **Text input**: `read_utf8(path)`: invalid UTF-8 names file, line and byte.
 - **Shared data**: `shared_data_dir()` finds `../shared/data` (or `$SLM_JAX_SHARED_DATA`), the same
   lookup the evaluators and the tests use.
 """
@@ -163,6 +164,18 @@ def shared_data(name: str, flag: str | None = None) -> pathlib.Path:
     raise CliError(f"shared data '{name}' not found (looked in {looked}); {hint}set "
                    f"{SHARED_DATA_ENV} to the folder that holds it")
   return root / name
+
+
+def read_utf8(path: str | os.PathLike) -> str:
+  """The text of a UTF-8 file (a BOM dropped); invalid UTF-8 is a CliError naming the file, the
+  line and the byte ("FILE:3: invalid UTF-8 at byte 25"), as the PTB readers word it."""
+  data = pathlib.Path(path).read_bytes()
+  try:
+    return data.decode("utf-8-sig")
+  except UnicodeDecodeError as error:
+    line = data.count(b"\n", 0, error.start) + 1
+    raise CliError(f"{path}:{line}: invalid UTF-8 at byte {error.start} ({error.reason}); "
+                   "save the file as UTF-8") from None
 
 
 # Expected failures: reported in one line, never as a traceback.

@@ -73,21 +73,6 @@ def check_tokenizer(folder: pathlib.Path, tok, vocab_size: int) -> None:
                        "tokenizer of another model? copy the checkpoint's own tokenizer files)")
 
 
-def read_text_lines(path: pathlib.Path) -> list[str]:
-  """The lines of a UTF-8 text file; invalid UTF-8 is refused naming the line and byte."""
-  data = path.read_bytes()
-  try:
-    return data.decode("utf-8").splitlines()
-  except UnicodeDecodeError as error:
-    line = data.count(b"\n", 0, error.start) + 1
-    raise cli.CliError(f"{path}:{line}: invalid UTF-8 at byte {error.start} ({error.reason})"
-                       ) from None
-
-
-def _is_workdir(folder: pathlib.Path) -> bool:
-  return (folder / "checkpoints").is_dir() and (folder / CONFIG_FILE).is_file()
-
-
 def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: int = 1) -> Source:
   """The model and tokenizer of an HF folder, a .gguf file or an slm_jax workdir."""
   folder = pathlib.Path(folder)
@@ -128,7 +113,7 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
 
 def read_ids(path: pathlib.Path) -> list[list[int]]:
   out = []
-  for number, line in enumerate(read_text_lines(path), 1):
+  for number, line in enumerate(cli.read_utf8(path).splitlines(), 1):
     try:
       out.append([int(t) for t in line.split()])
     except ValueError:
@@ -190,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     raise cli.CliError(f"{flag}={path}: is a folder; give a file (one line per sequence)")
   if not path.is_file():
     raise cli.CliError(f"{flag}={path}: no such file")
-  lines = read_text_lines(path)  # before the checkpoint loads: bad input fails at once
+  lines = cli.read_utf8(path).splitlines()  # before the checkpoint loads: bad input fails at once
   source = open_checkpoint(args.checkpoint, args.dtype, args.fsdp)
   if args.ids_file:
     sequences = read_ids(path)

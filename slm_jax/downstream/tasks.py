@@ -203,6 +203,9 @@ def _boolq(row: RowReader, task: str, group: str) -> TaskExample:
   del group
   if row.has("answer"):
     answer = int(row.get("answer", bool))
+  elif not row.has("label"):
+    raise row.fail("answer", "missing (a BoolQ row needs answer: true/false, or super_glue's "
+                   "label: 0/1)")
   else:  # super_glue/boolq: label 0 (False) / 1 (True), −1 unlabeled
     answer = row.index_in("label", row.get("label", (int, np.integer)), 2)
   return TaskExample(task, row.get("question", str), ("no", "yes"), answer, row.where,
@@ -300,7 +303,7 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
       except ValueError as error:
         if isinstance(error, RowDataError):
           raise
-        raise RowDataError(f"{path}: row {index}: {error}") from None
+        raise RowDataError(f"{path}: row {index + 1}: {error}") from None
       counts["rows"] += 1
       counts["unlabeled"] += example.answer < 0
       if task == "mmlu_redux":
