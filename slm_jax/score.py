@@ -73,6 +73,10 @@ def check_tokenizer(folder: pathlib.Path, tok, vocab_size: int) -> None:
                        "tokenizer of another model? copy the checkpoint's own tokenizer files)")
 
 
+def _is_workdir(folder: pathlib.Path) -> bool:
+  return (folder / "checkpoints").is_dir() and (folder / CONFIG_FILE).is_file()
+
+
 def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: int = 1) -> Source:
   """The model and tokenizer of an HF folder, a .gguf file or an slm_jax workdir."""
   folder = pathlib.Path(folder)
