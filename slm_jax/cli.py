@@ -170,11 +170,13 @@ def read_utf8(path: str | os.PathLike) -> str:
   """The text of a UTF-8 file (a BOM dropped); invalid UTF-8 is a CliError naming the file, the
   line and the byte ("FILE:3: invalid UTF-8 at byte 25"), as the PTB readers word it."""
   data = pathlib.Path(path).read_bytes()
+  bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
   try:
-    return data.decode("utf-8-sig")
+    return data[bom:].decode("utf-8")
   except UnicodeDecodeError as error:
-    line = data.count(b"\n", 0, error.start) + 1
-    raise CliError(f"{path}:{line}: invalid UTF-8 at byte {error.start} ({error.reason}); "
+    start = bom + error.start  # the byte offset in the file
+    line = data.count(b"\n", 0, start) + 1
+    raise CliError(f"{path}:{line}: invalid UTF-8 at byte {start} ({error.reason}); "
                    "save the file as UTF-8") from None
 
 
@@ -192,10 +194,22 @@ def one_line(text: str) -> str:
   return out
 
 
+# A module of an optional extra (pyproject.toml) → the extra that installs it.
+EXTRAS = {"apache_beam": "beam", "tensorflow_datasets": "tfds", "importlib_resources": "tfds",
+          "benepar": "parse", "nltk": "parse", "pysbd": "parse", "torch": "hf",
+          "transformers": "hf", "safetensors": "hf", "accelerate": "hf", "libtpu": "aot",
+          "jax_triton": "gpu"}
+
+
 def describe_error(error: BaseException) -> str:
-  """The one line shown for an expected error (KeyError's repr quotes are dropped)."""
+  """The one line shown for an expected error (KeyError's repr quotes are dropped; a missing
+  module of an optional extra says how to install it)."""
   if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
     return one_line(error.args[0])
+  module = (getattr(error, "name", None) or "").split(".")[0]
+  if isinstance(error, ModuleNotFoundError) and module in EXTRAS:
+    return (f"{error}: the '{EXTRAS[module]}' extra is not installed "
+            f"(pip install -e '.[{EXTRAS[module]}]')")
   text = str(error) or type(error).__name__
   if isinstance(error, OSError) and error.filename and str(error.filename) not in text:
     text = f"{text}: {error.filename}"
