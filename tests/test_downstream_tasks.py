@@ -204,6 +204,9 @@ def test_a_boolq_row_without_answer_and_invalid_utf8_are_named(tmp_path):
   with pytest.raises(RowDataError, match=rf"{jsonl}: row 2: field 'answer': missing \(a BoolQ "
                      r"row needs answer: true/false, or super_glue's label: 0/1\)"):
     tasks.read_task("boolq", tmp_path)
+  jsonl.write_text("\n")
+  with pytest.raises(RowDataError, match=rf"boolq validation: no rows in {jsonl}"):
+    tasks.read_task("boolq", tmp_path)
   jsonl.write_bytes(b'{"question": "q", "passage": "p", "answer": true}\n{"question": "\xff"}\n')
   with pytest.raises(cli.CliError, match=rf"{jsonl}:2: invalid UTF-8 at byte 64"):
     tasks.read_task("boolq", tmp_path)

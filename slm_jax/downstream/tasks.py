@@ -317,8 +317,13 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
 def read_task(task: str, root: str | pathlib.Path, split: str | None = None,
               limit: int | None = None) -> list[TaskExample]:
   """The examples of one split (default: the evaluation split); `load_split` also gives the
-  counts (unlabeled rows are kept, with answer −1)."""
-  return load_split(task, root, split, limit).examples
+  counts (unlabeled rows are kept, with answer −1). A split without rows is refused (an
+  accuracy over 0 items would be NaN)."""
+  loaded = load_split(task, root, split, limit)
+  if not loaded.examples:
+    raise RowDataError(f"{task} {loaded.split}: no rows in "
+                       f"{', '.join(map(str, loaded.files))}")
+  return loaded.examples
 
 
 # ---- demonstrations --------------------------------------------------------------------------
