@@ -11,8 +11,10 @@ Fixtures are built in a temporary folder (or `--work`): the slm_jax ones by the 
 this script (BoolQ rows, SyntaxGym suites copied from the shared data with one made item-less, a
 tiny Hugging Face folder, inputs with invalid UTF-8). The message shown is the first `error:`
 line (or, for exit 0, the first `warning:` line, else the last line printed); paths under the
-fixture folder read `$F`. A case whose fixture could not be built says so. About 10 minutes on
-a loaded 2-core machine.
+fixture folder read `$F`. A case whose fixture could not be built says so. Most of the time is
+the fixtures (three tiny trainings, two fine-tunes, a parser) and the evaluations: on a 2-core
+machine shared with other work (load about 30) one tree took 33-35 minutes; `--reuse` reruns
+cases on fixtures built earlier.
 """
 
 from __future__ import annotations
