@@ -13,7 +13,7 @@ file system is not reliable), so it is refused naming that host and how to clear
 created when missing; a path that is a file, or a folder this process cannot write, is refused in
 one line (before the command does any work). The lock is re-entrant inside
 one process (a nested `writer_lock` of the same folder is a no-op), and the lock file is removed
-on exit.
+on exit (and the folder too when the lock made it and nothing was written into it).
 
 Layer 0: imports only the stdlib and `slm_jax.cli`.
 """
@@ -100,6 +100,7 @@ def writer_lock(folder: str | os.PathLike, *, what: str,
   if folder.exists() and not folder.is_dir():
     raise cli.CliError(f"{folder}: is a file, not a folder; the {what} writes a folder there: "
                        "give a folder path")
+  created = not folder.exists()
   try:
     folder.mkdir(parents=True, exist_ok=True)
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -141,3 +142,6 @@ def writer_lock(folder: str | os.PathLike, *, what: str,
     with contextlib.suppress(OSError):
       path.unlink()  # while the flock is held: a waiting opener re-checks the inode
     os.close(fd)
+    if created:  # a command that wrote nothing leaves no empty folder behind
+      with contextlib.suppress(OSError):
+        folder.rmdir()

@@ -67,7 +67,10 @@ def test_nested_locks_of_one_process_and_missing_folders(tmp_path):
     with writer_lock(folder, what="inner"):
       assert locks.read_lock(folder)["what"] == "outer"
     assert (folder / ".lock").exists()
-  assert folder.is_dir() and not (folder / ".lock").exists()
+  assert not folder.exists() and (tmp_path / "a").is_dir()  # made by the lock, left empty
+  with writer_lock(folder, what="writer"):
+    (folder / "result.json").write_text("{}")
+  assert (folder / "result.json").exists() and not (folder / ".lock").exists()
 
 
 def test_a_file_where_the_folder_goes_is_one_line(tmp_path):
