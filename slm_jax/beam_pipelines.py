@@ -96,8 +96,8 @@ def _run(args, extra: list[str]) -> tuple[str, object]:
 
 
 def _main(argv: list[str] | None) -> int:
+  args, extra = _parser().parse_known_args(argv)  # --help works without the beam extra
   from slm_jax.data.beam_prepare import counters  # pylint: disable=g-import-not-at-top
-  args, extra = _parser().parse_known_args(argv)
   started = time.time()
   namespace, result = _run(args, extra)
   seconds = time.time() - started

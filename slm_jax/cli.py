@@ -14,6 +14,7 @@
   usual user-input errors (ValueError, KeyError, OSError, ImportError) and any exception that
   carries an `exit_code`; `--debug` (every CLI has it) shows their traceback too. An "error" with
   exit code 0 (e.g. "already at step N: nothing to do") is printed as a plain line.
+- **Text input**: `read_utf8(path)`: invalid UTF-8 names file, line and byte.
 - **Shared data**: `shared_data_dir()` finds `../shared/data` (or `$SLM_JAX_SHARED_DATA`), the same
   lookup the evaluators and the tests use.
 """
@@ -165,6 +166,20 @@ def shared_data(name: str, flag: str | None = None) -> pathlib.Path:
   return root / name
 
 
+def read_utf8(path: str | os.PathLike) -> str:
+  """The text of a UTF-8 file (a BOM dropped); invalid UTF-8 is a CliError naming the file, the
+  line and the byte ("FILE:3: invalid UTF-8 at byte 25"), as the PTB readers word it."""
+  data = pathlib.Path(path).read_bytes()
+  bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+  try:
+    return data[bom:].decode("utf-8")
+  except UnicodeDecodeError as error:
+    start = bom + error.start  # the byte offset in the file
+    line = data.count(b"\n", 0, start) + 1
+    raise CliError(f"{path}:{line}: invalid UTF-8 at byte {start} ({error.reason}); "
+                   "save the file as UTF-8") from None
+
+
 # Expected failures: reported in one line, never as a traceback.
 _EXPECTED = (CliError, ValueError, KeyError, LookupError, OSError, ImportError)
 
@@ -179,10 +194,22 @@ def one_line(text: str) -> str:
   return out
 
 
+# A module of an optional extra (pyproject.toml) → the extra that installs it.
+EXTRAS = {"apache_beam": "beam", "tensorflow_datasets": "tfds", "importlib_resources": "tfds",
+          "benepar": "parse", "nltk": "parse", "pysbd": "parse", "torch": "hf",
+          "transformers": "hf", "safetensors": "hf", "accelerate": "hf", "libtpu": "aot",
+          "jax_triton": "gpu"}
+
+
 def describe_error(error: BaseException) -> str:
-  """The one line shown for an expected error (KeyError's repr quotes are dropped)."""
+  """The one line shown for an expected error (KeyError's repr quotes are dropped; a missing
+  module of an optional extra says how to install it)."""
   if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
     return one_line(error.args[0])
+  module = (getattr(error, "name", None) or "").split(".")[0]
+  if isinstance(error, ModuleNotFoundError) and module in EXTRAS:
+    return (f"{error}: the '{EXTRAS[module]}' extra is not installed "
+            f"(pip install -e '.[{EXTRAS[module]}]')")
   text = str(error) or type(error).__name__
   if isinstance(error, OSError) and error.filename and str(error.filename) not in text:
     text = f"{text}: {error.filename}"

@@ -18,7 +18,8 @@ train split of `--data_dir` (default `../shared/data/<task>`) is read by
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
 `OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.downstream.finetune`). Rerunning the command
 resumes an interrupted seed and reuses finished ones; a seed folder made with other settings,
-source or data is refused (every seed checked before any trains), naming the differing keys. The
+source or data is refused (every seed checked before any trains), naming the differing keys; a
+second fine-tuning into an OUT in use is refused (`slm_jax.locks`), before any data is read. The
 settings (`slm_jax.downstream.finetune_settings.FinetuneSettings`) come from the one config loader
 (`slm_jax.config_files`): `--config=FILE|NAME` (a file whose get_config() returns some of them, or
 a packaged config: `tiny`, a few-second run for checks), the flags above (aliases of the keys of
@@ -35,7 +36,7 @@ import pathlib
 import sys
 from typing import Sequence
 
-from slm_jax import cli, config_files
+from slm_jax import cli, config_files, locks
 from slm_jax.downstream import finetune_settings
 
 # Every flag that sets a settings key (the flag is spelled like the key).
@@ -98,6 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               else cli.shared_data(settings.task, "--data_dir"))
   if not data_dir.is_dir():
     raise cli.CliError(f"--data_dir={data_dir}: no such folder (the {settings.task} data)")
+  with locks.writer_lock(args.out, what="fine-tuning"):  # one writer; a read-only OUT fails here
+    return _finetune(args, settings, workdir, data_dir)
+
+
+def _finetune(args: argparse.Namespace, settings, workdir: pathlib.Path,
+              data_dir: pathlib.Path) -> int:
   from slm_jax.downstream import finetune  # pylint: disable=g-import-not-at-top  # after flags
   from slm_jax.downstream.finetune_data import encode_rows  # pylint: disable=g-import-not-at-top
   from slm_jax.downstream.tasks import read_task  # pylint: disable=g-import-not-at-top

@@ -9,17 +9,19 @@ config loader (`slm_jax.config_files`: unknown keys with did-you-mean hints, wro
 impossible combinations, every problem in one line naming the file or flag). Rerunning the same
 command in the same workdir resumes from the newest checkpoint; a command for another run
 (configuration, model, data, tokenizer, …) is refused before anything is written
-(`slm_jax/train/workdir.py`). Exit codes: 0 done (or nothing to do), 2 bad input, 3
-non-finite loss; `--debug` shows tracebacks.
+(`slm_jax/train/workdir.py`); a second trainer on a workdir in use is refused
+(`slm_jax.locks`: "WORKDIR: in use by pid N on HOST since TIME"). Exit codes: 0 done (or
+nothing to do), 2 bad input, 3 non-finite loss; `--debug` shows tracebacks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from absl import app, flags, logging
 
-from slm_jax import cli, config_files, configs
+from slm_jax import cli, config_files, configs, locks
 
 _CONFIG = flags.DEFINE_string(
     "config", None, "FILE|NAME: a config file (configs/<name>_<scale>.py: get_config() returns "
@@ -68,8 +70,12 @@ def _train() -> int:
   cfg = run_config.load_config(_CONFIG.value, _OVERRIDES, folder=configs.FOLDER)
   workdir = _WORKDIR.value or cfg.checkpoint.dir
   sharding.initialize_distributed(cfg.mesh.distributed)  # before any device query
+  import jax  # pylint: disable=g-import-not-at-top
   from slm_jax.eval.live import LiveSyntax  # pylint: disable=g-import-not-at-top
-  summary = trainer.train(cfg, workdir, live_metrics=LiveSyntax)
+  # one writer per workdir (the lead process of a multi-host run holds it for all)
+  with (locks.writer_lock(workdir, what="training") if jax.process_index() == 0
+        else contextlib.nullcontext()):
+    summary = trainer.train(cfg, workdir, live_metrics=LiveSyntax)
   print("\n".join(summary_lines(cfg, summary)))
   return cli.EXIT_OK
 

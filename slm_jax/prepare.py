@@ -13,7 +13,8 @@ reason (lenient by default; --strict stops at the first problem with its file an
 
 Sharding: input files, in sorted path order, are dealt round-robin to `--shard=i/n`; shard i
 writes `documents-{i}-of-{n}-{j}.array_record` (j = a new file every --records_per_file documents)
-and `manifest-{i}-of-{n}.json`, so many hosts can prepare one corpus into one folder;
+and `manifest-{i}-of-{n}.json`, so many hosts can prepare one corpus into one folder (two writers of one shard are refused:
+`slm_jax.locks`, `.lock.i-of-n`);
 `DocumentSource` checks that all n manifests are there. The record format (`slm_jax.document`
 v1, the word-level lin1 base of a document) is in slm_jax/data/records.py; the library is
 `slm_jax.data.documents.prepare`.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from slm_jax import cli
+from slm_jax import cli, locks
 from slm_jax.data.documents import RECORDS_PER_FILE, prepare
 from slm_jax.inputs import AUTO, TREE_INPUTS
 
@@ -46,9 +47,11 @@ def _parser() -> cli.ArgumentParser:
 
 def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(argv)
-  result = prepare(args.inputs, args.output, shard=args.shard, fmt=args.format,
-                   lenient=not args.strict, sentences_as_documents=args.sentences_as_documents,
-                   records_per_file=args.records_per_file, allow_partial=args.allow_partial)
+  index, count = args.shard
+  with locks.writer_lock(args.output, what="prepare", part=f"{index}-of-{count}"):
+    result = prepare(args.inputs, args.output, shard=args.shard, fmt=args.format,
+                     lenient=not args.strict, sentences_as_documents=args.sentences_as_documents,
+                     records_per_file=args.records_per_file, allow_partial=args.allow_partial)
   counts = result.counts
   print(f"{result.manifest}: {counts.summary('prepare')}\n  {counts.tokens_out:,} lin1 tokens in "
         f"{result.seconds:.1f} s ({counts.tokens_out / max(result.seconds, 1e-9):,.0f} tokens/s)")

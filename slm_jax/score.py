@@ -14,11 +14,18 @@ tokenizer (HF: its tokenizer.json; GGUF: the vocabulary in the file; a workdir: 
 word by word) with no special tokens
 added unless `--bos`. An empty line gives empty lists. This is also how to check a converted
 model: the same ids scored here and by transformers agree to 1e-4 in float32.
+
+Checked: an HF folder whose tokenizer.json disagrees with its config.json (more tokens than
+vocab_size, another BOS id) is refused naming both values; invalid UTF-8 names line and byte;
+sequences longer than the model's trained length (max_position_embeddings, a workdir's seq_len)
+are scored with a warning; a non-finite log-prob is written as null (strict JSON) and the
+command ends with exit 1 saying how many.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 from typing import Callable, TextIO
@@ -29,7 +36,7 @@ import jax.numpy as jnp
 from slm_jax import cli
 from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.hf.gguf import is_gguf
-from slm_jax.hf.load import load_checkpoint
+from slm_jax.hf.load import checkpoint_config, load_checkpoint
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run
 from slm_jax.train.workdir import CONFIG_FILE
@@ -38,11 +45,32 @@ DTYPES = ("float32", "bfloat16")
 
 
 class Source:
-  """A checkpoint to score with: the model, text → ids, and ids → token strings."""
+  """A checkpoint to score with: the model, text → ids, ids → token strings, and the length it
+  was trained on (None: unknown) with where that number comes from."""
 
   def __init__(self, model, encode: Callable[[str, bool], list[int]],
-               pieces: Callable[[list[int]], list[str]]):
+               pieces: Callable[[list[int]], list[str]], trained_len: int | None = None,
+               trained_len_from: str = ""):
     self.model, self.encode, self.pieces = model, encode, pieces
+    self.trained_len, self.trained_len_from = trained_len, trained_len_from
+
+
+def check_tokenizer(folder: pathlib.Path, tok, vocab_size: int) -> None:
+  """An HF folder's tokenizer.json must fit its config.json: no more tokens than the model's
+  vocabulary (vocab_size may be larger: padded rows) and the same BOS id; else refused naming
+  both values."""
+  config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+  problems = []
+  if tok.size > vocab_size:
+    problems.append(f"tokenizer.json has {tok.size} tokens but config.json vocab_size is "
+                    f"{vocab_size}")
+  bos = config.get("bos_token_id")
+  if bos is not None and tok.bos_id is not None and tok.bos_id != bos:
+    problems.append(f"the tokenizer's BOS {tok.special.get('bos_token')!r} is id {tok.bos_id} "
+                    f"but config.json bos_token_id is {bos}")
+  if problems:
+    raise cli.CliError(f"{folder}: tokenizer and model disagree: {'; '.join(problems)} (a "
+                       "tokenizer of another model? copy the checkpoint's own tokenizer files)")
 
 
 def _is_workdir(folder: pathlib.Path) -> bool:
@@ -62,26 +90,34 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
       ids = [i for word in text.split() for i in tok.encode_word(word)]
       return [tok.bos_id, *ids] if bos else ids
 
-    return Source(run.model, encode, lambda ids: tok.decode(ids))
+    return Source(run.model, encode, lambda ids: tok.decode(ids), int(run.cfg.data.seq_len),
+                  "the run's data.seq_len")
   shardings = None
+  if fsdp > len(jax.devices()):
+    raise cli.CliError(f"--fsdp={fsdp}: only {len(jax.devices())} {jax.default_backend()} "
+                       "device(s) here")
   if fsdp > 1:
     mesh = sharding.make_mesh(data=1, fsdp=fsdp, devices=jax.devices()[:fsdp])
     shardings = lambda abstract: sharding.tree_shardings(abstract, mesh)
   checkpoint = load_checkpoint(folder, compute_dtype=jnp.dtype(dtype),
                                param_dtype=jnp.dtype(dtype), shardings=shardings)
   model, tok = checkpoint.model, checkpoint.tokenizer
+  if tok is not None and not is_gguf(folder):
+    check_tokenizer(folder, tok, checkpoint.config.vocab_size)
+  trained_len = checkpoint_config(folder)[0].get("max_position_embeddings")
 
   def encode(text: str, bos: bool) -> list[int]:
     if tok is None:
       raise cli.CliError(f"{folder} has no tokenizer.json: use --ids_file")
     return tok.encode(text, bos=bos)
 
-  return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids])
+  return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids],
+                trained_len, "max_position_embeddings")
 
 
 def read_ids(path: pathlib.Path) -> list[list[int]]:
   out = []
-  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+  for number, line in enumerate(cli.read_utf8(path).splitlines(), 1):
     try:
       out.append([int(t) for t in line.split()])
     except ValueError:
@@ -90,26 +126,34 @@ def read_ids(path: pathlib.Path) -> list[list[int]]:
   return out
 
 
+def _finite(value) -> float | None:
+  value = float(value)
+  return value if math.isfinite(value) else None
+
+
 def score_lines(source: Source, sequences: list[list[int]], out: TextIO, *, topk: int = 0,
-                batch_size: int = 8) -> int:
-  """Writes one JSON object per sequence to `out`; returns how many."""
+                batch_size: int = 8) -> tuple[int, int]:
+  """Writes one JSON object per sequence to `out` (strict JSON: a non-finite log-prob is
+  null); returns (sequences, non-finite log-probs)."""
   scorer = TextScorer(source.model, batch_size=batch_size)
   present = [i for i, ids in enumerate(sequences) if ids]
   scored = dict(zip(present, scorer.score([sequences[i] for i in present], topk)))
+  nonfinite = 0
   for i, ids in enumerate(sequences):
     record = {"ids": ids, "tokens": source.pieces(ids) if ids else [], "logprobs": []}
     if i in scored:
       result = scored[i]
-      record["logprobs"] = [None, *map(float, result.logprobs)]
+      record["logprobs"] = [None, *map(_finite, result.logprobs)]
+      nonfinite += sum(v is None for v in record["logprobs"][1:])
       if topk:
         record["topk"] = [
-            [{"id": int(t), "token": token, "logprob": float(v)}
+            [{"id": int(t), "token": token, "logprob": _finite(v)}
              for t, token, v in zip(ids_k, source.pieces(list(ids_k)), values_k)]
             for ids_k, values_k in zip(result.top_ids, result.top_logprobs)]
     elif topk:
       record["topk"] = []
-    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-  return len(sequences)
+    out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+  return len(sequences), nonfinite
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,20 +174,34 @@ def main(argv: list[str] | None = None) -> int:
   if args.topk < 0:
     raise cli.CliError(f"--topk={args.topk} must be ≥ 0")
   path = args.text_file or args.ids_file
+  flag = "--text_file" if args.text_file else "--ids_file"
+  if path.is_dir():
+    raise cli.CliError(f"{flag}={path}: is a folder; give a file (one line per sequence)")
   if not path.is_file():
-    raise cli.CliError(f"{path}: no such file")
+    raise cli.CliError(f"{flag}={path}: no such file")
+  lines = cli.read_utf8(path).splitlines()  # before the checkpoint loads: bad input fails at once
   source = open_checkpoint(args.checkpoint, args.dtype, args.fsdp)
   if args.ids_file:
     sequences = read_ids(path)
   else:
-    sequences = [source.encode(line, args.bos) if line.strip() else []
-                 for line in path.read_text(encoding="utf-8").splitlines()]
+    sequences = [source.encode(line, args.bos) if line.strip() else [] for line in lines]
+  longer = [len(ids) for ids in sequences if source.trained_len and len(ids) > source.trained_len]
+  if longer:
+    print(f"warning: {len(longer)} of {len(sequences)} sequences are longer than the model's "
+          f"trained length {source.trained_len} ({source.trained_len_from}; longest "
+          f"{max(longer)} tokens): log-probs past it are extrapolation", file=sys.stderr)
   if args.out is None:
-    count = score_lines(source, sequences, sys.stdout, topk=args.topk, batch_size=args.batch_size)
+    count, nonfinite = score_lines(source, sequences, sys.stdout, topk=args.topk,
+                                   batch_size=args.batch_size)
   else:
     with open(args.out, "w", encoding="utf-8") as out:
-      count = score_lines(source, sequences, out, topk=args.topk, batch_size=args.batch_size)
+      count, nonfinite = score_lines(source, sequences, out, topk=args.topk,
+                                     batch_size=args.batch_size)
     print(f"scored {count} lines → {args.out}", file=sys.stderr)
+  if nonfinite:
+    print(f"error: {nonfinite} log-probs are not finite (written as null): the model's output "
+          "overflowed; try --dtype=float32", file=sys.stderr)
+    return cli.EXIT_INCOMPLETE
   return cli.EXIT_OK
 
 

@@ -64,7 +64,7 @@ def test_row_reader_fields_name_file_row_and_field():
                             ("n", str, "expected str, got int"),
                             ("flag", int, "expected int, got bool"),
                             ("q", (list, tuple), "expected list or tuple, got str")):
-    with pytest.raises(RowDataError, match=rf"^x/f\.parquet: row 3: field '{field}': {what}"):
+    with pytest.raises(RowDataError, match=rf"^x/f\.parquet: row 4: field '{field}': {what}"):
       row.get(field, kind)
   with pytest.raises(RowDataError, match="field 'short': expected a list of at least 2"):
     row.strings("short")
@@ -81,5 +81,5 @@ def test_answers_as_index_number_or_letter():
   for value, what in ((4, "answer 4 is outside the 4 options"), ("E", "cannot read answer 'E'"),
                       (True, "cannot read answer True"), (1.0, "cannot read answer 1.0"),
                       ("0", "answer .0. is outside")):
-    with pytest.raises(RowDataError, match=f"f.jsonl: row 0: field 'a': {what}"):
+    with pytest.raises(RowDataError, match=f"f.jsonl: row 1: field 'a': {what}"):
       row.index_in("a", value, 4, base=1 if value == "0" else 0)

@@ -4,6 +4,7 @@ resume after a stop, the seed-folder workdir `load_run` reads, and the CLI's one
 from __future__ import annotations
 
 import json
+import socket
 import re
 import subprocess
 import sys
@@ -254,6 +255,23 @@ def test_a_non_finite_loss_at_a_step_that_logs_nothing_saves_nothing_after_it(so
   assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == list(
       range(1, bad))
   assert not (tmp_path / "seed7" / "summary.json").exists()
+
+
+def test_an_out_in_use_is_refused_before_any_data_is_read(source, tmp_path):
+  """One writer per OUT: a second fine-tuning is refused at once (the data folder is not even
+  read: it holds nothing here)."""
+  run = source[0]
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / ".lock").write_text(json.dumps({"pid": 3, "host": "gpu-node", "started": "T",
+                                         "what": "fine-tuning"}))
+  (tmp_path / "data").mkdir()
+  done = _cli("--task=boolq", f"--workdir={run}", f"--out={out}", f"--data_dir={tmp_path}/data")
+  assert done.returncode == cli.EXIT_USAGE, done.stderr
+  errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+  assert errors == [f"error: {out}: in use by pid 3 on gpu-node since T (fine-tuning); a lock "
+                    f"from another host cannot be checked from {socket.gethostname()}: if that "
+                    f"process has ended, delete {out / '.lock'} and rerun"]
 
 
 def test_a_finished_seed_made_with_other_settings_is_refused_not_reused(source, tmp_path):

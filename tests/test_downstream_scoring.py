@@ -21,6 +21,8 @@ from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import make_tokenizer
+from slm_jax.train.identity import IdentityError
+from slm_jax.train.params import params_digest
 from slm_jax.trees import Tree
 from tests.test_scorer import direct_logprobs
 
@@ -175,9 +177,37 @@ def test_resume_after_a_kill_and_a_truncated_line(tmp_path):
   assert again["scored_now"] == 0 and dying.calls == 1
   for key in ("accuracy", "accuracy_full", "ties", "nonfinite", "items"):
     assert resumed[key] == again[key] == reference[key]
-  with pytest.raises(ValueError, match="holds results"):
+  with pytest.raises(IdentityError, match="holds results"):
     evaluate_task(scorer_for("terminal"), "arc_easy", examples, ARC[:1], tmp_path / "run",
                   source, progress=False)
+
+
+def test_items_scored_by_another_checkpoint_are_not_reused(tmp_path):
+  """BAD 4: the item meta records the checkpoint (step + parameters digest); a rerun of the
+  same configuration from another checkpoint is refused naming the differing keys."""
+  source = make_tree_source("flat")
+  first, other = scorer_for("tree", seed=0), scorer_for("tree", seed=1)
+  made_by = lambda scorer, step: {"step": step, "params_digest": params_digest(
+      nnx.to_pure_dict(nnx.state(scorer.model, nnx.Param)))}
+  assert made_by(first, 5) == made_by(scorer_for("tree", seed=0), 5)
+  evaluate_task(first, "arc_easy", ARC, None, tmp_path, source, progress=False,
+                made_by=made_by(first, 5))
+  meta = json.loads((tmp_path / "arc_easy.meta.json").read_text())
+  assert meta["checkpoint"] == made_by(first, 5)
+  with pytest.raises(IdentityError, match=r"checkpoint.params_digest: '[0-9a-f]+' in the file, "
+                     r"'[0-9a-f]+' now.*delete .*arc_easy.jsonl to score again"):
+    evaluate_task(other, "arc_easy", ARC, None, tmp_path, source, progress=False,
+                  made_by=made_by(other, 5))
+  with pytest.raises(IdentityError, match=r"checkpoint.step: 5 in the file, 9 now"):
+    evaluate_task(first, "arc_easy", ARC, None, tmp_path, source, progress=False,
+                  made_by=made_by(first, 9))
+  again = evaluate_task(first, "arc_easy", ARC, None, tmp_path, source, progress=False,
+                        made_by=made_by(first, 5))
+  assert again["scored_now"] == 0
+  (tmp_path / "arc_easy.meta.json").unlink()  # items that cannot say what scored them
+  with pytest.raises(IdentityError, match=r"arc_easy.jsonl has no arc_easy.meta.json"):
+    evaluate_task(first, "arc_easy", ARC, None, tmp_path, source, progress=False,
+                  made_by=made_by(first, 5))
 
 
 def test_mmlu_is_macro_averaged_over_subjects(tmp_path):

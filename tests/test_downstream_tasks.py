@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm_jax.data.rows import RowDataError, read_rows
+from slm_jax import cli
 from slm_jax.downstream import tasks
 from slm_jax.downstream.example import MC_TASKS, TASKS, TaskExample
 from tests.downstream_fixtures import SUBJECTS, write_fixtures
@@ -191,8 +192,24 @@ def test_bad_rows_name_file_row_and_field(tmp_path, task, row, field, what):
   jsonl = tmp_path / "data" / f"{tasks.TASK_SOURCES[task].eval_split}.jsonl"
   jsonl.parent.mkdir()
   jsonl.write_text(json.dumps({"question": "fine", **row}) + "\n")
-  with pytest.raises(RowDataError, match=rf"{jsonl}: row 0: field '{field}': .*{what}"):
+  with pytest.raises(RowDataError, match=rf"{jsonl}: row 1: field '{field}': .*{what}"):
     tasks.read_task(task, tmp_path)
+
+
+def test_a_boolq_row_without_answer_and_invalid_utf8_are_named(tmp_path):
+  jsonl = tmp_path / "data" / "validation.jsonl"
+  jsonl.parent.mkdir()
+  jsonl.write_text(json.dumps({"question": "q", "passage": "p", "answer": True}) + "\n"
+                   + json.dumps({"question": "q", "passage": "p"}) + "\n")
+  with pytest.raises(RowDataError, match=rf"{jsonl}: row 2: field 'answer': missing \(a BoolQ "
+                     r"row needs answer: true/false, or super_glue's label: 0/1\)"):
+    tasks.read_task("boolq", tmp_path)
+  jsonl.write_text("\n")
+  with pytest.raises(RowDataError, match=rf"boolq validation: no rows in {jsonl}"):
+    tasks.read_task("boolq", tmp_path)
+  jsonl.write_bytes(b'{"question": "q", "passage": "p", "answer": true}\n{"question": "\xff"}\n')
+  with pytest.raises(cli.CliError, match=rf"{jsonl}:2: invalid UTF-8 at byte 64"):
+    tasks.read_task("boolq", tmp_path)
 
 
 def test_unknown_file_format_names_the_file(tmp_path):

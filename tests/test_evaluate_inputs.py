@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from slm_jax import cli, evaluate
+from slm_jax import cli, evaluate, locks
 from slm_jax.eval import report
 from slm_jax.evaluation import inputs, run as evaluation_run
 from slm_jax.train import trainer
@@ -134,3 +136,75 @@ def test_a_proposals_file_that_misses_sentences_is_refused_before_scoring(tmp_pa
     evaluate.main([f"--workdir={tree_run}", "--tasks=blimp", f"--out={tmp_path / 'o'}",
                    f"--blimp_dir={tmp_path / 'blimp'}", f"--blimp_proposals={kbest}"])
   assert not scored
+
+
+def _finetune_folder(path: pathlib.Path, source: pathlib.Path | None, task: str = "boolq"):
+  (path / "seed42").mkdir(parents=True)
+  settings = {"task": task} | ({"source": str(source.resolve())} if source else {})
+  (path / "seed42" / "finetune.json").write_text(json.dumps({"settings": settings, "seed": 42}))
+  return path
+
+
+def test_a_fine_tune_of_another_run_or_order_is_refused(run, tmp_path):
+  """BAD 3: each --boolq_finetuned/--xsum_finetuned folder must name its --workdir as source."""
+  other = tmp_path / "other_run"
+  other.mkdir()
+  mine = _finetune_folder(tmp_path / "ft_mine", run)
+  theirs = _finetune_folder(tmp_path / "ft_theirs", other)
+  assert inputs.finetune_source_problems("boolq", str(mine), [str(run)], 0) == []
+  problems = inputs.finetune_source_problems("boolq", str(theirs), [str(run)], 0)
+  assert problems == [f"--boolq_finetuned={theirs}: seed42 is a fine-tune of "
+                      f"{other.resolve()}, not of --workdir #1 {run}"]
+  swapped = inputs.finetune_source_problems("boolq", str(mine), [str(other), str(run)], 0)
+  assert "that is --workdir #2: give the --boolq_finetuned folders in the --workdir order" in (
+      swapped[0])
+  unnamed = _finetune_folder(tmp_path / "ft_old", None)
+  assert "names no source run" in inputs.finetune_source_problems("boolq", str(unnamed),
+                                                                  [str(run)], 0)[0]
+  (tmp_path / "data").mkdir()
+  args = evaluate.parse_args([f"--workdir={run}", "--tasks=boolq", f"--boolq_finetuned={theirs}",
+                              f"--downstream_dir={tmp_path / 'data'}", f"--out={tmp_path / 'o'}"])
+  with pytest.raises(cli.CliError, match=r"seed42 is a fine-tune of .*other_run, not of"):
+    inputs.check_inputs(args)
+
+
+def test_a_second_evaluation_into_one_out_is_refused(run, tmp_path, capsys):
+  """BAD 6: `--out` in use by another evaluation → one line naming its pid, nothing written."""
+  out = tmp_path / "report"
+  out.mkdir()
+  holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                             "from slm_jax.locks import writer_lock\n"
+                             "with writer_lock(sys.argv[1], what='evaluation'):\n"
+                             "  print('held', flush=True); time.sleep(60)\n", str(out)],
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    code = cli.run(evaluate.main, [f"--workdir={run}", "--tasks=docppl", f"--out={out}",
+                                   "--docppl_documents=1"])
+    err = capsys.readouterr().err.strip()
+    assert code == cli.EXIT_USAGE
+    assert err.startswith(f"error: {out}: in use by pid {holder.pid}") and "(evaluation)" in err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert locks.read_lock(out)["pid"] == holder.pid
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_failed_write_of_a_partial_file_leaves_the_old_one(tmp_path, monkeypatch):
+  """WEAK: a full disk left a 0-byte results.partial.json; now the old file stays, and the
+  error names the file."""
+  path = tmp_path / "results.partial.json"
+  report.write_json({"models": [1]}, path)
+  real = pathlib.Path.write_text
+
+  def disk_full(self, *args, **kwargs):
+    real(self, "")
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(pathlib.Path, "write_text", disk_full)
+  with pytest.raises(OSError, match=r"No space left on device.*results.partial.json"):
+    report.write_json({"models": [1, 2]}, path)
+  monkeypatch.undo()
+  assert json.loads(path.read_text()) == {"models": [1]}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["results.partial.json"]

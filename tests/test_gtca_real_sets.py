@@ -165,16 +165,16 @@ def test_bad_rows_name_file_row_and_field(tmp_path):
   data.mkdir()
   rows = [{"article": "One _ two _ .", "options": [["a", "b", "c", "d"]], "answers": ["A"]}]
   (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-  with pytest.raises(RowDataError, match=r"test\.jsonl: row 0: field 'options': 1 option lists "
+  with pytest.raises(RowDataError, match=r"test\.jsonl: row 1: field 'options': 1 option lists "
                                          "for 2 blanks"):
     mcqa_data.load_set("cloth", tmp_path)
   rows = [{"sentence": "No blank here .", "answer": "a", "distractors": ["b"]}]
   (data / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
-  with pytest.raises(RowDataError, match=r"row 0: field 'sentence': expected one blank \[MASK\]"):
+  with pytest.raises(RowDataError, match=r"row 1: field 'sentence': expected one blank \[MASK\]"):
     mcqa_data.load_set("cloth", tmp_path)
   (tmp_path / "cola").mkdir()
   (tmp_path / "cola" / "validation.jsonl").write_text(json.dumps({"sentence": "s", "label": 3}))
-  with pytest.raises(RowDataError, match="row 0: field 'label': expected 0, 1 or -1"):
+  with pytest.raises(RowDataError, match="row 1: field 'label': expected 0, 1 or -1"):
     mcqa_data.load_set("cola", tmp_path)
 
 

@@ -249,7 +249,7 @@ def test_cli_accepts_the_underscored_and_the_dashed_flag_spellings(tmp_path, cap
                                                            ("k2", ["(S (NP c))"])]
   assert parse_main([str(source), f"--output={out}", "--backend=passthrough",
                      f"--{spell('no_cache')}", f"--{spell('input_format')}=jsonl",
-                     f"--{spell('text_field')}=body"]) == 0
+                     f"--{spell('text_field')}=body", f"--{spell('id_field')}=key"]) == 0
   assert parse_main(["--report", str(out)]) == 0
   printed = capsys.readouterr().out
   assert "0 units parsed, 1 already done" in printed and "3 documents → 2" in printed
@@ -309,3 +309,18 @@ def test_the_slm_backend_parses_offline_with_the_shipped_model(tmp_path):
   (broken / "config.json").write_text("{not json")
   assert parse_main([str(source), f"--output={tmp_path / 'p2'}", "--backend=slm",
                      f"--model={broken}"]) == 2
+
+
+def test_another_backend_s_shard_is_not_counted_as_done(tmp_path, capsys):
+  source = tmp_path / "doc.txt"
+  source.write_text("Cats chase mice.\n")
+  out = tmp_path / "out"
+  assert parse_main([str(source), f"--output={out}", "--backend=flat", "--no_cache"]) == 0
+  capsys.readouterr()
+  assert parse_main([str(source), f"--output={out}", "--backend=passthrough", "--no_cache"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and "\n" not in err
+  assert "holds another parse (backend: 'flat" in err and "'passthrough" in err
+  assert parse_main([str(source), f"--output={out}", "--backend=flat", "--no_cache",
+                     "--max_words=3"]) == 2
+  assert "max_words: 200 in the folder, 3 now" in capsys.readouterr().err

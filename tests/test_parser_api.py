@@ -103,6 +103,17 @@ def test_parse_cli_samples_are_read_by_file_proposals(folder, tmp_path):
   assert proposals.duplicates_dropped == 0
 
 
+def test_parse_cli_names_the_line_of_bad_input(folder, tmp_path, capsys):
+  source = tmp_path / "in.txt"
+  source.write_bytes(b"the cat sat\na \xff mat\n")
+  assert cli.run(parse_cli.main, [str(source), f"--model={folder}"]) == 2
+  assert f"error: {source}:2: invalid UTF-8 at byte 14" in capsys.readouterr().err
+  source.write_text("the cat sat\na (mat) .\n")
+  assert cli.run(parse_cli.main, [str(source), f"--model={folder}", "--pretokenized"]) == 2
+  assert (f"error: {source}:2: word '(mat)' holds a bracket: --pretokenized words are PTB "
+          "tokens") in capsys.readouterr().err
+
+
 def test_parse_cli_bad_model_is_one_error_line(tmp_path, capsys):
   source = tmp_path / "in.txt"
   source.write_text("a b\n")

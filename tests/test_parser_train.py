@@ -112,6 +112,16 @@ def test_bad_flags_are_one_error_line(tmp_path, treebank, capsys):
   assert "config file huge not found" in capsys.readouterr().err
 
 
+def test_a_workdir_in_use_is_refused(tmp_path, treebank, capsys):
+  work = tmp_path / "work"  # a trainer on another host holds it
+  work.mkdir()
+  (work / ".lock").write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "T"}))
+  assert run(tmp_path, treebank) == cli.EXIT_USAGE
+  err = capsys.readouterr().err
+  assert f"{work}: in use by pid 1 on elsewhere since T" in err and "delete" in err
+  assert sorted(p.name for p in work.iterdir()) == [".lock"]  # nothing written
+
+
 def test_configs_are_frozen():
   assert set(LOADER.names()) == {"tiny", "default", "gpu"}
   with pytest.raises(Exception):

@@ -162,3 +162,17 @@ def test_unfinished_parse_shard_counts_and_strict_failures_leave_nothing_behind(
   assert not list((tmp_path / "strict").glob("*array_record*"))  # nothing half written
   assert not list((tmp_path / "strict").glob("*.tmp")) and not list(
       (tmp_path / "strict").glob("manifest-*"))
+
+
+def test_two_writers_of_one_shard_are_refused_other_shards_are_not(tmp_path, capsys):
+  trees = tmp_path / "t.mrg"
+  trees.write_text("(S (NP a) (VP b))\n")
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / ".lock.0-of-2").write_text(json.dumps({"pid": 7, "host": "other-host", "started": "T",
+                                                "what": "prepare"}))
+  assert main([str(trees), f"--output={out}", "--shard=0/2"]) == 2
+  err = capsys.readouterr().err
+  assert f"error: {out}: in use by pid 7 on other-host since T (prepare)" in err
+  assert main([str(trees), f"--output={out}", "--shard=1/2"]) == 0  # its own share is free
+  assert not (out / ".lock.1-of-2").exists()

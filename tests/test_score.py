@@ -4,6 +4,7 @@ top-k agrees with them, `--bos`, `--ids_file` and the errors of bad input."""
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -90,3 +91,71 @@ def test_bad_input_is_one_error_line(folder, tmp_path, capsys):
   missing = tmp_path / "nowhere"
   assert cli.run(score.main, [f"--checkpoint={missing}", f"--ids_file={ids}"]) == cli.EXIT_USAGE
   assert "no such folder" in capsys.readouterr().err
+
+
+def _copy(folder, tmp_path, name):
+  import shutil  # pylint: disable=g-import-not-at-top
+  return pathlib.Path(shutil.copytree(folder, tmp_path / name))
+
+
+def test_a_tokenizer_of_another_model_is_refused_naming_both_values(folder, tmp_path, capsys):
+  """BAD 10: tokenizer.json vs config.json (vocabulary size, BOS id)."""
+  path, _ = folder
+  text = tmp_path / "t.txt"
+  text.write_text("the cat\n")
+  config = json.loads((path / "config.json").read_text())
+  bigger = _copy(path, tmp_path, "bigger_vocab")  # a tokenizer.json of a larger vocabulary
+  tok = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+  tok.add_tokens([f"extra{i}" for i in range(config["vocab_size"] - tok.get_vocab_size(True) + 3)])
+  tok.save(str(bigger / "tokenizer.json"))
+  assert cli.run(score.main, [f"--checkpoint={bigger}", f"--text_file={text}"]) == cli.EXIT_USAGE
+  err = capsys.readouterr().err
+  assert (f"tokenizer.json has {config['vocab_size'] + 3} tokens but config.json vocab_size is "
+          f"{config['vocab_size']}") in err
+  other_bos = _copy(path, tmp_path, "other_bos")
+  tok_config = json.loads((path / "tokenizer_config.json").read_text())
+  bos_token = tok_config.get("bos_token")
+  if not bos_token:
+    pytest.skip("the test tokenizer names no BOS token")
+  bos = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json")).token_to_id(
+      bos_token if isinstance(bos_token, str) else bos_token["content"])
+  (other_bos / "config.json").write_text(json.dumps({**config, "bos_token_id": bos + 1}))
+  assert cli.run(score.main, [f"--checkpoint={other_bos}", f"--text_file={text}"]) == 2
+  assert f"is id {bos} but config.json bos_token_id is {bos + 1}" in capsys.readouterr().err
+
+
+def test_text_input_problems_and_long_sequences(folder, tmp_path, capsys):
+  path, _ = folder
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--text_file={tmp_path}"]) == 2
+  assert f"--text_file={tmp_path}: is a folder" in capsys.readouterr().err
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"the cat\nsat \xff here\n")
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--text_file={bad}"]) == 2
+  assert f"{bad}:2: invalid UTF-8 at byte 12" in capsys.readouterr().err
+  trained = json.loads((path / "config.json").read_text())["max_position_embeddings"]
+  ids = tmp_path / "ids.txt"
+  ids.write_text(" ".join(["5"] * (trained + 3)) + "\n5 6\n")
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--ids_file={ids}", "--fsdp=64"]) == 2
+  assert "--fsdp=64: only" in capsys.readouterr().err
+  out = tmp_path / "o.jsonl"
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--ids_file={ids}", f"--out={out}"]) == 0
+  assert (f"warning: 1 of 2 sequences are longer than the model's trained length {trained} "
+          f"(max_position_embeddings; longest {trained + 3} tokens)") in capsys.readouterr().err
+
+
+def test_non_finite_log_probs_are_null_and_exit_1(folder, monkeypatch, capsys):
+  import io  # pylint: disable=g-import-not-at-top
+  path, _ = folder
+  source = score.open_checkpoint(path)
+  real = score.TextScorer.score
+
+  def with_nan(self, sequences, topk=0):
+    results = real(self, sequences, topk)
+    results[0].logprobs[0] = float("nan")
+    return results
+
+  monkeypatch.setattr(score.TextScorer, "score", with_nan)
+  out = io.StringIO()
+  assert score.score_lines(source, [[5, 6, 7]], out) == (1, 1)
+  record = json.loads(out.getvalue())
+  assert record["logprobs"][:2] == [None, None] and "NaN" not in out.getvalue()

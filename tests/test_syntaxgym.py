@@ -224,6 +224,18 @@ def test_bad_suites_are_named(tmp_path):
   write_suite(tmp_path, "broken", ITEMS[:1], ["(1;%other%) > 0"])
   with pytest.raises(SuiteError, match="condition 'other'"):
     load_suite(tmp_path / "broken.json")
+  # BAD 11: a suite without "items" (or with none) is refused, not dropped from the headline
+  write_suite(tmp_path, "no_items", ITEMS[:1], ["(1;%match%) > 0"])
+  data = json.loads((tmp_path / "no_items.json").read_text())
+  for items in (None, []):
+    if items is None:
+      data.pop("items")
+    else:
+      data["items"] = items
+    (tmp_path / "no_items.json").write_text(json.dumps(data))
+    with pytest.raises(SuiteError, match=r"no_items.json: (not a SyntaxGym suite \(KeyError"
+                       r"\('items'\)|a SyntaxGym suite without items)"):
+      load_suite(tmp_path / "no_items.json")
 
 
 # ---- real suites, real (random) models

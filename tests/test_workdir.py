@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -122,3 +123,31 @@ def test_a_run_that_drops_most_of_its_corpus_warns_and_can_be_made_to_stop(tmp_p
   assert not (tmp_path / "a" / "checkpoints").exists()
   trainer.train(small_config("tree", steps=1, **short), tmp_path / "b")
   assert "WARNING: training data:" in capsys.readouterr().out
+
+
+def test_two_trainers_on_one_workdir_one_is_refused_the_other_intact(tmp_path):
+  """BAD 5: two `main` processes started on one workdir within a second: the second to reach the
+  workdir is refused (exit 2, "in use by pid N"), the first trains; checkpoints and
+  metrics.jsonl are the first's alone (no doubled lines)."""
+  overrides = [f"--config.{k}={v}" for k, v in SMALL.items()]
+  command = [sys.executable, "-m", "slm_jax.main", "--config=configs/tgtree_tiny.py",
+             "--config.train.steps=4", "--config.train.log_every=1", *overrides,
+             f"--workdir={tmp_path}"]
+  first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+  time.sleep(0.5)
+  second = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+  done = {p.pid: (p.wait(timeout=300), *p.communicate()) for p in (first, second)}
+  codes = sorted(code for code, _, _ in done.values())
+  assert codes == [0, 2], done
+  (winner,) = [pid for pid, (code, _, _) in done.items() if code == 0]
+  (refused,) = [err for code, _, err in done.values() if code == 2]
+  errors = [line for line in refused.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "Traceback" not in refused
+  assert errors[0].startswith(f"error: {tmp_path}: in use by pid {winner} on ")
+  assert "(training)" in errors[0]
+  lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  train_steps = [r["step"] for r in lines if "loss" in r and "eval_loss" not in r]
+  assert train_steps == sorted(set(train_steps)) and train_steps[-1] == 4
+  assert (tmp_path / "checkpoints" / "4").is_dir() and not (tmp_path / ".lock").exists()

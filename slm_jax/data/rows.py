@@ -7,8 +7,8 @@ rows with nested fields; corpora of documents are read a row group at a time by
 `slm_jax.data.parquet`.
 
 `RowReader` wraps one row: every missing field, wrong type or unreadable answer is a
-`RowDataError` whose message names the file, the row (0-based, in file order) and the field —
-`path: row 3: field 'answer': ...`. The task readers of `slm_jax.gtca.mcqa_data` and
+`RowDataError` whose message names the file, the row (counted from 1, in file order) and the
+field — `path: row 3: field 'answer': ...`; invalid UTF-8 names file, line and byte. The task readers of `slm_jax.gtca.mcqa_data` and
 `slm_jax.downstream.tasks` are built on it.
 """
 
@@ -19,6 +19,8 @@ import pathlib
 from typing import Any
 
 import numpy as np
+
+from slm_jax import cli
 
 LETTERS = "ABCDEFGH"
 FORMATS = (".parquet", ".arrow", ".jsonl", ".json")
@@ -51,7 +53,7 @@ def _read_parquet(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def _read_json(path: pathlib.Path) -> list[Any]:
-  text = path.read_text(encoding="utf-8")
+  text = cli.read_utf8(path)  # invalid UTF-8 names file, line and byte
   if path.suffix == ".json" and text.lstrip().startswith("["):
     try:
       return json.loads(text)
@@ -104,7 +106,8 @@ class RowReader:
     return f"{self.path}:{self.index}"
 
   def fail(self, field: str, what: str) -> RowDataError:
-    return RowDataError(f"{self.path}: row {self.index}: field {field!r}: {what}")
+    """The error of a field, naming the file and the row counted from 1."""
+    return RowDataError(f"{self.path}: row {self.index + 1}: field {field!r}: {what}")
 
   def has(self, field: str) -> bool:
     return self.row.get(field) is not None

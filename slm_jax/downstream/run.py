@@ -49,7 +49,8 @@ from slm_jax.downstream.generate import BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS
 from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
-from slm_jax.downstream.scoring import evaluate_task, read_records
+from slm_jax.downstream.scoring import check_item_meta, evaluate_task, read_records
+from slm_jax.train.params import run_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
   """task → `downstream.mc` entry of one loaded run (module docstring)."""
   scorer = protocol(run.configuration).scorer(run, options.batch_size)
   out = pathlib.Path(out_dir)
+  made_by = run_identity(run)  # the checkpoint: recorded with every item file
   entries: dict[str, dict] = {}
   for task in options.mc_tasks:
     examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
@@ -93,7 +95,8 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
     started = time.perf_counter()
     summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
                             batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
-                            progress=options.progress, mc_format=options.mc_format)
+                            progress=options.progress, mc_format=options.mc_format,
+                            made_by=made_by)
     records = read_records(out / f"{task}.jsonl")
     entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
     entries[task]["seconds"] = round(time.perf_counter() - started, 2)
@@ -165,6 +168,11 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
   if room < 16:
     raise ValueError(f"seq_len {run.cfg.data.seq_len} leaves no room for a prompt besides "
                      "the summary")
+  check_item_meta(path.with_suffix(".meta.json"), path, {
+      "task": "xsum", "items": len(examples), "configuration": run.configuration.name,
+      "tree_source": encoder.tree_source.name if encoder.with_trees else None,
+      "beam": options.beam, "max_tokens": options.max_tokens, "max_words": options.max_words,
+      "checkpoint": run_identity(run)})
   records = _completed_lines(path)
   for i, record in enumerate(records):
     if i >= len(examples) or record["source"] != examples[i].source:
@@ -226,7 +234,8 @@ def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOpti
     scorer = protocol(run.configuration).scorer(run, options.batch_size)
     summary = evaluate_task(scorer, "boolq", examples, None, pathlib.Path(out_dir) / f"seed{seed}",
                             tree_source, batch_size=options.batch_size,
-                            max_len=run.cfg.data.seq_len, progress=options.progress)
+                            max_len=run.cfg.data.seq_len, progress=options.progress,
+                            made_by=run_identity(run))
     seeds[str(seed)] = {"accuracy": 100 * summary["accuracy"], "n": summary["scored"],
                         "wrong_ties_nonfinite": int(summary["ties"]) + int(summary["nonfinite"]),
                         "workdir": str(path), "step": int(run.step)}

@@ -23,7 +23,8 @@ each subject's accuracy.
 gold, prediction, correct, tie, nonfinite, shots, per-option scores), flushed after every chunk of
 items; a restart skips the items already written, and a last line cut short by a kill is detected,
 removed and redone. `OUT/{task}.meta.json` holds what the scores depend on (configuration, tree
-source, item count); resuming with different ones is an error. Progress (items, items/s, ETA) goes
+source, item count, the checkpoint: `made_by`, its step and parameters digest); resuming with
+different ones is refused naming the differing keys (`check_item_meta`, `train.identity`). Progress (items, items/s, ETA) goes
 to stderr.
 """
 
@@ -44,6 +45,7 @@ from slm_jax.downstream import paper_format
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
+from slm_jax.train import identity
 
 Demonstrations = (Sequence[TaskExample] | Mapping[str, Sequence[TaskExample]]
                   | Callable[[TaskExample], Sequence[TaskExample]])
@@ -171,6 +173,21 @@ def _demos_for(demonstrations: Demonstrations | None, example: TaskExample) -> l
   return list(demonstrations)
 
 
+def check_item_meta(meta_path: pathlib.Path, path: pathlib.Path, meta: Mapping[str, Any]) -> None:
+  """Before item file `path` is reused: its record `meta_path` must match `meta` (what scores
+  it: configuration, scheme, tree source, the checkpoint's step and parameters digest, …), by the
+  one identity rule (`train.identity`), else refused naming the differing keys; then `meta` is
+  written (atomically)."""
+  if path.exists():
+    identity.check_record(
+        meta_path, meta, what=f"{path} holds results of another model or settings",
+        where="in the file", hint=f"use another --out, or delete {path} to score again")
+    if not meta_path.exists() and path.stat().st_size:
+      raise identity.IdentityError(f"{path} has no {meta_path.name}: cannot tell what scored its "
+                                   f"items; use another --out, or delete {path} to score again")
+  identity.write_record(meta_path, meta)
+
+
 def as_scorer(model: Any, batch_size: int = 32) -> Scorer:
   """A `Scorer` from a Scorer, a loaded run (`.model`, `.tokenizer`, `.configuration`) or a
   training workdir path."""
@@ -206,7 +223,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                   demonstrations: Demonstrations | None, out_dir: str | pathlib.Path,
                   tree_source: TreeSource | None, *, chunk_items: int = 64,
                   batch_size: int = 32, max_len: int | None = None, progress: bool = True,
-                  tree_source_name: str | None = None, mc_format: str = "olmes") -> dict:
+                  tree_source_name: str | None = None, mc_format: str = "olmes",
+                  made_by: Mapping[str, Any] | None = None) -> dict:
   """Scores every example of `task` (resumable, see the module docstring) and returns the
   summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts).
 
@@ -233,13 +251,10 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   meta = dict(task=task, items=len(examples), configuration=scorer.configuration.name,
               scheme=encoder.scheme,
               tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None),
-              **({"mc_format": mc_format} if paper else {}))
-  meta_path, path = out / f"{task}.meta.json", out / f"{task}.jsonl"
-  if meta_path.exists() and path.exists():
-    saved = json.loads(meta_path.read_text())
-    if saved != meta:
-      raise ValueError(f"{path} holds results of {saved}, not {meta}: use another output folder")
-  meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+              **({"mc_format": mc_format} if paper else {}),
+              checkpoint=dict(made_by or {}))
+  path = out / f"{task}.jsonl"
+  check_item_meta(out / f"{task}.meta.json", path, meta)
   records = read_records(path)
   done = {}
   for r in records:

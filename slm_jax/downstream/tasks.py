@@ -205,6 +205,9 @@ def _boolq(row: RowReader, task: str, group: str) -> TaskExample:
   del group
   if row.has("answer"):
     answer = int(row.get("answer", bool))
+  elif not row.has("label"):
+    raise row.fail("answer", "missing (a BoolQ row needs answer: true/false, or super_glue's "
+                   "label: 0/1)")
   else:  # super_glue/boolq: label 0 (False) / 1 (True), −1 unlabeled
     answer = row.index_in("label", row.get("label", (int, np.integer)), 2)
   return TaskExample(task, row.get("question", str), ("no", "yes"), answer, row.where,
@@ -319,7 +322,7 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
       except ValueError as error:
         if isinstance(error, RowDataError):
           raise
-        raise RowDataError(f"{path}: row {index}: {error}") from None
+        raise RowDataError(f"{path}: row {index + 1}: {error}") from None
       example = with_row_fields(example, raw)
       counts["rows"] += 1
       counts["unlabeled"] += example.answer < 0
@@ -334,8 +337,13 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
 def read_task(task: str, root: str | pathlib.Path, split: str | None = None,
               limit: int | None = None) -> list[TaskExample]:
   """The examples of one split (default: the evaluation split); `load_split` also gives the
-  counts (unlabeled rows are kept, with answer −1)."""
-  return load_split(task, root, split, limit).examples
+  counts (unlabeled rows are kept, with answer −1). A split without rows is refused (an
+  accuracy over 0 items would be NaN)."""
+  loaded = load_split(task, root, split, limit)
+  if not loaded.examples:
+    raise RowDataError(f"{task} {loaded.split}: no rows in "
+                       f"{', '.join(map(str, loaded.files))}")
+  return loaded.examples
 
 
 # ---- demonstrations --------------------------------------------------------------------------

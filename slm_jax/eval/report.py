@@ -347,9 +347,16 @@ def write_reports(results: dict, out_dir: str | pathlib.Path,
 
 def write_json(results: dict, path: pathlib.Path) -> None:
   """Strict JSON (no NaN / Infinity tokens, which most JSON readers reject): a non-finite
-  number is written as null; the tables say "–" (`tables.DASH`) for it."""
-  path.write_text(json.dumps(_finite(results), indent=1, default=_json_default,
-                             allow_nan=False) + "\n")
+  number is written as null; the tables say "–" (`tables.DASH`) for it. Atomic (a temporary
+  file renamed over `path`): a kill or a full disk leaves the old file, never a cut one."""
+  text = json.dumps(_finite(results), indent=1, default=_json_default, allow_nan=False) + "\n"
+  partial = path.with_name(f".{path.name}.tmp")
+  try:
+    partial.write_text(text)
+  except OSError as error:
+    partial.unlink(missing_ok=True)
+    raise OSError(error.errno, error.strerror, str(path)) from None  # names the file
+  partial.replace(path)
 
 
 def _finite(value: Any) -> Any:

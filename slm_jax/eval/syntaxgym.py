@@ -80,10 +80,15 @@ def load_suite(path: str | pathlib.Path) -> Suite:
     name = data["meta"]["name"]
     regions = {int(k): v for k, v in data["region_meta"].items()}
     formulas = [p["formula"] for p in data["predictions"] if p.get("type", "formula") == "formula"]
+    raw_items = data["items"]
   except (KeyError, TypeError, ValueError) as error:
     raise SuiteError(f"{path}: not a SyntaxGym suite ({error!r})") from error
+  if not isinstance(raw_items, list) or not raw_items:
+    raise SuiteError(f"{path}: a SyntaxGym suite without items (\"items\" is "
+                     f"{'empty' if raw_items == [] else type(raw_items).__name__}); a suite "
+                     "dropped from the headline would change its mean silently")
   items = []
-  for raw in data.get("items", []):
+  for raw in raw_items:
     conditions = {}
     for condition in raw["conditions"]:
       contents = {int(r["region_number"]): str(r.get("content") or "").strip()

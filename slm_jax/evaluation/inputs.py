@@ -1,6 +1,7 @@
 """What an evaluation reads, checked before anything is scored (a gap never throws away
 finished work): the workdirs and their checkpoints, proposal files and folders, PTB paths, the
-downstream folders and `--out` (`check_inputs`: every problem in one error); runs whose
+downstream folders (a fine-tuned folder must be a fine-tune of its --workdir:
+`finetune_source_problems`) and `--out` (`check_inputs`: every problem in one error); runs whose
 linearization beam proposals cannot invert (`check_beam_runs`); a proposals FILE that misses a
 sentence some tree model will ask for (`check_file_coverage`); the SyntaxGym suites folder
 (`syntaxgym_dir`).
@@ -24,7 +25,8 @@ DOWNSTREAM_TASKS = ("mc", "xsum", "boolq")
 def check_inputs(args) -> None:
   """Every input of the command, checked before anything is scored: each workdir is a training
   workdir with a readable config and at least one checkpoint, proposal files and PTB paths
-  exist, and `--out` is (or can be made) a folder. Raises one error naming every problem."""
+  exist, the fine-tuned folders name their --workdir as source, and `--out` is not a file.
+  Raises one error naming every problem."""
   from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
   problems = []
   for workdir in args.workdir:
@@ -57,15 +59,46 @@ def check_inputs(args) -> None:
     elif not pathlib.Path(args.downstream_dir).is_dir():
       problems.append(f"--downstream_dir={args.downstream_dir}: no such folder")
     for task in ("xsum", "boolq"):
-      for folder in (getattr(args, f"{task}_finetuned") or ()) if task in args.tasks else ():
+      for index, folder in enumerate(getattr(args, f"{task}_finetuned") or ()
+                                     if task in args.tasks else ()):
         if not pathlib.Path(folder).is_dir():
           problems.append(f"--{task}_finetuned={folder}: no such folder")
+        else:
+          problems += finetune_source_problems(task, folder, args.workdir, index)
   out = pathlib.Path(args.out)
   if out.exists() and not out.is_dir():
     problems.append(f"--out={out}: exists and is not a folder")
   if problems:
     raise cli.CliError("; ".join(problems))
-  out.mkdir(parents=True, exist_ok=True)
+
+
+def finetune_source_problems(task: str, folder: str, workdirs: Sequence[str],
+                             index: int) -> list[str]:
+  """The `--{task}_finetuned` folders follow the `--workdir` order: every seed's
+  `finetune.json` must name the `index`-th workdir as its source run (a fine-tune of another
+  run, or a swapped order, would put another model's numbers in this run's row)."""
+  from slm_jax.downstream.finetune import SETTINGS_FILE  # pylint: disable=g-import-not-at-top
+  from slm_jax.train import identity  # pylint: disable=g-import-not-at-top
+  want = pathlib.Path(workdirs[index]).resolve()
+  others = {pathlib.Path(w).resolve(): n for n, w in enumerate(workdirs)}
+  problems = []
+  for record_path in sorted(pathlib.Path(folder).glob(f"seed*/{SETTINGS_FILE}")):
+    try:
+      record = identity.read_record(record_path) or {}
+    except identity.IdentityError as error:
+      problems.append(str(error))
+      continue
+    source = (record.get("settings") or {}).get("source")
+    if source is None:
+      problems.append(f"{record_path}: names no source run; cannot check that it is a fine-tune "
+                      f"of --workdir={workdirs[index]}")
+    elif pathlib.Path(source).resolve() != want:
+      where = others.get(pathlib.Path(source).resolve())
+      swapped = (f" (that is --workdir #{where + 1}: give the --{task}_finetuned folders in the "
+                 "--workdir order)" if where is not None else "")
+      problems.append(f"--{task}_finetuned={folder}: {record_path.parent.name} is a fine-tune of "
+                      f"{source}, not of --workdir #{index + 1} {workdirs[index]}{swapped}")
+  return problems
 
 
 def check_beam_runs(workdirs: Sequence[str]) -> None:

@@ -5,8 +5,9 @@ data and proposal sources built once (`evaluation.sources`), then per run (`eval
 scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
 the Pushdown reference's), SyntaxGym, BLiMP and doc-PPL (`slm_jax.eval`) and the downstream tasks
 (`evaluate_downstream` → `downstream.run`); after every run the finished ones are kept in
-`OUT/results.partial.json`; then the paired bootstrap, conventions and notes
-(`evaluation.summary`) and the reports (`eval.report.write_reports`: results.json, tables.md,
+`OUT/results.partial.json` (written atomically); one evaluation writes into an `OUT` at a time
+(`slm_jax.locks`: a second is refused naming the first's pid); then the paired bootstrap,
+conventions and notes (`evaluation.summary`) and the reports (`eval.report.write_reports`: results.json, tables.md,
 charts; the downstream tables and chart from `downstream.report`).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from slm_jax import cli
+from slm_jax import cli, locks
 from slm_jax.downstream.protocol import protocol
 from slm_jax.eval import report
 from slm_jax.eval.blimp import evaluate_blimp
@@ -41,6 +42,12 @@ def evaluate(args) -> dict[str, pathlib.Path]:
   if beam_tasks(args):
     check_beam_runs(args.workdir)  # a linearization beam proposals cannot invert: say so first
   check_inputs(args)  # then every input, before anything is scored
+  with locks.writer_lock(args.out, what="evaluation"):  # one evaluation per --out
+    return _evaluate(args, started)
+
+
+def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
+  from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
   first_cfg, _ = run_config(args.workdir[0])
   data, settings = task_data(args, first_cfg)
   check_file_coverage(args, data)

@@ -9,8 +9,9 @@
 Inputs: Parquet files/folders (FineWeb-Edu layout: a `text` column; `id` used when present), JSONL
 (`{"text": …, "id": …}` per line) or plain text files (one document each); a folder contributes
 every *.parquet, *.jsonl, *.txt and *.text file under it (--input_format: only that format's).
-Rerunning the same command resumes (finished units are skipped); see slm_jax/parse/stage.py for
-the output layout.
+Rerunning the same command resumes (finished units are skipped); a shard made by another backend
+or options is refused (its `identity.json`), and so is a second writer of one shard
+(`slm_jax.locks`); see slm_jax/parse/stage.py for the output layout.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from slm_jax import cli
-from slm_jax.data.parse_reports import SHARD_GLOB, merged_report
+from slm_jax import cli, locks
+from slm_jax.data.parse_reports import REPORT_NAME, SHARD_GLOB, merged_report, shard_dir
 from slm_jax.inputs import AUTO, PARSE_INPUTS
 from slm_jax.parse.backends import BACKENDS, BENEPAR_DEFAULT_MODEL, make_backend
-from slm_jax.parse.stage import StageOptions, run_shard
+from slm_jax.parse.stage import IDENTITY_FILE, StageOptions, run_shard, shard_record
+from slm_jax.train import identity
 
 
 def _parser() -> cli.ArgumentParser:
@@ -71,6 +73,22 @@ def _report(output: str) -> int:
   return cli.EXIT_INCOMPLETE
 
 
+def check_shard(directory: pathlib.Path, record: dict) -> None:
+  """Refuses a shard folder made by another backend or options (its parts would count as done):
+  the one identity rule (`train.identity`); a folder from before identity records is judged by
+  the backend its report names."""
+  hint = "use another --output (or move the shard folder away)"
+  what = f"{directory} holds another parse"
+  if identity.check_record(directory / IDENTITY_FILE, record, what=what, where="in the folder",
+                           hint=hint):
+    return
+  report = identity.read_record(directory / REPORT_NAME)
+  if report is not None and report.get("backend") != record["backend"]:
+    raise identity.IdentityError(f"{what} (backend: {report.get('backend')!r} in the folder, "
+                                 f"{record['backend']!r} now); {hint}")
+
+
+
 def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(argv)
   if args.report:
@@ -88,7 +106,13 @@ def _main(argv: list[str] | None) -> int:
     backend = make_backend(args.backend, model=args.model, batch_size=args.batch_size)
   if args.backend in ("benepar", "slm"):
     backend.load()  # fail before reading any input when the model is missing
-  result = run_shard(args.inputs, args.output, backend, shard=args.shard, options=options)
+  index, count = args.shard
+  with locks.writer_lock(args.output, what="parse", part=f"{index}-of-{count}"):
+    directory, record = shard_dir(args.output, index, count), shard_record(backend, options)
+    check_shard(directory, record)
+    directory.mkdir(parents=True, exist_ok=True)
+    identity.write_record(directory / IDENTITY_FILE, record)
+    result = run_shard(args.inputs, args.output, backend, shard=args.shard, options=options)
   counts = result.counts
   print(f"{result.directory}: {result.units_done} units parsed, {result.units_resumed} already "
         f"done; {result.seconds:.1f} s\n{counts.summary('parse')}")

@@ -4,7 +4,9 @@ For each work unit of this shard (`readers.shard_units`): read documents → spl
 (`splitting`) → look every sentence up in the cache → parse the misses in length-sorted batches →
 normalize (SPEC §1: POS and the TOP wrapper dropped, function tags stripped) → write the unit's
 part file (JSONL lines `{"id", "trees": ["(S …)", …]}`, or Parquet with columns id, text) and its
-report, each atomically (temporary name, then rename). A rerun skips units whose report exists and
+report, each atomically (temporary name, then rename). The shard folder records what made it
+(`identity.json`, `shard_record`: backend identity and the options that change a part); the CLI
+refuses a rerun with another backend or such option, naming the differing keys. A rerun skips units whose report exists and
 counts them from it, so a killed run resumes where it stopped; `--force` redoes units, and the
 cache (SQLite, keyed by backend identity + the sentence's leaves) still makes it parse nothing
 twice. The pass-through backend reads the trees in the text instead
@@ -18,6 +20,7 @@ Layout under --output:
   shard-00003-of-00016/part-FFFFF-PPPPPP.jsonl   one per unit (F: file index, P: row group/block)
   shard-00003-of-00016/part-FFFFF-PPPPPP.report.json
   shard-00003-of-00016/report.json               the shard's merged counts (written at the end)
+  shard-00003-of-00016/identity.json             what made the shard (backend, options)
   cache/parse-cache-00003-of-00016.sqlite        default --cache_dir (use local disk at scale)
 """
 
@@ -222,6 +225,20 @@ def _write_part(path: pathlib.Path, documents: list[tuple[str, list[str]]], fmt:
 
 def _write_json(path: pathlib.Path, data: dict) -> None:
   _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1)))
+
+
+IDENTITY_FILE = "identity.json"
+
+
+def shard_record(backend: ParserBackend, options: StageOptions) -> dict:
+  """What makes a shard's parts: the backend (its identity: name, model digest) and the options
+  that change a part's content (not the cache, the batch size nor --force)."""
+  record = {"backend": backend.identity, "text_field": options.text_field,
+            "id_field": options.id_field, "input_format": options.input_format,
+            "output_format": options.output_format}
+  if not backend.reads_trees:  # pass-through trees are never split nor capped
+    record["max_words"] = options.max_words
+  return record
 
 
 @dataclasses.dataclass

@@ -15,12 +15,15 @@ Bad input, counted and reported on stderr at the end:
 - a sentence longer than the model's word limit (`max_words`, 300 for the shipped model): skipped
   with a message naming the line (an empty output line in tree mode, no block with samples);
 - characters the model never saw: read as the character UNK (words likewise), never an error;
+- invalid UTF-8, or a `--pretokenized` word holding `(` or `)` (PTB writes -LRB- / -RRB-):
+  `error: FILE:LINE: …` and exit code 2;
 - a missing or corrupt model folder: `error: <file>: …` and exit code 2.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 from typing import Iterator, TextIO
 
@@ -33,11 +36,19 @@ CHUNK = 512  # sentences parsed per call (input is streamed in chunks)
 
 
 def _lines(path: str) -> Iterator[str]:
-  if path == "-":
+  """The input's lines, decoded as UTF-8; invalid UTF-8 names the line and the byte."""
+  if path == "-" and not hasattr(sys.stdin, "buffer"):  # a text stream (tests)
     yield from sys.stdin
     return
-  with open(path, encoding="utf-8") as f:
-    yield from f
+  where, offset = ("<stdin>" if path == "-" else path), 0
+  with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as f:
+    for number, raw in enumerate(f, 1):
+      try:
+        yield raw.decode("utf-8")
+      except UnicodeDecodeError as error:
+        raise cli.CliError(f"{where}:{number}: invalid UTF-8 at byte {offset + error.start} "
+                           f"({error.reason}); save the file as UTF-8") from None
+      offset += len(raw)
 
 
 def _chunks(lines: Iterator[str], pretokenized: bool, max_words: int, counts, where: str):
@@ -46,6 +57,10 @@ def _chunks(lines: Iterator[str], pretokenized: bool, max_words: int, counts, wh
   for number, line in enumerate(lines, 1):
     text = line.strip()
     words = (text.split() if pretokenized else ptb_words(text)) if text else []
+    if pretokenized and any("(" in w or ")" in w for w in words):
+      bracket = next(w for w in words if "(" in w or ")" in w)
+      raise cli.CliError(f"{where}:{number}: word {bracket!r} holds a bracket: --pretokenized "
+                         "words are PTB tokens (write -LRB- / -RRB-), or drop --pretokenized")
     if not words:
       counts["empty lines"] += 1
       chunk.append((number, None))

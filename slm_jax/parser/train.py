@@ -30,7 +30,8 @@ stopping after `patience` evaluations without a better dev F1; `max_minutes` sto
 and resumable (exit 1). `WORKDIR/identity.json` records what makes the run (its config and its
 training and dev data, `train.identity`): a command with another config or data is refused
 naming the differing keys (`max_minutes`, `max_epochs`, `log_every`, `checkpoint_every_s` may
-change). `WORKDIR/summary.json` holds the data counts, the history and the final scores;
+change); a second trainer of a workdir in use is refused (`slm_jax.locks`).
+`WORKDIR/summary.json` holds the data counts, the history and the final scores;
 `WORKDIR/train_log.txt` the progress lines.
 
 Ensembles (`members` > 1, the default config's 3; `--members` overrides): member K is an ordinary
@@ -58,7 +59,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from slm_jax import cli, config_files
+from slm_jax import cli, config_files, locks
 from slm_jax.parser import config as parser_config
 from slm_jax.parser import crf, ensemble, evalb
 from slm_jax.parser.api import Parser, load_parser
@@ -221,9 +222,10 @@ def main(argv=None) -> int:
   if args.split != "gum":
     raise cli.CliError(f"--split={args.split}: the only named split is 'gum'")
   cfg = CONFIG.load(args.config, overrides, CONFIG.flag_values(args))
-  if cfg.members > 1:
-    return train_ensemble(cfg, pathlib.Path(args.workdir), args)
-  return train(cfg, pathlib.Path(args.workdir), args)
+  with locks.writer_lock(args.workdir, what="parser training"):  # one writer per workdir
+    if cfg.members > 1:
+      return train_ensemble(cfg, pathlib.Path(args.workdir), args)
+    return train(cfg, pathlib.Path(args.workdir), args)
 
 
 def scoring_sets(args) -> tuple[tuple, tuple]:

@@ -1,0 +1,360 @@
+"""The reliability cases of issue #32 as a before/after table: each case run as a subprocess of
+`python -m …` against the slm_jax tree `--tree=DIR` (PYTHONPATH=DIR), printed as Markdown: case,
+command, exit code, first line of the message.
+
+  python benchmarks/reliability_cases.py --tree=/work/baseline > before.md
+  python benchmarks/reliability_cases.py --tree=.               > after.md
+      [--work=DIR] [--only=B1,W3,…]
+
+Fixtures are built in a temporary folder (or `--work`): the slm_jax ones by the tree under test
+(a tiny tgtree run trained 2 steps, a BoolQ fine-tune of it, a tiny parser), the plain files by
+this script (BoolQ rows, SyntaxGym suites copied from the shared data with one made item-less, a
+tiny Hugging Face folder, inputs with invalid UTF-8). The message shown is the first `error:`
+line (or, for exit 0, the first `warning:` line, else the last line printed); paths under the
+fixture folder read `$F`. A case whose fixture could not be built says so. Most of the time is
+the fixtures (three tiny trainings, two fine-tunes, a parser) and the evaluations: on a 2-core
+machine shared with other work (load about 30) one tree took 33-35 minutes; `--reuse` reruns
+cases on fixtures built earlier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+SMALL = ["--config.data.embedded_train_documents=120", "--config.data.embedded_eval_documents=12",
+         "--config.data.seq_len=128", "--config.model.d_model=64", "--config.model.n_layers=1",
+         "--config.model.n_heads=4", "--config.train.global_batch=8", "--config.train.log_every=1",
+         "--config.train.eval_every=0", "--config.optimizer.warmup_steps=3",
+         "--config.optimizer.peak_lr=0.01"]
+TREES = ("(S (NP the dog) (VP barked (PP at (NP the cat))) .)\n(S (NP a bird) (VP sang))\n"
+         "(S (VP Go (ADVP home)) !)\n(NP (NP dogs) and (NP cats))\n"
+         "(S (NP he) (VP saw (NP the bird) (PP in (NP trees))))\n") * 3
+
+
+class Runner:
+  """Runs `python -m MODULE …` of the tree under test in its root, with its PYTHONPATH."""
+
+  def __init__(self, tree: pathlib.Path, work: pathlib.Path):
+    self.tree, self.work = tree, work
+    self.env = {**os.environ, "PYTHONPATH": str(tree), "JAX_PLATFORMS": "cpu",
+                "SLM_JAX_SHARED_DATA": str(shared_data())}
+
+  def args(self, module: str, *args: str) -> list[str]:
+    return [PYTHON, "-m", module, *args]
+
+  def popen(self, module: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(self.args(module, *args), cwd=self.tree, env=self.env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+  def run(self, module: str, *args: str, timeout: int = 300):
+    try:
+      done = subprocess.run(self.args(module, *args), cwd=self.tree, env=self.env, text=True,
+                            capture_output=True, timeout=timeout)
+      return done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired:
+      return 124, "", f"timed out after {timeout} s"
+
+  def code(self, script: str, timeout: int = 120):
+    done = subprocess.run([PYTHON, "-c", script], cwd=self.tree, env=self.env, text=True,
+                          capture_output=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def shared_data() -> pathlib.Path:
+  for base in (HERE, *HERE.parents):
+    if (base.parent / "shared" / "data").is_dir():
+      return base.parent / "shared" / "data"
+  raise SystemExit("error: the shared data folder (../shared/data) was not found")
+
+
+def message(code: int, out: str, err: str, work: pathlib.Path) -> str:
+  """The first error line (exit ≠ 0) or warning line (exit 0), else the last line printed."""
+  lines = [l.strip() for l in (err + "\n" + out).splitlines() if l.strip()]
+  noise = ("WARNING:", "W0", "I0", "E0", "Writing model", "warnings.warn")
+  picked = [l for l in lines if l.startswith("error:")] if code else []
+  picked = picked or [l for l in lines if l.startswith("warning:")]
+  picked = picked or [l for l in lines if l.startswith("Traceback")]
+  picked = picked or [l for l in reversed(lines) if not l.startswith(noise)]
+  text = picked[0] if picked else ""
+  if code and not text.startswith("error:") and "Traceback" in err:
+    text = f"Traceback ({err.count(chr(10))} lines): {err.strip().splitlines()[-1]}"
+  text = text.replace(str(work), "$F").replace("|", "\\|")
+  return text[:170] + ("…" if len(text) > 170 else "")
+
+
+# ---- fixtures --------------------------------------------------------------------------------
+def write_boolq(folder: pathlib.Path, train: str | bytes | None = None, rows: int = 8) -> None:
+  (folder / "data").mkdir(parents=True, exist_ok=True)
+  lines = "".join(json.dumps({"question": f"is the cat {i} here", "passage": "the cat is here .",
+                              "answer": i % 2 == 0}) + "\n" for i in range(rows))
+  (folder / "data" / "validation.jsonl").write_text(lines)
+  if isinstance(train, bytes):
+    (folder / "data" / "train.jsonl").write_bytes(train)
+  else:
+    (folder / "data" / "train.jsonl").write_text(lines if train is None else train)
+
+
+def build_fixtures(r: Runner) -> dict[str, str]:
+  """Builds what the cases read; returns fixture → problem for those that failed."""
+  w, failed = r.work, {}
+
+  def step(name, *command, timeout=600):
+    code, out, err = r.run(*command, timeout=timeout)
+    if code:
+      failed[name] = message(code, out, err, w)
+      print(f"fixture {name} failed: {failed[name]}", file=sys.stderr)
+
+  started = time.time()
+  step("run", "slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=2",
+       "--config.train.checkpoint_every=2", *SMALL, f"--workdir={w}/run")
+  if "run" not in failed:
+    shutil.copytree(w / "run", w / "run2")
+  data = w / "tasks"
+  write_boolq(data / "boolq")
+  ft = ["--task=boolq", "--seeds=42", "--epochs=1", "--batch_size=4", "--max_len=128",
+        "--tree_source=flat", "--warmup_steps=0", f"--data_dir={data}/boolq"]
+  step("ft", "slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft", "--lr=3e-4", *ft)
+  step("ft_other", "slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_other",
+       "--lr=3e-3", *ft)
+  (w / "treebank.mrg").write_text(TREES)
+  step("parser", "slm_jax.parser.train", f"--workdir={w}/parser", "--config=tiny",
+       f"--train={w}/treebank.mrg", f"--dev={w}/treebank.mrg", "--max_epochs=1",
+       "--members=1")
+  (w / "treebank2.mrg").write_text(TREES.replace("dog", "fox"))
+  write_hf(w, failed)
+  sg = w / "sg"
+  sg.mkdir()
+  suites = sorted((shared_data() / "syntaxgym" / "json").glob("*.json"))
+  suites = [p for p in suites if p.name != "circuits.json"][:2]
+  for path in suites:
+    shutil.copy(path, sg / path.name)
+  broken = json.loads((sg / suites[1].name).read_text())
+  broken.pop("items")
+  (sg / suites[1].name).write_text(json.dumps(broken))
+  (w / "sg_names").write_text(",".join(p.stem for p in suites))
+  (w / "bad_utf8.txt").write_bytes(b"the cat sat\nthe \xff mat\n")
+  (w / "paren.txt").write_text("the cat sat\nthe (cat) sat\n")
+  (w / "doc.txt").write_text("The cat sat on the mat. The dog barked.\n")
+  write_boolq(data / "boolq_bad_utf8", train=b'{"question": "is \xff", "passage": "p"}\n')
+  write_boolq(data / "boolq_no_answer", train=json.dumps({"question": "q", "passage": "p"}) + "\n")
+  write_boolq(data / "boolq_empty", train="\n")
+  (w / "a_file").write_text("x")
+  print(f"fixtures built in {time.time() - started:.0f} s", file=sys.stderr)
+  return failed
+
+
+def write_hf(w: pathlib.Path, failed: dict) -> None:
+  """A tiny HF folder (qwen2, random weights) and a copy whose tokenizer.json has more tokens
+  than config.json's vocab_size (another model's tokenizer)."""
+  script = f"""
+import sys, json, pathlib, tokenizers
+sys.path.insert(0, {str(HERE)!r})
+from tests.test_hf_import import make_hf_model, tiny_tokenizer
+path = pathlib.Path({str(w / 'hf')!r})
+make_hf_model('qwen2', tie_word_embeddings=True).save_pretrained(path)
+tiny_tokenizer().save_pretrained(path)
+"""
+  done = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, cwd=HERE,
+                        env={**os.environ, "PYTHONPATH": str(HERE)})
+  if done.returncode:
+    failed["hf"] = done.stderr.strip().splitlines()[-1]
+    return
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  shutil.copytree(w / "hf", w / "hf_other_tokenizer")
+  vocab = json.loads((w / "hf" / "config.json").read_text())["vocab_size"]
+  tok = tokenizers.Tokenizer.from_file(str(w / "hf" / "tokenizer.json"))
+  tok.add_tokens([f"extra{i}" for i in range(vocab - tok.get_vocab_size(True) + 5)])
+  tok.save(str(w / "hf_other_tokenizer" / "tokenizer.json"))
+  (w / "long_ids.txt").write_text(" ".join(["5"] * 300) + "\n5 6\n")
+
+
+# ---- cases -----------------------------------------------------------------------------------
+def cases(w: pathlib.Path) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
+  """(id, what, command after `python -m`, fixtures it needs)."""
+  ft = ["--task=boolq", "--seeds=42", "--epochs=1", "--batch_size=4", "--max_len=128",
+        "--tree_source=flat", "--warmup_steps=0"]
+  boolq = ["--tasks=boolq", f"--downstream_dir={w}/tasks", "--max_items=2", "--tree_source=flat"]
+  sg_names = (w / "sg_names").read_text() if (w / "sg_names").exists() else "a,b"
+  return [
+      ("B1", "finetune: a finished seed, other settings (--lr)",
+       ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft", "--lr=1e-3", *ft,
+        f"--data_dir={w}/tasks/boolq"], ("ft",)),
+      ("B3", "evaluate: --boolq_finetuned is a fine-tune of another run",
+       ["slm_jax.evaluate", f"--workdir={w}/run2", *boolq, f"--boolq_finetuned={w}/ft",
+        f"--out={w}/ev3"], ("ft",)),
+      ("B4", "evaluate: items of --out reused under another checkpoint",
+       ["slm_jax.evaluate", f"--workdir={w}/run", *boolq, f"--boolq_finetuned={w}/ft_other",
+        f"--out={w}/ev4"], ("ft", "ft_other")),  # after the same with ft (run_case)
+      ("B5", "two trainers on one workdir within a second", ["(concurrent)"], ("run",)),
+      ("B6", "two evaluations into one --out at once", ["(concurrent)"], ("run",)),
+      ("B8", "parser.train: a finished workdir, other data",
+       ["slm_jax.parser.train", f"--workdir={w}/parser", "--config=tiny",
+        f"--train={w}/treebank2.mrg", f"--dev={w}/treebank2.mrg", "--max_epochs=1",
+        "--members=1"], ("parser",)),
+      ("B10", "score: tokenizer.json of another model (vocab size)",
+       ["slm_jax.score", f"--checkpoint={w}/hf_other_tokenizer", f"--text_file={w}/doc.txt"],
+       ("hf",)),
+      ("B11", "evaluate sg: a suite without \"items\"",
+       ["slm_jax.evaluate", f"--workdir={w}/run", "--tasks=sg", f"--syntaxgym_dir={w}/sg",
+        f"--sg_suites={sg_names}", "--max_items=1", "--beam=4", f"--out={w}/ev11"], ("run",)),
+      ("B13", "main: a partial last line in metrics.jsonl", ["(resume)"], ("run",)),
+      ("W1", "main --workdir=FILE",
+       ["slm_jax.main", "--config=configs/tgtree_tiny.py", *SMALL[:3], f"--workdir={w}/a_file"],
+       ()),
+      ("W2", "score --text_file=DIR",
+       ["slm_jax.score", f"--checkpoint={w}/hf", f"--text_file={w}/sg"], ("hf",)),
+      ("W3", "score: non-UTF-8 --text_file",
+       ["slm_jax.score", f"--checkpoint={w}/hf", f"--text_file={w}/bad_utf8.txt"], ("hf",)),
+      ("W4", "score --fsdp past the devices",
+       ["slm_jax.score", f"--checkpoint={w}/hf", f"--text_file={w}/doc.txt", "--fsdp=64"],
+       ("hf",)),
+      ("W5", "score: 300 tokens, model trained on 256",
+       ["slm_jax.score", f"--checkpoint={w}/hf", f"--ids_file={w}/long_ids.txt",
+        f"--out={w}/long.jsonl"], ("hf",)),
+      ("W6", "score --ids-file (dashed, mutually exclusive group)",
+       ["slm_jax.score", f"--checkpoint={w}/hf", f"--ids-file={w}/long_ids.txt",
+        f"--out={w}/long2.jsonl"], ("hf",)),
+      ("W7", "finetune: non-UTF-8 train split",
+       ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_w7", *ft,
+        f"--data_dir={w}/tasks/boolq_bad_utf8"], ("run",)),
+      ("W8", "finetune: a BoolQ row without answer",
+       ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_w8", *ft,
+        f"--data_dir={w}/tasks/boolq_no_answer"], ("run",)),
+      ("W9", "finetune: an empty train split",
+       ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_w9", *ft,
+        f"--data_dir={w}/tasks/boolq_empty"], ("run",)),
+      ("W10", "parser.parse: non-UTF-8 input",
+       ["slm_jax.parser.parse", f"{w}/bad_utf8.txt"], ()),
+      ("W11", "parser.parse --pretokenized with a '('",
+       ["slm_jax.parser.parse", f"{w}/paren.txt", "--pretokenized"], ()),
+      ("W12", "parse: another --backend into a finished output", ["(two runs)"], ()),
+      ("W13", "parser.train: a workdir of another --encoder",
+       ["slm_jax.parser.train", f"--workdir={w}/parser", "--config=tiny",
+        f"--train={w}/treebank.mrg", f"--dev={w}/treebank.mrg", "--max_epochs=1",
+        "--members=1", "--encoder=transformer"], ("parser",)),
+      ("W14", "beam_pipelines --help without apache_beam", ["(no extra)"], ()),
+  ]
+
+
+def concurrent(r: Runner, first: list[str], second: list[str]) -> tuple[int, str, str, str]:
+  """Starts `first`, then `second` 0.5 s later; (the refused or second's code, out, err, note)."""
+  a = r.popen(*first)
+  time.sleep(0.5)
+  b = r.popen(*second)
+  results = {}
+  for name, p in (("a", a), ("b", b)):
+    out, err = p.communicate(timeout=600)
+    results[name] = (p.returncode, out, err)
+  loser = "b" if results["b"][0] or not results["a"][0] else "a"
+  note = f"exit codes {results['a'][0]}, {results['b'][0]}"
+  return (*results[loser], note)
+
+
+def run_case(r: Runner, case) -> tuple[str, int, str]:
+  """(command shown, exit code, message)."""
+  ident, _, command, _ = case
+  w = r.work
+  note = ""
+  if ident == "B5":
+    train = ["slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=4", *SMALL,
+             f"--workdir={w}/conc"]
+    code, out, err, note = concurrent(r, train, train)
+    lines = (w / "conc" / "metrics.jsonl").read_text().splitlines() if (
+        w / "conc" / "metrics.jsonl").exists() else []
+    note += f"; metrics.jsonl {len(lines)} lines, {len(set(lines))} distinct"
+    shown = "main … --workdir=$F/conc (twice, 0.5 s apart)"
+  elif ident == "B6":
+    ev = ["slm_jax.evaluate", f"--workdir={w}/run", "--tasks=docppl", "--docppl_documents=2",
+          f"--out={w}/ev6"]
+    code, out, err, note = concurrent(r, ev, ev)
+    shown = "evaluate … --tasks=docppl --out=$F/ev6 (twice, 0.5 s apart)"
+  elif ident == "B13":
+    shutil.copytree(w / "run", w / "run13")
+    with open(w / "run13" / "metrics.jsonl", "a") as f:
+      f.write('{"step": 3, "loss": 2.7')
+    code, out, err = r.run("slm_jax.main", "--config=configs/tgtree_tiny.py",
+                           "--config.train.steps=3", "--config.train.checkpoint_every=2", *SMALL,
+                           f"--workdir={w}/run13")
+    shown = "main … --config.train.steps=3 --workdir=$F/run13 (metrics.jsonl cut)"
+  elif ident == "B4":  # the items of ft first, then a fine-tune with another checkpoint
+    first = [a.replace(f"{w}/ft_other", f"{w}/ft") for a in command]
+    shutil.rmtree(w / "ev4", ignore_errors=True)
+    r.run(*first)
+    items = lambda: {p: p.read_bytes() for p in sorted((w / "ev4").rglob("*.jsonl"))}
+    before = items()
+    code, out, err = r.run(*command)
+    if code == 0 and before:
+      note = ("the first's item files reused unchanged" if items() == before
+              else "items scored again")
+    shown = ("evaluate --workdir=$F/run --tasks=boolq --boolq_finetuned=$F/ft_other "
+             "--out=$F/ev4 (after the same with $F/ft)")
+  elif ident == "W12":
+    r.run("slm_jax.parse", f"{w}/doc.txt", f"--output={w}/parsed", "--backend=flat",
+          "--no_cache")
+    code, out, err = r.run("slm_jax.parse", f"{w}/doc.txt", f"--output={w}/parsed",
+                           "--backend=passthrough", "--no_cache")
+    shown = "parse doc.txt --output=$F/parsed --backend=passthrough (after --backend=flat)"
+  elif ident == "W14":
+    code, out, err = r.code("import runpy, sys\nsys.modules['apache_beam'] = None\n"
+                            "sys.argv = ['beam_pipelines', '--help']\n"
+                            "runpy.run_module('slm_jax.beam_pipelines', run_name='__main__')\n")
+    shown = "beam_pipelines --help (apache_beam missing)"
+  else:
+    code, out, err = r.run(*command)
+    shown = " ".join([command[0].removeprefix("slm_jax."), *command[1:]]).replace(str(w), "$F")
+  text = message(code, out, err, w)
+  if note:
+    text = f"{text} ({note})"
+  return shown, code, text
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--tree", required=True, help="the slm_jax checkout to run the cases on")
+  parser.add_argument("--work", default=None, help="fixture folder (default: a temporary one)")
+  parser.add_argument("--only", default="", help="comma-separated case ids")
+  parser.add_argument("--reuse", action="store_true",
+                      help="the fixtures in --work are built already (by this tree)")
+  args = parser.parse_args()
+  tree = pathlib.Path(args.tree).resolve()
+  work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="reliability_")).resolve()
+  work.mkdir(parents=True, exist_ok=True)
+  runner = Runner(tree, work)
+  commit = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"],
+                          capture_output=True, text=True).stdout.strip()
+  started = time.time()
+  failed = {} if args.reuse else build_fixtures(runner)
+  only = {c for c in args.only.split(",") if c}
+  rows = []
+  for case in cases(work):
+    ident, what, _, needs = case
+    if only and ident not in only:
+      continue
+    missing = [n for n in needs if n in failed]
+    if missing:
+      rows.append((ident, what, "–", "–", f"fixture {missing[0]} failed: {failed[missing[0]]}"))
+      continue
+    shown, code, text = run_case(runner, case)
+    rows.append((ident, what, f"`{shown}`", str(code), text))
+    print(f"{ident}: exit {code}: {text}", file=sys.stderr, flush=True)
+  print(f"Tree `{tree}` (commit {commit}), {time.time() - started:.0f} s; `$F` = the fixture "
+        "folder.\n")
+  print("| case | what | command | exit | first line of the message |")
+  print("|---|---|---|---|---|")
+  for row in rows:
+    print("| " + " | ".join(row) + " |")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
