@@ -53,7 +53,7 @@ class _Sentence:
   remaining: int = 0  # pieces of the words not yet emitted (the current one included)
 
 
-def _segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
+def segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
   """Rank of each entry within its run of equal values (the array is grouped by value)."""
   n = len(slot_sorted)
   if not n:
@@ -294,27 +294,11 @@ class BatchedSearch:
     self.front_rows, self.front_slot = new[~is_word], slot[~is_word]
 
   def _select(self, cand: np.ndarray, front_slot: np.ndarray):
-    """(frontier index, candidate slot) of the kept candidates, grouped by sentence slot: per
-    slot, the sub-beam (its `beam` best, ties by flat index) then the fast-track word
-    candidates not in it (its `fast_track` best words) — `BeamSearcher._select` per slot."""
-    columns = cand.shape[1]
-    flat = cand.ravel()
-    finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
-    by_score = finite[np.argsort(-flat[finite], kind="stable")]
-    ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
-    group = front_slot[ranked // columns]
-    rank = _segment_ranks(group)
-    sub = rank < self.searcher.beam
-    is_word = ranked % columns == self.grammar.word_slot
-    word_rank = np.cumsum(is_word) - 1
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
-    before = np.repeat(np.r_[0, np.cumsum(is_word)][starts],
-                       np.diff(np.r_[starts, len(group)])) if len(group) else 0
-    fast = is_word & (word_rank - before < self.searcher.fast_track) & ~sub
-    chosen = sub | fast
-    kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
-    kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
-    return kept // columns, kept % columns
+    """(frontier index, candidate slot) of the kept candidates (`select_per_slot` with the
+    grammar's word slot as the fast track's columns)."""
+    columns = np.arange(cand.shape[1]) == self.grammar.word_slot
+    return select_per_slot(cand, front_slot, self.searcher.beam, self.searcher.fast_track,
+                           columns)
 
   def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
     """Rows for the successors of `source` rows: each parent's first successor takes the
@@ -339,11 +323,38 @@ class BatchedSearch:
     slots = np.concatenate([self.pool_slot, slots])
     order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
     rows, slots = rows[order], slots[order]
-    keep = _segment_ranks(slots) < self.searcher.word_beam
+    keep = segment_ranks(slots) < self.searcher.word_beam
     if not keep.all():
       self.pruned += np.bincount(slots[~keep], minlength=self.slots)
       self._release(rows[~keep])
     self.pool_rows, self.pool_slot = rows[keep], slots[keep]
+
+
+def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_track: int,
+                    fast_columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(row index, column) of the kept candidates of `cand` [rows, columns] (−inf: invalid),
+  rows grouped by `front_slot` (non-decreasing), grouped by slot: per slot, the sub-beam (its
+  `beam` best, ties by flat index) then the fast-track candidates (columns where
+  `fast_columns`) not in it (its `fast_track` best of them) — `BeamSearcher._select` per slot,
+  in the same order."""
+  columns = cand.shape[1]
+  flat = cand.ravel()
+  finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
+  by_score = finite[np.argsort(-flat[finite], kind="stable")]
+  ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
+  group = front_slot[ranked // columns]
+  rank = segment_ranks(group)
+  sub = rank < beam
+  is_fast = fast_columns[ranked % columns]
+  fast_rank = np.cumsum(is_fast) - 1
+  starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
+  before = np.repeat(np.r_[0, np.cumsum(is_fast)][starts],
+                     np.diff(np.r_[starts, len(group)])) if len(group) else 0
+  fast = is_fast & (fast_rank - before < fast_track) & ~sub
+  chosen = sub | fast
+  kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
+  kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
+  return kept // columns, kept % columns
 
 
 def bucket_slots(searcher: BeamSearcher, sentence: _Sentence) -> int:
