@@ -5,12 +5,15 @@ decoder; more articles than slots refill the freed slots."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.downstream.generate import word_synchronous_generate
 from slm_jax.downstream.generate_batch import word_synchronous_generate_many
+from slm_jax.downstream.protocol import protocol
 from slm_jax.trees import Tree
 from tests.test_downstream_generate import ARTICLE, TOKENIZER, cached_model, prompt_for
 
@@ -54,3 +57,15 @@ def test_options_are_checked_and_kinds_must_match():
   with pytest.raises(ValueError, match="no word-synchronous search"):
     word_synchronous_generate_many(cached_model("terminal"), TOKENIZER,
                                    CONFIGURATIONS["terminal"], [ids, ids], prompt_kinds=[kinds, kinds])
+
+
+@pytest.mark.parametrize("name", ["tgtree", "terminal"])
+def test_the_protocol_generates_several_summaries_as_one_at_a_time(name):
+  run = types.SimpleNamespace(model=cached_model(name), tokenizer=TOKENIZER,
+                              configuration=CONFIGURATIONS[name])
+  prompts = [prompt_for(name, article) for article in ARTICLES[:3]]
+  options = dict(beam=2, max_tokens=5, max_words=3, max_open=2)
+  search = protocol(run.configuration)
+  together = search.generate_many(run, prompts, **options)
+  for (ids, kinds), summary in zip(prompts, together, strict=True):
+    same(search.generate(run, ids, kinds, **options), summary)
