@@ -40,7 +40,7 @@ from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_WORDS, Generation, 
                                          prompt_arrays,
                                          tree_candidates, tree_generation, tree_search_setup,
                                          word_synchronous_generate)
-from slm_jax.eval.beam_batch import segment_ranks, select_per_slot
+from slm_jax.eval.beam_batch import SlotRows, select_per_slot
 from slm_jax.eval.grammaticality import GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
 from slm_jax.eval.scorer import LENGTH_BUCKET
@@ -75,7 +75,7 @@ def word_synchronous_generate_many(model: Decoder, tokenizer: Tokenizer,
                             **options).run()
 
 
-class _BatchedGeneration:
+class _BatchedGeneration(SlotRows):
   """The batched search of the module docstring over prompts (ids, kinds)."""
 
   def __init__(self, model, tokenizer, configuration, prompts, concurrent, *, beam, max_words,
@@ -133,26 +133,11 @@ class _BatchedGeneration:
     self.w[slot], self.steps[slot], self.done[slot] = 0, 0, []
     self._add_front(np.asarray([row]), np.asarray([slot]))
 
-  def _add_front(self, rows, slots) -> None:
-    rows = np.concatenate([self.front_rows, rows])
-    slots = np.concatenate([self.front_slot, slots])
-    order = np.argsort(slots, kind="stable")
-    self.front_rows, self.front_slot = rows[order], slots[order]
-
-  def _release(self, rows) -> None:
-    self.owner[rows] = -1
-    self.decoder.release(rows)
-
   def _settle(self) -> None:
     """Depth-first continuation on every frontier (as `word_synchronous_generate`); slots whose
     frontier is empty end their word step until every slot in flight has a frontier."""
     while True:
-      counts = np.bincount(self.pool_slot, minlength=self.slots)
-      threshold = np.full(self.slots, -np.inf)
-      full = np.flatnonzero(counts >= self.beam)
-      start = np.cumsum(counts) - counts
-      threshold[full] = self.score[self.pool_rows[start[full] + self.beam - 1]]
-      above = self.score[self.front_rows] > threshold[self.front_slot]
+      above = self._above_pools(self.beam)
       if not above.all():
         self._release(self.front_rows[~above])
         self.front_rows, self.front_slot = self.front_rows[above], self.front_slot[above]
@@ -229,31 +214,5 @@ class _BatchedGeneration:
       decoder.step_rows(rows, tokens[live, k], kinds[live, k])
       self.hist[rows, used[live] + k] = tokens[live, k]
       self.hist_kind[rows, used[live] + k] = kinds[live, k]
-    self._merge_pools(new[is_start], slot_of[is_start])
+    self._merge_pools(new[is_start], slot_of[is_start], self.beam)
     self.front_rows, self.front_slot = new[~is_start], slot_of[~is_start]
-
-  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
-    """Rows for the successors of `source` rows: each parent's first successor takes the
-    parent's row, the others copy their parent into free rows."""
-    _, first = np.unique(source, return_index=True)
-    reuse = np.zeros(len(source), bool)
-    reuse[first] = True
-    new = source.copy()
-    free = np.flatnonzero(self.owner < 0)[:len(source) - len(first)]
-    new[~reuse] = free
-    self.owner[free] = slot[~reuse]
-    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
-    self.hist[free], self.hist_kind[free] = (self.hist[source[~reuse]],
-                                             self.hist_kind[source[~reuse]])
-    return new
-
-  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray) -> None:
-    """Each slot's pool ← its best `beam` of pool ∪ new word starts (stable: the pool first,
-    then the new ones in their kept order)."""
-    rows = np.concatenate([self.pool_rows, rows])
-    slots = np.concatenate([self.pool_slot, slots])
-    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
-    rows, slots = rows[order], slots[order]
-    keep = segment_ranks(slots) < self.beam
-    self._release(rows[~keep])
-    self.pool_rows, self.pool_slot = rows[keep], slots[keep]

@@ -62,7 +62,63 @@ def segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
   return np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
 
 
-class BatchedSearch:
+class SlotRows:
+  """Rows of one decoder shared by slots (the sentences, or articles, in flight): the
+  bookkeeping `BatchedSearch` and `downstream.generate_batch` share. Needs `decoder`, `slots`,
+  `owner` [N] (the slot holding each row, -1 free), `score` [N], `hist` / `hist_kind` [N, T],
+  and the frontier and pool rows with their slots (`front_rows`, `front_slot`, `pool_rows`,
+  `pool_slot`; the pools grouped by slot, each best first)."""
+
+  def _add_front(self, rows, slots) -> None:
+    rows = np.concatenate([self.front_rows, rows])
+    slots = np.concatenate([self.front_slot, slots])
+    order = np.argsort(slots, kind="stable")
+    self.front_rows, self.front_slot = rows[order], slots[order]
+
+  def _release(self, rows) -> None:
+    self.owner[rows] = -1
+    self.decoder.release(rows)
+
+  def _above_pools(self, width: int) -> np.ndarray:
+    """Depth-first continuation: which frontier rows score above their slot's `width`-th pool
+    hypothesis (every row of a slot whose pool is not full)."""
+    counts = np.bincount(self.pool_slot, minlength=self.slots)
+    threshold = np.full(self.slots, -np.inf)
+    full = np.flatnonzero(counts >= width)
+    start = np.cumsum(counts) - counts
+    threshold[full] = self.score[self.pool_rows[start[full] + width - 1]]
+    return self.score[self.front_rows] > threshold[self.front_slot]
+
+  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Rows for the successors of `source` rows: each parent's first successor takes the
+    parent's row, the others copy their parent into free rows (`BeamSearcher._place`)."""
+    m = len(source)
+    _, first = np.unique(source, return_index=True)
+    reuse = np.zeros(m, bool)
+    reuse[first] = True
+    new = source.copy()
+    free = np.flatnonzero(self.owner < 0)[:m - len(first)]
+    new[~reuse] = free
+    self.owner[free] = slot[~reuse]
+    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
+    self.hist[free], self.hist_kind[free] = self.hist[source[~reuse]], self.hist_kind[
+        source[~reuse]]
+    return new
+
+  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray, width: int) -> np.ndarray:
+    """Each slot's pool ← its best `width` of pool ∪ new rows (stable: the pool first, then
+    the new ones in their kept order); returns the slots of the rows dropped (released)."""
+    rows = np.concatenate([self.pool_rows, rows])
+    slots = np.concatenate([self.pool_slot, slots])
+    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
+    rows, slots = rows[order], slots[order]
+    keep = segment_ranks(slots) < width
+    self._release(rows[~keep])
+    self.pool_rows, self.pool_slot = rows[keep], slots[keep]
+    return slots[~keep]
+
+
+class BatchedSearch(SlotRows):
   """The batched search of `sentences` by `searcher`'s rules (module docstring); iterate it for
   (index, BeamResult) pairs as sentences finish. `prefixes[i]` = (ids, kinds) before sentence i
   (default BOS)."""
@@ -165,26 +221,11 @@ class BatchedSearch:
     self.word_len[slot] = len(ids)
     self.word_kind[slot] = int(Kind.EOS if at_end else Kind.TERMINAL)
 
-  def _add_front(self, rows, slots) -> None:
-    rows = np.concatenate([self.front_rows, rows])
-    slots = np.concatenate([self.front_slot, slots])
-    order = np.argsort(slots, kind="stable")
-    self.front_rows, self.front_slot = rows[order], slots[order]
-
-  def _release(self, rows) -> None:
-    self.owner[rows] = -1
-    self.decoder.release(rows)
-
   def _settle(self) -> None:
     """Depth-first continuation on every frontier; slots whose frontier is empty end their
     word (and their sentence, refilled from the queue) until every slot in flight has one."""
     while True:
-      counts = np.bincount(self.pool_slot, minlength=self.slots)
-      threshold = np.full(self.slots, -np.inf)
-      full = np.flatnonzero(counts >= self.searcher.word_beam)
-      start = np.cumsum(counts) - counts
-      threshold[full] = self.score[self.pool_rows[start[full] + self.searcher.word_beam - 1]]
-      above = self.score[self.front_rows] > threshold[self.front_slot]
+      above = self._above_pools(self.searcher.word_beam)
       if not above.all():
         self.pruned += np.bincount(self.front_slot[~above], minlength=self.slots)
         self._release(self.front_rows[~above])
@@ -290,7 +331,8 @@ class BatchedSearch:
     self.expansions += np.bincount(slot, minlength=self.slots)
     self.hist[new[eos], used[eos]] = self.searcher.tokenizer.eos_id
     self.hist_kind[new[eos], used[eos]] = Kind.EOS
-    self._merge_pools(new[is_word], slot[is_word])
+    dropped = self._merge_pools(new[is_word], slot[is_word], self.searcher.word_beam)
+    self.pruned += np.bincount(dropped, minlength=self.slots)
     self.front_rows, self.front_slot = new[~is_word], slot[~is_word]
 
   def _select(self, cand: np.ndarray, front_slot: np.ndarray):
@@ -299,35 +341,6 @@ class BatchedSearch:
     columns = np.arange(cand.shape[1]) == self.grammar.word_slot
     return select_per_slot(cand, front_slot, self.searcher.beam, self.searcher.fast_track,
                            columns)
-
-  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
-    """Rows for the successors of `source` rows: each parent's first successor takes the
-    parent's row, the others copy their parent into free rows (`BeamSearcher._place`)."""
-    m = len(source)
-    _, first = np.unique(source, return_index=True)
-    reuse = np.zeros(m, bool)
-    reuse[first] = True
-    new = source.copy()
-    free = np.flatnonzero(self.owner < 0)[:m - len(first)]
-    new[~reuse] = free
-    self.owner[free] = slot[~reuse]
-    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
-    self.hist[free], self.hist_kind[free] = self.hist[source[~reuse]], self.hist_kind[
-        source[~reuse]]
-    return new
-
-  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray) -> None:
-    """Each slot's pool ← its best `word_beam` of pool ∪ new word hypotheses (stable: the
-    pool first, then the new ones in their kept order)."""
-    rows = np.concatenate([self.pool_rows, rows])
-    slots = np.concatenate([self.pool_slot, slots])
-    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
-    rows, slots = rows[order], slots[order]
-    keep = segment_ranks(slots) < self.searcher.word_beam
-    if not keep.all():
-      self.pruned += np.bincount(slots[~keep], minlength=self.slots)
-      self._release(rows[~keep])
-    self.pool_rows, self.pool_slot = rows[keep], slots[keep]
 
 
 def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_track: int,
