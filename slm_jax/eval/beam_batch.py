@@ -33,7 +33,7 @@ from typing import Iterator, Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax.eval.beam import BeamResult, BeamSearcher
+from slm_jax.eval.beam_result import BeamResult
 from slm_jax.eval.grammaticality import GrammarState
 from slm_jax.eval.scorer import logsumexp
 from slm_jax.kinds import Kind
@@ -123,7 +123,7 @@ class BatchedSearch(SlotRows):
   (index, BeamResult) pairs as sentences finish. `prefixes[i]` = (ids, kinds) before sentence i
   (default BOS)."""
 
-  def __init__(self, searcher: BeamSearcher, sentences: SequenceT[SequenceT[str]], *,
+  def __init__(self, searcher: "BeamSearcher", sentences: SequenceT[SequenceT[str]], *,
                complete: bool = True, prefixes=None, concurrent: int = 8):
     tok = searcher.tokenizer
     self.searcher, self.grammar, self.complete = searcher, searcher.grammar, bool(complete)
@@ -370,6 +370,6 @@ def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_tr
   return kept // columns, kept % columns
 
 
-def bucket_slots(searcher: BeamSearcher, sentence: _Sentence) -> int:
+def bucket_slots(searcher: "BeamSearcher", sentence: _Sentence) -> int:
   """Cache slots a sentence asks for (`BeamSearcher.slots`, with its prefix)."""
   return searcher.slots(sentence.words, len(sentence.prefix_ids))
