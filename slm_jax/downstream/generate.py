@@ -289,23 +289,16 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
                               fast_track: int = 0, labels=None, length_penalty: float = 0.0,
                               recompute: bool = False) -> Generation:
   """Word-synchronous beam generation of one sentence by a tree model (module docstring)."""
-  scheme = configuration.scheme
-  if not scheme.beam_searchable:
-    raise ValueError(f"{configuration.name} ({scheme.name}) has no word-synchronous search "
-                     "(terminal and pause models: beam_generate)")
-  if beam < 1 or max_words < 1 or fast_track < 0:
-    raise ValueError(f"need beam >= 1, max_words >= 1, fast_track >= 0; got {beam}, "
-                     f"{max_words}, {fast_track}")
-  grammar = Grammar(scheme.name, tokenizer, cnt2_scored=not configuration.attention.tg_family,
-                    labels=labels, max_open=max_open)
-  cap = generated_positions(configuration, max_words=max_words, tree_max_tokens=max_tokens)
+  grammar, cap = tree_search_setup(tokenizer, configuration, beam=beam, max_words=max_words,
+                                   fast_track=fast_track, max_open=max_open, labels=labels,
+                                   max_tokens=max_tokens)
   ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
   n = 2 * beam + fast_track  # pool + expanded parents + their extra successors
   decoder = _decoder(model, configuration, max_len=len(ids) + cap, batch=n, recompute=recompute)
   decoder.start(ids, kinds)
   classes = jnp.asarray(piece_classes(tokenizer))
   top = min(max(beam, fast_track), tokenizer.base_size)
-  eos, ws, n_ont = tokenizer.eos_id, grammar.word_slot, grammar.n_ont
+  ws = grammar.word_slot
   state = GrammarState.initial(n, cap + 2)
   score, words = np.zeros(n), np.zeros(n, np.int64)
   hist, hist_kind = np.zeros((n, cap + 1), np.int64), np.zeros((n, cap + 1), np.int64)
@@ -321,29 +314,9 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
         if not len(frontier):
           break
       parent = state.take(frontier)
-      more = grammar.valid(parent, at_end=False, remaining=1, word_len=1, cap=cap)
-      end = grammar.valid(parent, at_end=True, remaining=0, word_len=1, cap=cap)
-      valid = more.copy()  # ONTs and closings that leave the sentence open
-      valid[:, :n_ont] &= w < max_words  # an ONT needs a word after it
-      valid[:, n_ont:ws] |= end[:, n_ont:ws]  # closings that may end it (the root)
-      valid[:, ws] = end[:, ws]  # the grammar's word slot at the end is EOS
-      piece_fits = more[:, ws]
-      slot_ids = grammar.slot_token_ids(parent, eos)
-      query = np.zeros((n, grammar.n_slots), np.int64)
-      query[frontier] = slot_ids
-      lp_slots = decoder.gather(query)[frontier]
-      rows_n = np.zeros(n, np.int32)
-      rows_n[:len(frontier)] = frontier
-      piece_ids, lp_pieces = (np.asarray(a) for a in _best_pieces(
-          decoder.logprobs, jnp.asarray(rows_n), classes, top))
-      piece_ids = piece_ids[:len(frontier)].reshape(len(frontier), 2 * top)
-      lp_pieces = lp_pieces[:len(frontier)].reshape(len(frontier), 2 * top).astype(np.float64)
-      piece_ok = np.concatenate([np.repeat((piece_fits & (w < max_words))[:, None], top, 1),
-                                 np.repeat((piece_fits & (parent.last == AFTER_WORD))[:, None],
-                                           top, 1)], axis=1)
-      lp = np.concatenate([lp_slots, lp_pieces], axis=1)  # [M, slots + 2·top]
-      ok = np.concatenate([valid, piece_ok], axis=1) & np.isfinite(lp)
-      cand = np.where(ok, score[frontier, None] + lp, -np.inf)
+      cand, slot_ids, piece_ids = tree_candidates(
+          grammar, decoder, parent, frontier, np.full(len(frontier), w), score, cap=cap,
+          max_words=max_words, classes=classes, top=top)
       flat = cand.ravel()
       order = np.argsort(-flat, kind="stable")
       chosen = order[np.isfinite(flat[order])][:beam]
@@ -393,6 +366,65 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
     if len(done) >= beam and length_penalty == 0.0 and (
         score[pool].max() <= np.sort([d[2] for d in done])[-beam]):
       break  # exact: no live hypothesis can beat the beam-th finished one
+  return tree_generation(tokenizer, done, steps, positions, length_penalty)
+
+
+def tree_search_setup(tokenizer: Tokenizer, configuration: Configuration, *, beam: int,
+                      max_words: int, fast_track: int, max_open: int | None, labels,
+                      max_tokens: int | None) -> tuple[Grammar, int]:
+  """(grammar, length cap) of a word-synchronous generation, its options checked."""
+  scheme = configuration.scheme
+  if not scheme.beam_searchable:
+    raise ValueError(f"{configuration.name} ({scheme.name}) has no word-synchronous search "
+                     "(terminal and pause models: beam_generate)")
+  if beam < 1 or max_words < 1 or fast_track < 0:
+    raise ValueError(f"need beam >= 1, max_words >= 1, fast_track >= 0; got {beam}, "
+                     f"{max_words}, {fast_track}")
+  grammar = Grammar(scheme.name, tokenizer, cnt2_scored=not configuration.attention.tg_family,
+                    labels=labels, max_open=max_open)
+  return grammar, generated_positions(configuration, max_words=max_words,
+                                      tree_max_tokens=max_tokens)
+
+
+def tree_candidates(grammar: Grammar, decoder, parent: GrammarState, frontier: np.ndarray,
+                    words_M: np.ndarray, score: np.ndarray, *, cap: int, max_words: int,
+                    classes, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """One expansion round of the word-synchronous generation (module docstring) for the
+  `frontier` rows (`parent` their grammar states, `words_M` the word step each is in): (joint
+  scores of the candidates [M, slots + 2·top] (−inf: not allowed; the grammar's slots, then
+  the `top` best word-initial and continuation pieces), the slots' token ids [M, slots], the
+  pieces' ids [M, 2·top])."""
+  n, ws, n_ont = decoder.batch, grammar.word_slot, grammar.n_ont
+  more = grammar.valid(parent, at_end=False, remaining=1, word_len=1, cap=cap)
+  end = grammar.valid(parent, at_end=True, remaining=0, word_len=1, cap=cap)
+  open_words = np.asarray(words_M) < max_words  # an ONT and a word start need a word left
+  valid = more.copy()  # ONTs and closings that leave the sentence open
+  valid[:, :n_ont] &= open_words[:, None]
+  valid[:, n_ont:ws] |= end[:, n_ont:ws]  # closings that may end it (the root)
+  valid[:, ws] = end[:, ws]  # the grammar's word slot at the end is EOS
+  piece_fits = more[:, ws]
+  slot_ids = grammar.slot_token_ids(parent, grammar.tokenizer.eos_id)
+  query = np.zeros((n, grammar.n_slots), np.int64)
+  query[frontier] = slot_ids
+  lp_slots = decoder.gather(query)[frontier]
+  rows_n = np.zeros(n, np.int32)
+  rows_n[:len(frontier)] = frontier
+  piece_ids, lp_pieces = (np.asarray(a) for a in _best_pieces(
+      decoder.logprobs, jnp.asarray(rows_n), classes, top))
+  piece_ids = piece_ids[:len(frontier)].reshape(len(frontier), 2 * top)
+  lp_pieces = lp_pieces[:len(frontier)].reshape(len(frontier), 2 * top).astype(np.float64)
+  piece_ok = np.concatenate([np.repeat((piece_fits & open_words)[:, None], top, 1),
+                             np.repeat((piece_fits & (parent.last == AFTER_WORD))[:, None],
+                                       top, 1)], axis=1)
+  lp = np.concatenate([lp_slots, lp_pieces], axis=1)  # [M, slots + 2·top]
+  ok = np.concatenate([valid, piece_ok], axis=1) & np.isfinite(lp)
+  return np.where(ok, score[frontier, None] + lp, -np.inf), slot_ids, piece_ids
+
+
+def tree_generation(tokenizer: Tokenizer, done: list, steps: int, positions: int,
+                    length_penalty: float) -> Generation:
+  """The result of a word-synchronous search from its finished hypotheses `done` ((ids, kinds,
+  log-prob, words) in the order they finished): the best one by `best_first`."""
   if not done:  # no hypothesis ended within the limits (cannot happen with finite log-probs)
     return Generation(np.zeros(0, np.int64), np.zeros(0, np.int8), "", -np.inf, False, 0, steps,
                       positions)

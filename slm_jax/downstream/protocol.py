@@ -5,7 +5,9 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
 - `evaluation_scorer(run, batch_size=…, beam=…)`: (the run as it is scored, its scorer) for SG,
   BLiMP and doc-PPL;
 - `scorer(run, batch_size)`: the teacher-forced scorer of the multiple-choice tasks and BoolQ;
-- `generated_positions(…)` / `generate(run, ids, kinds, …)`: the XSum summary search.
+- `generated_positions(…)` / `generate(run, ids, kinds, …)`: the XSum summary search;
+  `generate_many(run, prompts, …)` the same for several prompts (tree schemes search them
+  together, `generate_batch`: the same summaries as one at a time).
 
 - **SLM configurations** (`Protocol`): `eval.scorer.Scorer` over the run's own linearization
   (every task scored) and `generate.generate` for XSum (`beam_generate` for terminal formats,
@@ -30,6 +32,7 @@ from typing import Any
 
 from slm_jax.configurations import Configuration
 from slm_jax.downstream.generate import Generation, generate, generated_positions
+from slm_jax.downstream.generate_batch import word_synchronous_generate_many
 from slm_jax.downstream.pushdown_generate import joint_generate
 from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
                                             scoring_configuration)
@@ -68,6 +71,16 @@ class Protocol:
     return generate(run.model, run.tokenizer, run.configuration, ids, prompt_kinds=kinds,
                     beam=beam, **limits)
 
+  def generate_many(self, run: Any, prompts, **options) -> list[Generation]:
+    """The summaries of several encoded prompts [(ids, kinds)] (`generate`'s options): tree
+    schemes' word-synchronous searches run together (`generate_batch`), others one by one."""
+    if run.configuration.scheme.has_brackets:
+      return word_synchronous_generate_many(
+          run.model, run.tokenizer, run.configuration, [ids for ids, _ in prompts],
+          prompt_kinds=[kinds for _, kinds in prompts], beam=options["beam"],
+          max_words=options["max_words"], max_open=options["max_open"])
+    return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
+
 
 class PushdownProtocol(Protocol):
   """The Pushdown reference's scorer and joint search (module docstring)."""
@@ -98,6 +111,10 @@ class PushdownProtocol(Protocol):
     del max_words, max_open  # no brackets are generated: the attachments carry the structure
     return joint_generate(run.model, run.tokenizer, ids, prompt_kinds=kinds, beam=beam,
                           max_tokens=max_tokens)
+
+  def generate_many(self, run: Any, prompts, **options) -> list[Generation]:
+    """`generate` of each prompt, one after another (the joint search is not batched)."""
+    return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
 
 
 PROTOCOLS = {"": Protocol(), "pushdown": PushdownProtocol()}  # by `Configuration.reference`

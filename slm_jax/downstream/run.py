@@ -46,6 +46,7 @@ from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
 from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
 from slm_jax.downstream.generate import BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS
+from slm_jax.downstream.generate_batch import CONCURRENT
 from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
@@ -181,19 +182,22 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
   report = (cli.Progress(f"xsum {path.stem}", len(examples), unit="summaries", done=len(records))
             if options.progress else None)
   with open(path, "a", encoding="utf-8") as sink:
-    for i in range(len(records), len(examples)):
-      example = examples[i]
-      ids, kinds, truncated = _prompt(encoder, example.question, room)
-      found = search.generate(run, ids, kinds, beam=options.beam, max_tokens=options.max_tokens,
-                              max_words=options.max_words, max_open=options.max_open)
-      record = {"index": i, "source": example.source, "prediction": found.text,
-                "reference": example.options[0], "logprob": found.logprob,
-                "finished": found.finished, "truncated": truncated, "prompt_tokens": len(ids)}
-      sink.write(json.dumps(record) + "\n")
-      sink.flush()
-      records.append(record)
-      if report:
-        report(len(records))
+    for first in range(len(records), len(examples), CONCURRENT):
+      chunk = range(first, min(first + CONCURRENT, len(examples)))
+      prompts = [_prompt(encoder, examples[i].question, room) for i in chunk]
+      found = search.generate_many(run, [(ids, kinds) for ids, kinds, _ in prompts],
+                                   beam=options.beam, max_tokens=options.max_tokens,
+                                   max_words=options.max_words, max_open=options.max_open)
+      for i, (ids, _, truncated), summary in zip(chunk, prompts, found):
+        record = {"index": i, "source": examples[i].source, "prediction": summary.text,
+                  "reference": examples[i].options[0], "logprob": summary.logprob,
+                  "finished": summary.finished, "truncated": truncated,
+                  "prompt_tokens": len(ids)}
+        sink.write(json.dumps(record) + "\n")
+        sink.flush()
+        records.append(record)
+        if report:
+          report(len(records))
   return records
 
 

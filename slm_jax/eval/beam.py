@@ -43,7 +43,6 @@ all pieces, is what enters the pool); for word-level vocabularies the two are th
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Sequence as SequenceT
 
@@ -51,6 +50,7 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
+from slm_jax.eval.beam_result import BeamResult, Completed
 from slm_jax.eval.grammaticality import Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
 from slm_jax.eval.scorer import LENGTH_BUCKET, Scorer, logsumexp
@@ -64,33 +64,6 @@ FAST_TRACK = 30  # hypotheses that emit the word immediately, added to the sub-b
 MAX_LEN_FACTOR = 6  # the length cap is max(MAX_LEN_FACTOR·L, MIN_LEN)
 MIN_LEN = 10
 SENTENCES_PER_BATCH = 8  # sentences a batched search advances together (`search_many`)
-
-
-@dataclasses.dataclass
-class Completed:
-  """A hypothesis closed and ended by EOS: its tokens after BOS up to but excluding EOS."""
-  ids: np.ndarray  # [T] int64 token ids (a word is all its pieces, consecutive)
-  kinds: np.ndarray  # [T] int8 `Kind`s (lin2/lin3 closings: CNT1/CNT then CNT2 copies)
-  symbols: list[str]  # [T] `Tokenizer.decode(ids)`: one string per token (word pieces unjoined)
-  logprob: float  # joint log p(words, structure, EOS): the summand of `sentence_logprob`
-  terminal_logprob: float = math.nan  # Σ log p over its terminals and EOS only
-
-
-@dataclasses.dataclass
-class BeamResult:
-  words: list[str]
-  prefix_logprobs: np.ndarray  # [L] log p̃(x≤w), w = 1..L (−inf once the beam is empty)
-  sentence_logprob: float  # logsumexp over hypotheses closed and ended by EOS (nan: not asked)
-  terminal_prefix_logprobs: np.ndarray  # [L] max over B_w of terminal-only log-probs
-  sentence_terminal_logprob: float  # max over completed hypotheses of terminal + EOS log-probs
-  best: list[list[str]]  # per word: the best hypothesis' symbols after BOS
-  best_complete: list[str] | None  # the best completed hypothesis (with EOS), if any
-  beam_sizes: np.ndarray  # [L] hypotheses kept after each word
-  cap: int  # the length cap used
-  steps: int  # batched decoder steps
-  expansions: int  # hypotheses created (candidates kept and fed)
-  pruned: int = 0  # valid hypotheses dropped (sub-beam, word beam, or left in the frontier)
-  complete: list[Completed] = dataclasses.field(default_factory=list)  # best first (complete=True)
 
 
 class BeamSearcher:

@@ -33,7 +33,7 @@ from typing import Iterator, Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax.eval.beam import BeamResult, BeamSearcher
+from slm_jax.eval.beam_result import BeamResult
 from slm_jax.eval.grammaticality import GrammarState
 from slm_jax.eval.scorer import logsumexp
 from slm_jax.kinds import Kind
@@ -53,7 +53,7 @@ class _Sentence:
   remaining: int = 0  # pieces of the words not yet emitted (the current one included)
 
 
-def _segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
+def segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
   """Rank of each entry within its run of equal values (the array is grouped by value)."""
   n = len(slot_sorted)
   if not n:
@@ -62,12 +62,68 @@ def _segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
   return np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
 
 
-class BatchedSearch:
+class SlotRows:
+  """Rows of one decoder shared by slots (the sentences, or articles, in flight): the
+  bookkeeping `BatchedSearch` and `downstream.generate_batch` share. Needs `decoder`, `slots`,
+  `owner` [N] (the slot holding each row, -1 free), `score` [N], `hist` / `hist_kind` [N, T],
+  and the frontier and pool rows with their slots (`front_rows`, `front_slot`, `pool_rows`,
+  `pool_slot`; the pools grouped by slot, each best first)."""
+
+  def _add_front(self, rows, slots) -> None:
+    rows = np.concatenate([self.front_rows, rows])
+    slots = np.concatenate([self.front_slot, slots])
+    order = np.argsort(slots, kind="stable")
+    self.front_rows, self.front_slot = rows[order], slots[order]
+
+  def _release(self, rows) -> None:
+    self.owner[rows] = -1
+    self.decoder.release(rows)
+
+  def _above_pools(self, width: int) -> np.ndarray:
+    """Depth-first continuation: which frontier rows score above their slot's `width`-th pool
+    hypothesis (every row of a slot whose pool is not full)."""
+    counts = np.bincount(self.pool_slot, minlength=self.slots)
+    threshold = np.full(self.slots, -np.inf)
+    full = np.flatnonzero(counts >= width)
+    start = np.cumsum(counts) - counts
+    threshold[full] = self.score[self.pool_rows[start[full] + width - 1]]
+    return self.score[self.front_rows] > threshold[self.front_slot]
+
+  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Rows for the successors of `source` rows: each parent's first successor takes the
+    parent's row, the others copy their parent into free rows (`BeamSearcher._place`)."""
+    m = len(source)
+    _, first = np.unique(source, return_index=True)
+    reuse = np.zeros(m, bool)
+    reuse[first] = True
+    new = source.copy()
+    free = np.flatnonzero(self.owner < 0)[:m - len(first)]
+    new[~reuse] = free
+    self.owner[free] = slot[~reuse]
+    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
+    self.hist[free], self.hist_kind[free] = self.hist[source[~reuse]], self.hist_kind[
+        source[~reuse]]
+    return new
+
+  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray, width: int) -> np.ndarray:
+    """Each slot's pool ← its best `width` of pool ∪ new rows (stable: the pool first, then
+    the new ones in their kept order); returns the slots of the rows dropped (released)."""
+    rows = np.concatenate([self.pool_rows, rows])
+    slots = np.concatenate([self.pool_slot, slots])
+    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
+    rows, slots = rows[order], slots[order]
+    keep = segment_ranks(slots) < width
+    self._release(rows[~keep])
+    self.pool_rows, self.pool_slot = rows[keep], slots[keep]
+    return slots[~keep]
+
+
+class BatchedSearch(SlotRows):
   """The batched search of `sentences` by `searcher`'s rules (module docstring); iterate it for
   (index, BeamResult) pairs as sentences finish. `prefixes[i]` = (ids, kinds) before sentence i
   (default BOS)."""
 
-  def __init__(self, searcher: BeamSearcher, sentences: SequenceT[SequenceT[str]], *,
+  def __init__(self, searcher: "BeamSearcher", sentences: SequenceT[SequenceT[str]], *,
                complete: bool = True, prefixes=None, concurrent: int = 8):
     tok = searcher.tokenizer
     self.searcher, self.grammar, self.complete = searcher, searcher.grammar, bool(complete)
@@ -165,26 +221,11 @@ class BatchedSearch:
     self.word_len[slot] = len(ids)
     self.word_kind[slot] = int(Kind.EOS if at_end else Kind.TERMINAL)
 
-  def _add_front(self, rows, slots) -> None:
-    rows = np.concatenate([self.front_rows, rows])
-    slots = np.concatenate([self.front_slot, slots])
-    order = np.argsort(slots, kind="stable")
-    self.front_rows, self.front_slot = rows[order], slots[order]
-
-  def _release(self, rows) -> None:
-    self.owner[rows] = -1
-    self.decoder.release(rows)
-
   def _settle(self) -> None:
     """Depth-first continuation on every frontier; slots whose frontier is empty end their
     word (and their sentence, refilled from the queue) until every slot in flight has one."""
     while True:
-      counts = np.bincount(self.pool_slot, minlength=self.slots)
-      threshold = np.full(self.slots, -np.inf)
-      full = np.flatnonzero(counts >= self.searcher.word_beam)
-      start = np.cumsum(counts) - counts
-      threshold[full] = self.score[self.pool_rows[start[full] + self.searcher.word_beam - 1]]
-      above = self.score[self.front_rows] > threshold[self.front_slot]
+      above = self._above_pools(self.searcher.word_beam)
       if not above.all():
         self.pruned += np.bincount(self.front_slot[~above], minlength=self.slots)
         self._release(self.front_rows[~above])
@@ -290,62 +331,45 @@ class BatchedSearch:
     self.expansions += np.bincount(slot, minlength=self.slots)
     self.hist[new[eos], used[eos]] = self.searcher.tokenizer.eos_id
     self.hist_kind[new[eos], used[eos]] = Kind.EOS
-    self._merge_pools(new[is_word], slot[is_word])
+    dropped = self._merge_pools(new[is_word], slot[is_word], self.searcher.word_beam)
+    self.pruned += np.bincount(dropped, minlength=self.slots)
     self.front_rows, self.front_slot = new[~is_word], slot[~is_word]
 
   def _select(self, cand: np.ndarray, front_slot: np.ndarray):
-    """(frontier index, candidate slot) of the kept candidates, grouped by sentence slot: per
-    slot, the sub-beam (its `beam` best, ties by flat index) then the fast-track word
-    candidates not in it (its `fast_track` best words) — `BeamSearcher._select` per slot."""
-    columns = cand.shape[1]
-    flat = cand.ravel()
-    finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
-    by_score = finite[np.argsort(-flat[finite], kind="stable")]
-    ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
-    group = front_slot[ranked // columns]
-    rank = _segment_ranks(group)
-    sub = rank < self.searcher.beam
-    is_word = ranked % columns == self.grammar.word_slot
-    word_rank = np.cumsum(is_word) - 1
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
-    before = np.repeat(np.r_[0, np.cumsum(is_word)][starts],
-                       np.diff(np.r_[starts, len(group)])) if len(group) else 0
-    fast = is_word & (word_rank - before < self.searcher.fast_track) & ~sub
-    chosen = sub | fast
-    kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
-    kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
-    return kept // columns, kept % columns
-
-  def _place(self, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
-    """Rows for the successors of `source` rows: each parent's first successor takes the
-    parent's row, the others copy their parent into free rows (`BeamSearcher._place`)."""
-    m = len(source)
-    _, first = np.unique(source, return_index=True)
-    reuse = np.zeros(m, bool)
-    reuse[first] = True
-    new = source.copy()
-    free = np.flatnonzero(self.owner < 0)[:m - len(first)]
-    new[~reuse] = free
-    self.owner[free] = slot[~reuse]
-    self.decoder.copy_rows(free, source[~reuse])  # reads every source before writing
-    self.hist[free], self.hist_kind[free] = self.hist[source[~reuse]], self.hist_kind[
-        source[~reuse]]
-    return new
-
-  def _merge_pools(self, rows: np.ndarray, slots: np.ndarray) -> None:
-    """Each slot's pool ← its best `word_beam` of pool ∪ new word hypotheses (stable: the
-    pool first, then the new ones in their kept order)."""
-    rows = np.concatenate([self.pool_rows, rows])
-    slots = np.concatenate([self.pool_slot, slots])
-    order = np.lexsort((np.arange(len(rows)), -self.score[rows], slots))
-    rows, slots = rows[order], slots[order]
-    keep = _segment_ranks(slots) < self.searcher.word_beam
-    if not keep.all():
-      self.pruned += np.bincount(slots[~keep], minlength=self.slots)
-      self._release(rows[~keep])
-    self.pool_rows, self.pool_slot = rows[keep], slots[keep]
+    """(frontier index, candidate slot) of the kept candidates (`select_per_slot` with the
+    grammar's word slot as the fast track's columns)."""
+    columns = np.arange(cand.shape[1]) == self.grammar.word_slot
+    return select_per_slot(cand, front_slot, self.searcher.beam, self.searcher.fast_track,
+                           columns)
 
 
-def bucket_slots(searcher: BeamSearcher, sentence: _Sentence) -> int:
+def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_track: int,
+                    fast_columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(row index, column) of the kept candidates of `cand` [rows, columns] (−inf: invalid),
+  rows grouped by `front_slot` (non-decreasing), grouped by slot: per slot, the sub-beam (its
+  `beam` best, ties by flat index) then the fast-track candidates (columns where
+  `fast_columns`) not in it (its `fast_track` best of them) — `BeamSearcher._select` per slot,
+  in the same order."""
+  columns = cand.shape[1]
+  flat = cand.ravel()
+  finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
+  by_score = finite[np.argsort(-flat[finite], kind="stable")]
+  ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
+  group = front_slot[ranked // columns]
+  rank = segment_ranks(group)
+  sub = rank < beam
+  is_fast = fast_columns[ranked % columns]
+  fast_rank = np.cumsum(is_fast) - 1
+  starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
+  before = np.repeat(np.r_[0, np.cumsum(is_fast)][starts],
+                     np.diff(np.r_[starts, len(group)])) if len(group) else 0
+  fast = is_fast & (fast_rank - before < fast_track) & ~sub
+  chosen = sub | fast
+  kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
+  kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
+  return kept // columns, kept % columns
+
+
+def bucket_slots(searcher: "BeamSearcher", sentence: _Sentence) -> int:
   """Cache slots a sentence asks for (`BeamSearcher.slots`, with its prefix)."""
   return searcher.slots(sentence.words, len(sentence.prefix_ids))

@@ -30,7 +30,7 @@ import logging
 import math
 import pathlib
 import re
-from typing import Any, Callable, Sequence as SequenceT
+from typing import Any, Callable, Mapping, Sequence as SequenceT
 
 import numpy as np
 
@@ -363,7 +363,7 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
                        tree_scoring: str = "joint",
                        progress: Callable[[int, int], None] | None = None,
                        on_suite: Callable[[str, dict], None] | None = None,
-                       **beam_options) -> dict:
+                       done: Mapping[str, dict] | None = None, **beam_options) -> dict:
   """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the headline SG, the suite mean.
 
   `scorer_or_beam_fn`: a `Scorer` (tree models → beam search with `beam_options`, read as
@@ -372,7 +372,9 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   `progress(done, total)` is called with the suites done, at the start and after each suite
   (`cli.Progress` prints the rate and ETA: a tree model's beam at b = 300 takes minutes a suite).
   `on_suite(name, result)` is called with each suite's result as soon as it is done (a caller
-  can keep finished suites, e.g. to resume a killed evaluation). Tree models search the
+  can keep finished suites: `eval.sg_partial.SuitesInFlight`). `done` (name → result) holds
+  suites finished before (a killed evaluation's, `SuitesInFlight.done`): they are taken as they
+  are, not evaluated again (`counts.reused_suites`). Tree models search the
   sentences of a suite together (`BeamSearcher.search_many`; `batched=False` in `beam_options`
   searches one at a time).
   """
@@ -397,12 +399,17 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   loaded = load_suites(suites_dir, names)
   if progress:
     progress(0, len(loaded))
+  done = dict(done or {})
+  reused = 0
   for suite in loaded:
-    result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
-    result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
+    if suite.name in done:
+      result, reused = done[suite.name], reused + 1
+    else:
+      result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
+      result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
+      if on_suite:
+        on_suite(suite.name, result)
     results[suite.name] = result
-    if on_suite:
-      on_suite(suite.name, result)
     if progress:
       progress(len(results), len(loaded))
     _LOG.info("SyntaxGym %s: %d/%d items correct", suite.name, result["correct"],
@@ -412,7 +419,8 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   return {
       "suites": results, **summary,
       "counts": {
-          "suites": len(results), "items": sum(r["items"] for r in results.values()),
+          "suites": len(results), "reused_suites": reused,
+          "items": sum(r["items"] for r in results.values()),
           "sentences": sum(r["sentences"] for r in results.values()),
           "words": sum(r["words"] for r in results.values()),
           "unknown_words": sum(r["unknown_words"] for r in results.values()),

@@ -5,10 +5,12 @@ data and proposal sources built once (`evaluation.sources`), then per run (`eval
 scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
 the Pushdown reference's), SyntaxGym, BLiMP and doc-PPL (`slm_jax.eval`) and the downstream tasks
 (`evaluate_downstream` → `downstream.run`); after every run the finished ones are kept in
-`OUT/results.partial.json` (written atomically); one evaluation writes into an `OUT` at a time
-(`slm_jax.locks`: a second is refused naming the first's pid); then the paired bootstrap,
-conventions and notes (`evaluation.summary`) and the reports (`eval.report.write_reports`: results.json, tables.md,
-charts; the downstream tables and chart from `downstream.report`).
+`OUT/results.partial.json` (written atomically), and so are the finished SG suites of the run in
+flight (`eval.sg_partial`: a killed evaluation resumes without redoing them); one evaluation
+writes into an `OUT` at a time (`slm_jax.locks`: a second is refused naming the first's pid);
+then the paired bootstrap, conventions and notes (`evaluation.summary`) and the reports
+(`eval.report.write_reports`: results.json, tables.md, charts; the downstream tables and chart
+from `downstream.report`).
 """
 
 from __future__ import annotations
@@ -163,12 +165,19 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
   log(f"{workdir}: {conf.name} at step {run.step} ({args.dtype})")
   if "sg" in args.tasks:
     from slm_jax.eval.sg_aggregate import circuit_labels
+    from slm_jax.eval.sg_partial import SuitesInFlight
     from slm_jax.eval.syntaxgym import evaluate_syntaxgym
     start = time.time()
+    kept = SuitesInFlight(pathlib.Path(args.out) / "results.partial.json", dict(
+        workdir=str(pathlib.Path(workdir).resolve()), step=int(run.step), dtype=args.dtype,
+        max_items=args.max_items, sg_suites=args.sg_suites, tree_scoring=args.tree_scoring,
+        sg_dir=str(data["sg_dir"]), **beam_options(args)))
+    if kept.note:
+      log(f"  {kept.note}")
     sg = evaluate_syntaxgym(scorer, data["sg_dir"], max_items=args.max_items,
                             suites=args.sg_suites, tree_scoring=args.tree_scoring,
                             progress=cli.Progress("  sg", unit="suites", every=0),
-                            **beam_options(args))
+                            done=kept.done, on_suite=kept.keep, **beam_options(args))
     entry["sg"] = sg_summary(sg)
     entry["timing_s"]["sg"] = round(time.time() - start, 2)
     names = list(sg["suites"])

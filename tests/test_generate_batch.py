@@ -1,0 +1,71 @@
+"""Several articles generated together (downstream.generate_batch) give exactly the summaries of
+one article at a time (downstream.generate.word_synchronous_generate, the oracle): the same ids,
+text, log-probs bit for bit, ranked scores and counters; prompts of different lengths share the
+decoder; more articles than slots refill the freed slots."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.downstream.generate import word_synchronous_generate
+from slm_jax.downstream.generate_batch import word_synchronous_generate_many
+from slm_jax.downstream.protocol import protocol
+from slm_jax.trees import Tree
+from tests.test_downstream_generate import ARTICLE, TOKENIZER, cached_model, prompt_for
+
+ARTICLES = [ARTICLE, ARTICLE[:1], ARTICLE[1:],
+            [Tree("S", (Tree("NP", ("the", "cat")), Tree("VP", ("will", "go"))))] + ARTICLE,
+            ARTICLE[::-1]]
+
+
+def same(a, b) -> None:
+  assert a.ids.tolist() == b.ids.tolist() and a.kinds.tolist() == b.kinds.tolist()
+  assert a.text == b.text and a.finished == b.finished and a.words == b.words
+  assert a.logprob == b.logprob and a.ranked == b.ranked  # bit for bit
+  assert (a.steps, a.positions) == (b.steps, b.positions)
+
+
+@pytest.mark.parametrize("name,options,concurrent", [
+    ("tgtree", dict(beam=3, max_words=3), 2),  # 5 articles through 2 slots: refills
+    ("tgtree", dict(beam=2, max_words=4, fast_track=2, max_open=2), 8),
+    pytest.param("tree", dict(beam=4, max_words=3, length_penalty=1.0), 3,
+                 marks=pytest.mark.slow)])
+def test_batched_generation_equals_one_article_at_a_time(name, options, concurrent):
+  prompts = [prompt_for(name, article) for article in ARTICLES]
+  model, configuration = cached_model(name), CONFIGURATIONS[name]
+  alone = [word_synchronous_generate(model, TOKENIZER, configuration, ids, prompt_kinds=kinds,
+                                     **options) for ids, kinds in prompts]
+  together = word_synchronous_generate_many(
+      model, TOKENIZER, configuration, [ids for ids, _ in prompts],
+      prompt_kinds=[kinds for _, kinds in prompts], concurrent=concurrent, **options)
+  assert len(together) == len(prompts)
+  for a, b in zip(alone, together):
+    same(a, b)
+  assert len({a.text for a in alone}) > 1  # the articles' summaries differ: no mix-up possible
+  assert all(np.isfinite(a.logprob) for a in alone)
+
+
+def test_options_are_checked_and_kinds_must_match():
+  ids, kinds = prompt_for("tgtree")
+  with pytest.raises(ValueError, match="2 prompts but 1 prompt_kinds"):
+    word_synchronous_generate_many(cached_model("tgtree"), TOKENIZER, CONFIGURATIONS["tgtree"],
+                                   [ids, ids], prompt_kinds=[kinds])
+  with pytest.raises(ValueError, match="no word-synchronous search"):
+    word_synchronous_generate_many(cached_model("terminal"), TOKENIZER,
+                                   CONFIGURATIONS["terminal"], [ids, ids], prompt_kinds=[kinds, kinds])
+
+
+@pytest.mark.parametrize("name", ["tgtree", "terminal"])
+def test_the_protocol_generates_several_summaries_as_one_at_a_time(name):
+  run = types.SimpleNamespace(model=cached_model(name), tokenizer=TOKENIZER,
+                              configuration=CONFIGURATIONS[name])
+  prompts = [prompt_for(name, article) for article in ARTICLES[:3]]
+  options = dict(beam=2, max_tokens=5, max_words=3, max_open=2)
+  search = protocol(run.configuration)
+  together = search.generate_many(run, prompts, **options)
+  for (ids, kinds), summary in zip(prompts, together, strict=True):
+    same(search.generate(run, ids, kinds, **options), summary)
