@@ -11,8 +11,10 @@ token given its prefix; the first is null); `--topk=N` adds `topk`: after each p
 most likely next tokens as {"id", "token", "logprob"}. `--ids_file`: one sequence per line as
 space-separated token ids; `--text_file`: one text per line, tokenized with the checkpoint's
 tokenizer (HF: its tokenizer.json; GGUF: the vocabulary in the file; a workdir: its tokenizer,
-word by word) with no special tokens
-added unless `--bos`. An empty line gives empty lists. This is also how to check a converted
+word by word, a word that is one of the run's reserved symbols — `<s>`, `</s>`, `(NP`, `NP)`,
+`)`, `<P>` — encoded as that symbol's id, as training wrote it) with no special tokens added
+unless `--bos`. Every record has `unknown`: how many of its ids are the tokenizer's unknown token
+(`<unk>`); the total is reported on stderr. An empty line gives empty lists. This is also how to check a converted
 model: the same ids scored here and by transformers agree to 1e-4 in float32.
 """
 
@@ -30,6 +32,7 @@ from slm_jax import cli
 from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.hf.gguf import is_gguf
 from slm_jax.hf.load import load_checkpoint
+from slm_jax.tokenizer_bases import UNK_SYMBOL
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run
 from slm_jax.train.workdir import CONFIG_FILE
@@ -41,8 +44,9 @@ class Source:
   """A checkpoint to score with: the model, text → ids, and ids → token strings."""
 
   def __init__(self, model, encode: Callable[[str, bool], list[int]],
-               pieces: Callable[[list[int]], list[str]]):
+               pieces: Callable[[list[int]], list[str]], unk_id: int | None = None):
     self.model, self.encode, self.pieces = model, encode, pieces
+    self.unk_id = unk_id  # the tokenizer's unknown token (None: it has none)
 
 
 def _is_workdir(folder: pathlib.Path) -> bool:
@@ -57,12 +61,16 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
   if _is_workdir(folder):
     run = load_run(folder, dtype=dtype)
     tok = run.tokenizer
+    reserved_ids = range(tok.base_size, tok.vocab_size)
+    reserved = dict(zip(tok.decode(list(reserved_ids)), reserved_ids))  # symbol -> its id
 
     def encode(text: str, bos: bool) -> list[int]:
-      ids = [i for word in text.split() for i in tok.encode_word(word)]
+      ids = [i for word in text.split()
+             for i in ((reserved[word],) if word in reserved else tok.encode_word(word))]
       return [tok.bos_id, *ids] if bos else ids
 
-    return Source(run.model, encode, lambda ids: tok.decode(ids))
+    return Source(run.model, encode, lambda ids: tok.decode(ids),
+                  tok.base.index[UNK_SYMBOL] if tok.base.kind == "word" else None)
   shardings = None
   if fsdp > 1:
     mesh = sharding.make_mesh(data=1, fsdp=fsdp, devices=jax.devices()[:fsdp])
@@ -76,7 +84,9 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
       raise cli.CliError(f"{folder} has no tokenizer.json: use --ids_file")
     return tok.encode(text, bos=bos)
 
-  return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids])
+  unk = tok.special.get("unk_token") if tok else None
+  return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids],
+                tok.tokenizer.token_to_id(unk) if unk else None)
 
 
 def read_ids(path: pathlib.Path) -> list[list[int]]:
@@ -97,7 +107,8 @@ def score_lines(source: Source, sequences: list[list[int]], out: TextIO, *, topk
   present = [i for i, ids in enumerate(sequences) if ids]
   scored = dict(zip(present, scorer.score([sequences[i] for i in present], topk)))
   for i, ids in enumerate(sequences):
-    record = {"ids": ids, "tokens": source.pieces(ids) if ids else [], "logprobs": []}
+    record = {"ids": ids, "tokens": source.pieces(ids) if ids else [], "logprobs": [],
+              "unknown": sum(i == source.unk_id for i in ids)}
     if i in scored:
       result = scored[i]
       record["logprobs"] = [None, *map(float, result.logprobs)]
@@ -138,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
   else:
     sequences = [source.encode(line, args.bos) if line.strip() else []
                  for line in path.read_text(encoding="utf-8").splitlines()]
+  unknown = sum(i == source.unk_id for ids in sequences for i in ids)
+  if unknown:
+    print(f"warning: {path}: {unknown} of {sum(map(len, sequences))} tokens are the tokenizer's "
+          "unknown token (each record's `unknown` counts its own)", file=sys.stderr)
   if args.out is None:
     count = score_lines(source, sequences, sys.stdout, topk=args.topk, batch_size=args.batch_size)
   else:
