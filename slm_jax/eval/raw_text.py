@@ -72,7 +72,9 @@ class RawTextScorer:
 
   def token_log_probs(self, texts: Sequence[str]) -> list[np.ndarray]:
     """log p of every token of each text given the prefix token and the tokens before it."""
-    encoded = [self.encode(t)[0] for t in texts]
+    return self._score(texts, [self.encode(t)[0] for t in texts])
+
+  def _score(self, texts: Sequence[str], encoded: Sequence[np.ndarray]) -> list[np.ndarray]:
     empty = [i for i, ids in enumerate(encoded) if not len(ids)]
     if empty:
       raise ValueError(f"text {empty[0]} ({texts[empty[0]]!r}) has no tokens to score")
@@ -94,9 +96,10 @@ class RawTextScorer:
         raise ValueError(f"regions {list(regions)!r}: every region must be non-empty text")
       texts.append(REGION_SEPARATOR.join(regions))
       ends.append(np.cumsum(lengths + len(REGION_SEPARATOR)) - len(REGION_SEPARATOR))
+    encoded = [self.encode(t) for t in texts]
     out = []
-    for text, ends_R, logp_T in zip(texts, ends, self.token_log_probs(texts)):
-      offsets = self.encode(text)[1]
+    for (_, offsets), ends_R, logp_T in zip(encoded, ends,
+                                           self._score(texts, [ids for ids, _ in encoded])):
       owner_T = token_regions(offsets, ends_R)
       starts_R = np.r_[0, ends_R[:-1]]
       self.stats["straddling_tokens"] += int((offsets[:, 0] < starts_R[owner_T]).sum())
