@@ -64,7 +64,8 @@ supplied as its stack tape, XSum by a joint beam over summary tokens and attachm
 Pretrained checkpoints (`--checkpoint`, repeatable, after the workdirs in the tables; named by
 their folder or file name): a Hugging Face folder or a `.gguf` file, read-only, scored as raw
 text (SPEC §13, `slm_jax.eval.raw_text`): each sentence as written, in one piece with the
-checkpoint's own tokenizer, after its BOS (else EOS) as the one unscored prefix token; SyntaxGym
+checkpoint's own tokenizer, after its BOS (else EOS) as the one unscored prefix token and one
+space (lm-evaluation-harness's target delimiter); SyntaxGym
 regions joined by spaces, each token counted in the region of its last character. SG and BLiMP
 (`--blimp_proposals` does not apply); other tasks are refused for checkpoints.
 

@@ -55,20 +55,21 @@ def scorer(checkpoint):
 
 
 def hf_token_log_probs(model, fast, text: str) -> tuple[np.ndarray, list[tuple[int, int]]]:
-  """transformers: log p of each token of `text` after BOS, and its character offsets."""
-  encoded = fast(text, add_special_tokens=False, return_offsets_mapping=True)
+  """transformers: log p of each token of " " + `text` after BOS (lm-eval's convention), and its
+  character offsets in `text`."""
+  encoded = fast(" " + text, add_special_tokens=False, return_offsets_mapping=True)
   ids = [fast.bos_token_id, *encoded["input_ids"]]
   with torch.no_grad():
     logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
   picked = logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].numpy()
-  return picked, encoded["offset_mapping"]
+  return picked, [(start - 1, end - 1) for start, end in encoded["offset_mapping"]]
 
 
 def test_text_log_probs_equal_transformers(checkpoint, scorer):
   model, fast, _ = checkpoint
   assert scorer.prefix_id == fast.bos_token_id
   for text in TEXTS:  # the sentence as written: no PTB split, no space before punctuation
-    assert scorer.encode(text)[0].tolist() == fast(text, add_special_tokens=False).input_ids
+    assert scorer.encode(text)[0].tolist() == fast(" " + text, add_special_tokens=False).input_ids
   total, counts = scorer.text_log_probs(TEXTS)
   want = [hf_token_log_probs(model, fast, t)[0] for t in TEXTS]
   np.testing.assert_allclose(total, [w.sum() for w in want], atol=1e-4)

@@ -109,7 +109,8 @@ class RawTextProtocol(Protocol):
 
   name = "raw text"
   note = ("a pretrained checkpoint scored as raw text (SPEC §13): the sentence as written, its "
-          "own tokenizer, its BOS (else EOS) as the one unscored prefix token, no added tokens; "
+          "own tokenizer, its BOS (else EOS) as the one unscored prefix token, then one space "
+          "(lm-eval's target delimiter), no added tokens; "
           "SyntaxGym regions joined by spaces, a token in the region of its last character")
 
   def evaluation_scorer(self, run: Any, *, batch_size: int, beam: int) -> tuple[Any, Any]:

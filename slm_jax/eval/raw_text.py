@@ -3,12 +3,13 @@
 A sentence is scored as written: the checkpoint's own tokenizer encodes it in one piece (no PTB
 word split, no space before punctuation, no `n't` split, no chat template, no reserved structural
 tokens), after one prefix token — the checkpoint's BOS (the token its tokenizer adds, or the
-`bos_token` it defines), else its EOS: lm-evaluation-harness's `prefix_token_id`, so a sentence's
-first token is scored too and a BLiMP subset gives lm-eval's accuracy pair for pair. The prefix
-token is context and never scored.
+`bos_token` it defines), else its EOS: lm-evaluation-harness's `prefix_token_id` — and lm-eval's
+target delimiter, one space (`LEADING`: its BLiMP task scores the continuation " " + sentence
+after an empty context), so a BLiMP subset gives lm-eval's log-probs and verdicts pair for pair.
+The prefix token is context and never scored; every token of " " + sentence is.
 
-Regions (SyntaxGym): the non-empty regions are joined by one space; region k owns the characters
-from the end of region k−1 (its leading space included) to its own end, and a token belongs to
+Regions (SyntaxGym): the non-empty regions are joined by one space (after `LEADING`); region k
+owns the characters from the end of region k−1 (its leading space included) to its own end, and a token belongs to
 the region holding its last character (`token_regions`, by the tokenizer's character offsets).
 A region's log-prob is the sum over its tokens; a token whose characters start in an earlier
 region is counted in `stats["straddling_tokens"]` (it still belongs to one region only).
@@ -31,6 +32,7 @@ from slm_jax.eval.blimp import BlimpResult, Paradigm, pair_verdicts, summarize
 from slm_jax.eval.text_scorer import TextScorer
 
 REGION_SEPARATOR = " "
+LEADING = " "  # lm-evaluation-harness's target delimiter before a scored continuation
 
 
 def prefix_id(tokenizer: Any) -> int:
@@ -65,9 +67,10 @@ class RawTextScorer:
     self.stats: dict[str, int] = {"straddling_tokens": 0}
 
   def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-    """(ids [T], character offsets [T, 2]) of `text`, no special tokens added."""
-    encoding = self.tokenizer.tokenizer.encode(text, add_special_tokens=False)
-    offsets = np.asarray(encoding.offsets, np.int64).reshape(-1, 2)
+    """(ids [T], character offsets [T, 2] into `text`) of `LEADING` + `text`, no special
+    tokens added (the delimiter's characters are offset -1)."""
+    encoding = self.tokenizer.tokenizer.encode(LEADING + text, add_special_tokens=False)
+    offsets = np.asarray(encoding.offsets, np.int64).reshape(-1, 2) - len(LEADING)
     return np.asarray(encoding.ids, np.int64), offsets
 
   def token_log_probs(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -101,7 +104,7 @@ class RawTextScorer:
     for (_, offsets), ends_R, logp_T in zip(encoded, ends,
                                            self._score(texts, [ids for ids, _ in encoded])):
       owner_T = token_regions(offsets, ends_R)
-      starts_R = np.r_[0, ends_R[:-1]]
+      starts_R = np.r_[-len(LEADING), ends_R[:-1]]  # region 1 owns the delimiter
       self.stats["straddling_tokens"] += int((offsets[:, 0] < starts_R[owner_T]).sum())
       out.append(np.bincount(owner_T, weights=logp_T, minlength=len(ends_R)))
     return out
