@@ -109,8 +109,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def parse_args(argv: Sequence[str] | None):
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
                          formatter_class=_HelpFormatter)
-  p.add_argument("--workdir", action="append", default=[], help="a training workdir (repeat)")
-  p.add_argument("--checkpoint", action="append", default=[],
+  p.add_argument("--workdir", action="append", default=None, help="a training workdir (repeat)")
+  p.add_argument("--checkpoint", action="append", default=None,
                  help="a pretrained checkpoint, DIR (Hugging Face) or FILE.gguf (repeat): a "
                  "read-only baseline scored as raw text (SPEC §13), named by its folder/file")
   p.add_argument("--tasks", default="sg,blimp,docppl",
@@ -180,6 +180,7 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--bootstrap_seed", type=int, default=SEED,
                  help="bootstrap seed (2027: paper Tables 10-11; 2026: App. F)")
   args = p.parse_args(argv)
+  args.workdir, args.checkpoint = args.workdir or [], args.checkpoint or []
   if not args.workdir and not args.checkpoint:
     p.error("give at least one --workdir or --checkpoint")
   args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
