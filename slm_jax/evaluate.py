@@ -1,6 +1,7 @@
 """Evaluation of trained runs: SyntaxGym, BLiMP, doc-PPL, downstream tasks, paired bootstrap, reports.
 
   python -m slm_jax.evaluate --workdir=RUN [--workdir=RUN2 ...] --tasks=sg,blimp,docppl --out=DIR
+  python -m slm_jax.evaluate --checkpoint=DIR|FILE.gguf [--workdir=RUN] --tasks=sg,blimp --out=DIR
   python -m slm_jax.evaluate --workdir=RUN ... --tasks=mc,xsum,boolq --downstream_dir=DIR
       [--mc_tasks=arc_easy,piqa,...] [--tree_source=parser|parser:DIR|flat|file:PATH]
       [--xsum_finetuned=OUT ...] [--boolq_finetuned=OUT ...] [--gen_beam=6]
@@ -66,6 +67,14 @@ supplied as its stack tape, XSum by a joint beam over summary tokens and attachm
 (`slm_jax.evaluation.protocols`: paper = terminal-only tree scoring, CNT2 never scored in the
 beam, 32 SG suites); explicit flags win, and the choices in force are printed first.
 
+Pretrained checkpoints (`--checkpoint`, repeatable, after the workdirs in the tables; named by
+their folder or file name): a Hugging Face folder or a `.gguf` file, read-only, scored as raw
+text (SPEC §13, `slm_jax.eval.raw_text`): each sentence as written, in one piece with the
+checkpoint's own tokenizer, after its BOS (else EOS) as the one unscored prefix token and one
+space (lm-evaluation-harness's target delimiter); SyntaxGym
+regions joined by spaces, each token counted in the region of its last character. SG and BLiMP
+(`--blimp_proposals` does not apply); other tasks are refused for checkpoints.
+
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
 pairs per paradigm and (unless `--docppl_documents` is given) doc-PPL documents.
@@ -107,7 +116,10 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def parse_args(argv: Sequence[str] | None):
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
                          formatter_class=_HelpFormatter)
-  p.add_argument("--workdir", action="append", required=True, help="a training workdir (repeat)")
+  p.add_argument("--workdir", action="append", default=None, help="a training workdir (repeat)")
+  p.add_argument("--checkpoint", action="append", default=None,
+                 help="a pretrained checkpoint, DIR (Hugging Face) or FILE.gguf (repeat): a "
+                 "read-only baseline scored as raw text (SPEC §13), named by its folder/file")
   p.add_argument("--tasks", default="sg,blimp,docppl",
                  help="comma-separated: sg, blimp, docppl, mc, xsum, boolq")
   p.add_argument("--out", required=True, help="output folder")
@@ -185,6 +197,9 @@ def parse_args(argv: Sequence[str] | None):
   if args.protocol:  # its values become the defaults: flags given explicitly still win
     p.set_defaults(**PROTOCOLS[args.protocol])
     args = p.parse_args(argv)
+  args.workdir, args.checkpoint = args.workdir or [], args.checkpoint or []
+  if not args.workdir and not args.checkpoint:
+    p.error("give at least one --workdir or --checkpoint")
   args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in args.tasks if t not in TASKS]
   if unknown:

@@ -11,8 +11,10 @@ token given its prefix; the first is null); `--topk=N` adds `topk`: after each p
 most likely next tokens as {"id", "token", "logprob"}. `--ids_file`: one sequence per line as
 space-separated token ids; `--text_file`: one text per line, tokenized with the checkpoint's
 tokenizer (HF: its tokenizer.json; GGUF: the vocabulary in the file; a workdir: its tokenizer,
-word by word) with no special tokens
-added unless `--bos`. An empty line gives empty lists. This is also how to check a converted
+word by word, a word that is one of the run's reserved symbols — `<s>`, `</s>`, `(NP`, `NP)`,
+`)`, `<P>` — encoded as that symbol's id, as training wrote it) with no special tokens added
+unless `--bos`. Every record has `unknown`: how many of its ids are the tokenizer's unknown token
+(`<unk>`); the total is reported on stderr. An empty line gives empty lists. This is also how to check a converted
 model: the same ids scored here and by transformers agree to 1e-4 in float32.
 
 Checked: an HF folder whose tokenizer.json disagrees with its config.json (more tokens than
@@ -37,6 +39,7 @@ from slm_jax import cli
 from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.hf.gguf import is_gguf
 from slm_jax.hf.load import checkpoint_config, load_checkpoint
+from slm_jax.tokenizer_bases import UNK_SYMBOL
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run
 from slm_jax.train.workdir import CONFIG_FILE
@@ -50,9 +53,10 @@ class Source:
 
   def __init__(self, model, encode: Callable[[str, bool], list[int]],
                pieces: Callable[[list[int]], list[str]], trained_len: int | None = None,
-               trained_len_from: str = ""):
+               trained_len_from: str = "", unk_id: int | None = None):
     self.model, self.encode, self.pieces = model, encode, pieces
     self.trained_len, self.trained_len_from = trained_len, trained_len_from
+    self.unk_id = unk_id  # the tokenizer's unknown token (None: it has none)
 
 
 def check_tokenizer(folder: pathlib.Path, tok, vocab_size: int) -> None:
@@ -85,13 +89,17 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
   if _is_workdir(folder):
     run = load_run(folder, dtype=dtype)
     tok = run.tokenizer
+    reserved_ids = range(tok.base_size, tok.vocab_size)
+    reserved = dict(zip(tok.decode(list(reserved_ids)), reserved_ids))  # symbol -> its id
 
     def encode(text: str, bos: bool) -> list[int]:
-      ids = [i for word in text.split() for i in tok.encode_word(word)]
+      ids = [i for word in text.split()
+             for i in ((reserved[word],) if word in reserved else tok.encode_word(word))]
       return [tok.bos_id, *ids] if bos else ids
 
     return Source(run.model, encode, lambda ids: tok.decode(ids), int(run.cfg.data.seq_len),
-                  "the run's data.seq_len")
+                  "the run's data.seq_len",
+                  tok.base.index[UNK_SYMBOL] if tok.base.kind == "word" else None)
   shardings = None
   if fsdp > len(jax.devices()):
     raise cli.CliError(f"--fsdp={fsdp}: only {len(jax.devices())} {jax.default_backend()} "
@@ -111,8 +119,10 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
       raise cli.CliError(f"{folder} has no tokenizer.json: use --ids_file")
     return tok.encode(text, bos=bos)
 
+  unk = tok.special.get("unk_token") if tok else None
   return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids],
-                trained_len, "max_position_embeddings")
+                trained_len, "max_position_embeddings",
+                tok.tokenizer.token_to_id(unk) if unk else None)
 
 
 def read_ids(path: pathlib.Path) -> list[list[int]]:
@@ -140,7 +150,8 @@ def score_lines(source: Source, sequences: list[list[int]], out: TextIO, *, topk
   scored = dict(zip(present, scorer.score([sequences[i] for i in present], topk)))
   nonfinite = 0
   for i, ids in enumerate(sequences):
-    record = {"ids": ids, "tokens": source.pieces(ids) if ids else [], "logprobs": []}
+    record = {"ids": ids, "tokens": source.pieces(ids) if ids else [], "logprobs": [],
+              "unknown": sum(i == source.unk_id for i in ids)}
     if i in scored:
       result = scored[i]
       record["logprobs"] = [None, *map(_finite, result.logprobs)]
@@ -190,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warning: {len(longer)} of {len(sequences)} sequences are longer than the model's "
           f"trained length {source.trained_len} ({source.trained_len_from}; longest "
           f"{max(longer)} tokens): log-probs past it are extrapolation", file=sys.stderr)
+  unknown = sum(i == source.unk_id for ids in sequences for i in ids)
+  if unknown:
+    print(f"warning: {path}: {unknown} of {sum(map(len, sequences))} tokens are the tokenizer's "
+          "unknown token (each record's `unknown` counts its own)", file=sys.stderr)
   if args.out is None:
     count, nonfinite = score_lines(source, sequences, sys.stdout, topk=args.topk,
                                    batch_size=args.batch_size)

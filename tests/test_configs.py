@@ -23,10 +23,10 @@ def config_file(name: str, scale: str) -> str:
 
 def test_exactly_the_60_files_and_the_hf_presets():
   files = {p.stem for p in CONFIG_DIR.glob("*.py")} - {"__init__"}
-  paper = {f for f in files if not f.startswith("hf_")}
+  paper = {f for f in files if not f.startswith("hf")}
   assert paper == {f"{n}_{s}" for n in NAMES for s in run_config.SCALES}
   assert len(paper) == 60  # 14 configurations + the Pushdown reference, 4 scales each
-  assert files - paper == {"hf_qwen2_5_7b", "hf_llama3_8b", "hf_olmo2_1b"}
+  assert files - paper == {"hf_qwen2_5_7b", "hf_llama3_8b", "hf_olmo2_1b", "hf"}
 
 
 @pytest.mark.parametrize("scale", run_config.SCALES)
@@ -188,7 +188,7 @@ def test_packaged_config_names(tmp_path, monkeypatch):
   assert configs.config_path("no_such_config") == "no_such_config"  # the loader reports it
   assert load_config("tg_tiny", folder=configs.FOLDER) == load_config(config_file("tg", "tiny"))
   assert load_config("configs/tg_tiny.py", folder=configs.FOLDER).configuration.name == "tg"
-  assert len(configs.names()) == 63  # 56 paper configs + 4 Pushdown + 3 Hugging Face presets
+  assert len(configs.names()) == 64  # 56 paper configs + 4 Pushdown + 4 Hugging Face presets
 
 
 def test_schema_expresses_optional_values_and_scale_only_keys():

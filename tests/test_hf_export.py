@@ -79,7 +79,7 @@ def test_score_cli_agrees_on_workdir_and_export(exported, tmp_path):
     if ours["ids"]:
       assert ours["ids"][0] == tok.bos_id and ours["logprobs"][0] is None
       np.testing.assert_allclose(ours["logprobs"][1:], theirs["logprobs"][1:], atol=TOL)
-  assert results[0][1] == {"ids": [], "tokens": [], "logprobs": [], "topk": []}
+  assert results[0][1] == {"ids": [], "tokens": [], "logprobs": [], "topk": [], "unknown": 0}
 
 
 def test_tg_runs_are_refused(tmp_path, capsys):

@@ -101,3 +101,15 @@ def test_word_base_exports_and_qwen_tiktoken_is_refused():
       tok.encode_word("b")[0], tok.encode_word("a")[0]]
   with pytest.raises(ValueError, match="'qwen' tokenizer base has no tokenizer.json export"):
     tokenizer_json(make_tokenizer("qwen"))
+
+
+def test_jinja2_is_a_base_dependency():
+  """Chat templates render without the heavy `hf` extra (issue #36 item 4)."""
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  import tomllib  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(__file__).resolve().parents[1]
+  project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+  names = [re.split(r"[<>=!~ ]", d)[0].lower() for d in project["dependencies"]]
+  assert "jinja2" in names
+  assert re.search(r"^jinja2==", (root / "requirements.txt").read_text(), re.M)

@@ -48,7 +48,8 @@ def test_text_file_matches_transformers(folder, tmp_path):
   text = tmp_path / "in.txt"
   text.write_text("\n".join(ROOT_TEXT[:3]) + "\n\n")
   rows = run_score(f"--checkpoint={path}", f"--text_file={text}", "--topk=3", "--bos")
-  assert len(rows) == 4 and rows[3] == {"ids": [], "tokens": [], "logprobs": [], "topk": []}
+  assert len(rows) == 4 and rows[3] == {"ids": [], "tokens": [], "logprobs": [], "topk": [],
+                                       "unknown": 0}
   hf_tok = transformers.PreTrainedTokenizerFast.from_pretrained(path)  # its tokenizer.json as is
   for line, row in zip(ROOT_TEXT[:3], rows):
     ids = row["ids"]

@@ -20,6 +20,9 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
   scored, the structure given; XSum through `downstream.pushdown_generate.joint_generate`: summary
   pieces and attachment actions searched jointly (beam 6, ≤ 150 tokens; the summary is terminals
   only, so `max_tokens` is its whole length after the prompt).
+- **A pretrained checkpoint** (`reference == CHECKPOINT`, `evaluate --checkpoint`, SPEC §13;
+  `RawTextProtocol`): SG and BLiMP score the text as written with the checkpoint's own tokenizer
+  and BOS (`eval.raw_text.RawTextScorer`); the downstream tasks are not scored for it yet.
 
 MC, BoolQ and XSum read the run's own configuration (lin1 for Pushdown), so
 `encoding.TextEncoder` parses every component with the tree source for either.
@@ -36,6 +39,7 @@ from slm_jax.downstream.generate_batch import word_synchronous_generate_many
 from slm_jax.downstream.pushdown_generate import joint_generate
 from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
                                             scoring_configuration)
+from slm_jax.eval.raw_text import RawTextScorer
 from slm_jax.eval.scorer import Scorer
 
 
@@ -117,7 +121,29 @@ class PushdownProtocol(Protocol):
     return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
 
 
-PROTOCOLS = {"": Protocol(), "pushdown": PushdownProtocol()}  # by `Configuration.reference`
+CHECKPOINT = "checkpoint"  # `Configuration.reference` of a pretrained checkpoint (raw text)
+
+
+class RawTextProtocol(Protocol):
+  """A pretrained checkpoint: raw text, its own tokenizer and BOS (module docstring)."""
+
+  name = "raw text"
+  note = ("a pretrained checkpoint scored as raw text (SPEC §13): the sentence as written, its "
+          "own tokenizer, its BOS (else EOS) as the one unscored prefix token, then one space "
+          "(lm-eval's target delimiter), no added tokens; "
+          "SyntaxGym regions joined by spaces, a token in the region of its last character")
+
+  def evaluation_scorer(self, run: Any, *, batch_size: int, beam: int) -> tuple[Any, Any]:
+    del beam
+    return run, RawTextScorer(run.model, run.tokenizer, batch_size=batch_size)
+
+  def scorer(self, run: Any, batch_size: int) -> Scorer:
+    raise ValueError(f"{run.path}: the downstream tasks are not scored for pretrained "
+                     "checkpoints yet (SG and BLiMP are)")
+
+
+PROTOCOLS = {"": Protocol(), "pushdown": PushdownProtocol(),  # by `Configuration.reference`
+             CHECKPOINT: RawTextProtocol()}
 
 
 def protocol(configuration: Configuration) -> Protocol:
@@ -125,8 +151,9 @@ def protocol(configuration: Configuration) -> Protocol:
   try:
     return PROTOCOLS[configuration.reference]
   except KeyError:
+    known = ", ".join(k for k in PROTOCOLS if k)
     raise ValueError(f"{configuration.name}: no downstream protocol for reference model "
-                     f"{configuration.reference!r} (known: pushdown)") from None
+                     f"{configuration.reference!r} (known: {known})") from None
 
 
 def protocol_note(name: str) -> str:

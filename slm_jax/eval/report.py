@@ -244,6 +244,8 @@ def markdown(results: dict, circuit_suites: dict[str, list[str]] | None = None,
   s = results.get("settings", {})
   out = ["# Evaluation results", "",
          "Models: " + ", ".join(f"{m['name']} = `{m['workdir']}` (step {m.get('step')})"
+                                if "workdir" in m else f"{m['name']} = `{m['checkpoint']}` "
+                                "(pretrained checkpoint, raw text)"
                                 for m in results["models"]), "",
          "Settings: " + ", ".join(f"{k}={v}" for k, v in s.items() if not isinstance(v, dict))]
 

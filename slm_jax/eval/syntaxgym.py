@@ -308,14 +308,17 @@ def _beam_prefix_fn(searcher, tree_scoring: str = "joint") -> PrefixFn:
 
 
 def evaluate_suite(suite: Suite, prefix_fn: PrefixFn, *, max_items: int | None = None,
-                   base: float = 2.0, vocabulary: Callable[[str], bool] | None = None) -> dict:
+                   base: float = 2.0, vocabulary: Callable[[str], bool] | None = None,
+                   split_region: Callable[[str], list[str]] = tokenize_region) -> dict:
   """Accuracy of one suite (JSON-ready dict with per-item verdicts and surprisals): an item is
-  correct when the first prediction holds; `predictions` gives each prediction's accuracy."""
+  correct when the first prediction holds; `predictions` gives each prediction's accuracy.
+  `split_region`: a region's text → the units `prefix_fn` scores (PTB words; a pretrained
+  checkpoint's raw-text scorer takes each region whole: `eval.raw_text.region_units`)."""
   items = suite.items[:max_items] if max_items is not None else suite.items
   layouts = {}  # (item, condition) -> (words, region boundaries)
   for item in items:
     for condition, contents in item.conditions.items():
-      region_words = [tokenize_region(c) for c in contents]
+      region_words = [split_region(c) for c in contents]
       bounds = np.cumsum([0] + [len(w) for w in region_words])
       layouts[(item.number, condition)] = ([w for ws in region_words for w in ws], bounds)
   unique = sorted({tuple(words) for words, _ in layouts.values() if words})
@@ -363,7 +366,9 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
                        tree_scoring: str = "joint",
                        progress: Callable[[int, int], None] | None = None,
                        on_suite: Callable[[str, dict], None] | None = None,
-                       done: Mapping[str, dict] | None = None, **beam_options) -> dict:
+                       done: Mapping[str, dict] | None = None,
+                       split_region: Callable[[str], list[str]] = tokenize_region,
+                       **beam_options) -> dict:
   """SyntaxGym accuracies (JSON-ready): per suite, per circuit, the headline SG, the suite mean.
 
   `scorer_or_beam_fn`: a `Scorer` (tree models → beam search with `beam_options`, read as
@@ -376,7 +381,7 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   suites finished before (a killed evaluation's, `SuitesInFlight.done`): they are taken as they
   are, not evaluated again (`counts.reused_suites`). Tree models search the
   sentences of a suite together (`BeamSearcher.search_many`; `batched=False` in `beam_options`
-  searches one at a time).
+  searches one at a time). `split_region`: as `evaluate_suite`'s.
   """
   from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
   from slm_jax.eval.scorer import Scorer  # pylint: disable=g-import-not-at-top
@@ -405,7 +410,8 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
     if suite.name in done:
       result, reused = done[suite.name], reused + 1
     else:
-      result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary)
+      result = evaluate_suite(suite, fn, max_items=max_items, base=base, vocabulary=vocabulary,
+                              split_region=split_region)
       result["circuit"] = sg_aggregate.circuit_of(suite.name, tags)
       if on_suite:
         on_suite(suite.name, result)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from slm_jax import cli
 from slm_jax.eval.proposals import FileProposals, check_beam_proposals
+from slm_jax.evaluation.checkpoints import check_checkpoints
 from slm_jax.evaluation.sources import is_parser
 
 TASKS = ("sg", "blimp", "docppl", "mc", "xsum", "boolq")
@@ -24,7 +25,8 @@ DOWNSTREAM_TASKS = ("mc", "xsum", "boolq")
 
 def check_inputs(args) -> None:
   """Every input of the command, checked before anything is scored: each workdir is a training
-  workdir with a readable config and at least one checkpoint, proposal files and PTB paths
+  workdir with a readable config and at least one checkpoint, each `--checkpoint` a checkpoint
+  for the tasks asked (`evaluation.checkpoints.check_checkpoints`), proposal files and PTB paths
   exist, the fine-tuned folders name their --workdir as source, and `--out` is not a file.
   Raises one error naming every problem."""
   from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
@@ -65,6 +67,7 @@ def check_inputs(args) -> None:
           problems.append(f"--{task}_finetuned={folder}: no such folder")
         else:
           problems += finetune_source_problems(task, folder, args.workdir, index)
+  problems += check_checkpoints(args.checkpoint, args.tasks)
   out = pathlib.Path(args.out)
   if out.exists() and not out.is_dir():
     problems.append(f"--out={out}: exists and is not a folder")

@@ -1,8 +1,9 @@
 """One evaluation of trained runs: what `python -m slm_jax.evaluate` runs (its flags: `args`).
 
 `evaluate(args)`: the inputs checked before anything is scored (`evaluation.inputs`), the task
-data and proposal sources built once (`evaluation.sources`), then per run (`evaluate_run`) its
-scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
+data and proposal sources built once (`evaluation.sources`), then per run (`evaluate_run`: each
+`--workdir`, then each `--checkpoint`, a pretrained checkpoint loaded by
+`evaluation.checkpoints` and scored as raw text, SPEC §13) its scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
 the Pushdown reference's), SyntaxGym, BLiMP and doc-PPL (`slm_jax.eval`) and the downstream tasks
 (`evaluate_downstream` → `downstream.run`); after every run the finished ones are kept in
 `OUT/results.partial.json` (written atomically), and so are the finished SG suites of the run in
@@ -26,9 +27,11 @@ import numpy as np
 from slm_jax import cli, locks
 from slm_jax.downstream.protocol import protocol
 from slm_jax.eval import report
-from slm_jax.eval.blimp import evaluate_blimp
+from slm_jax.eval.blimp import evaluate_blimp, load_blimp
 from slm_jax.eval.docppl import doc_ppl
 from slm_jax.eval.proposals import ProposalSource
+from slm_jax.eval.raw_text import RawTextScorer, evaluate_blimp_raw, region_units
+from slm_jax.evaluation.checkpoints import load_checkpoint_run
 from slm_jax.evaluation.inputs import (DOWNSTREAM_TASKS, check_beam_runs, check_file_coverage,
                                        check_inputs, syntaxgym_dir)
 from slm_jax.evaluation.sources import (beam_options, beam_source, blimp_source, docppl_data,
@@ -50,7 +53,7 @@ def evaluate(args) -> dict[str, pathlib.Path]:
 
 def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
   from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
-  first_cfg, _ = run_config(args.workdir[0])
+  first_cfg = run_config(args.workdir[0])[0] if args.workdir else None
   data, settings = task_data(args, first_cfg)
   check_file_coverage(args, data)
   entries, arrays = [], []
@@ -61,7 +64,13 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
     arrays.append(arr)
     # What is done so far survives a later run's failure (removed once results.json is written).
     report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
-  names = report.display_names([e["configuration"] for e in entries], args.workdir)
+  for path in args.checkpoint:
+    entry, arr = evaluate_run(path, args, data, checkpoint=True)
+    entries.append(entry)
+    arrays.append(arr)
+    report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
+  names = report.display_names([e["configuration"] for e in entries],
+                               [*args.workdir, *args.checkpoint])
   for name, entry in zip(names, entries):
     entry["name"] = name
   results = {"settings": settings, "conventions": conventions(args),
@@ -77,6 +86,8 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
   else:
     extra = {}
   results["notes"] = notes(args, data, results, beam_tasks(args))
+  results["notes"] += [f"{m['name']}: {m['reference']}." for m in results["models"]
+                       if "checkpoint" in m]
   results["settings"]["wall_s"] = round(time.time() - started, 1)
   circuit_suites = None
   if "sg_dir" in data:
@@ -142,18 +153,28 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
   return data, settings
 
 
-def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, dict]:
-  """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir)."""
+def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
+                 checkpoint: bool = False) -> tuple[dict, dict]:
+  """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir),
+  or (`checkpoint`) of the pretrained checkpoint `workdir` (a folder or .gguf file)."""
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
-  trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
+  if checkpoint:
+    trained = load_checkpoint_run(workdir, dtype=args.dtype)
+  else:
+    trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
   reference = trained.configuration.reference  # "pushdown": the architectural reference, SPEC §14
-  run, scorer = protocol(trained.configuration).evaluation_scorer(
-      trained, batch_size=args.batch_size, beam=args.beam)
+  evaluation = protocol(trained.configuration)
+  run, scorer = evaluation.evaluation_scorer(trained, batch_size=args.batch_size, beam=args.beam)
+  raw = isinstance(scorer, RawTextScorer)  # a pretrained checkpoint: raw text (SPEC §13)
   conf = run.configuration
-  entry: dict[str, Any] = {"workdir": str(workdir), "configuration": conf.name,
+  entry: dict[str, Any] = {"checkpoint" if checkpoint else "workdir": str(workdir),
+                           "configuration": conf.name,
                            "linearization": conf.linearization, "attention": conf.attention.name,
                            "step": int(run.step), "dtype": args.dtype, "timing_s": {}}
-  if reference:
+  if raw:
+    entry["reference"] = (f"pretrained checkpoint, prefix token {scorer.prefix_id}: "
+                          f"{evaluation.note}")
+  elif reference:
     entry["reference"] = f"{reference} (architectural reference, own protocol: SPEC §14)"
   arrays: dict[str, Any] = {}
   if run.skipped:
@@ -162,7 +183,8 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
     log(f"warning: {workdir}: evaluating step {run.step}, not the newest checkpoint "
          f"({run.newest_step}): " + "; ".join(f"step {st} unreadable ({r})"
                                               for st, r in run.skipped))
-  log(f"{workdir}: {conf.name} at step {run.step} ({args.dtype})")
+  log(f"{workdir}: " + ("pretrained checkpoint, raw text" if raw else
+                        f"{conf.name} at step {run.step}") + f" ({args.dtype})")
   if "sg" in args.tasks:
     from slm_jax.eval.sg_aggregate import circuit_labels
     from slm_jax.eval.sg_partial import SuitesInFlight
@@ -174,11 +196,15 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
         sg_dir=str(data["sg_dir"]), **beam_options(args)))
     if kept.note:
       log(f"  {kept.note}")
-    sg = evaluate_syntaxgym(scorer, data["sg_dir"], max_items=args.max_items,
-                            suites=args.sg_suites, tree_scoring=args.tree_scoring,
+    options = dict(split_region=region_units) if raw else beam_options(args)
+    sg = evaluate_syntaxgym(scorer.prefix_fn if raw else scorer, data["sg_dir"],
+                            max_items=args.max_items, suites=args.sg_suites,
+                            tree_scoring=args.tree_scoring,
                             progress=cli.Progress("  sg", unit="suites", every=0),
-                            done=kept.done, on_suite=kept.keep, **beam_options(args))
+                            done=kept.done, on_suite=kept.keep, **options)
     entry["sg"] = sg_summary(sg)
+    if raw:
+      entry["sg"]["raw_text"] = dict(scorer.stats)
     entry["timing_s"]["sg"] = round(time.time() - start, 2)
     names = list(sg["suites"])
     labels = circuit_labels(names, [sg["suites"][n]["items"] for n in names])
@@ -198,15 +224,19 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0) -> tuple[dict, 
   if "blimp" in args.tasks:
     start = time.time()
     source = data["blimp_proposals"]
-    if source is None:
+    if source is None and not raw:
       source = own_beam_source()
     before = source_stats(source)
-    result = evaluate_blimp(scorer, run.tokenizer, conf, data["blimp_dir"], source,
-                            max_items=args.max_items, tree_scoring=args.tree_scoring,
-                            paradigms=data.get("blimp_paradigms"))
+    if raw:
+      result = evaluate_blimp_raw(scorer, data.get("blimp_paradigms")
+                                  or load_blimp(data["blimp_dir"], args.max_items))
+    else:
+      result = evaluate_blimp(scorer, run.tokenizer, conf, data["blimp_dir"], source,
+                              max_items=args.max_items, tree_scoring=args.tree_scoring,
+                              paradigms=data.get("blimp_paradigms"))
     entry["blimp"] = result.summary()
     stats = source_stats(source)
-    if stats and result.stats.get("proposals"):
+    if stats and result.stats.get("proposals") and not raw:
       entry["blimp"]["stats"]["proposal_source"] = {k: v - before.get(k, 0)
                                                     for k, v in stats.items()}
     entry["timing_s"]["blimp"] = round(time.time() - start, 2)

@@ -51,7 +51,7 @@ import pathlib
 import sys
 from typing import Any, Callable
 
-from slm_jax import cli
+from slm_jax import cli, locks
 from slm_jax.gtca import cache_records
 from slm_jax.gtca.cache_builder import KEPT_ERRORS, build_cache, parser_identity, read_records
 from slm_jax.gtca.mcqa_data import SETS
@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
   factory, parser_id = _parser_of(args.parser, records)
   identity = {"tokenizer": tokenizer.identity, **fmt.to_meta(), "parser": parser_id}
   out = shard_path(args.out, index, count)
-  with ParseCache(out, identity, writable=True, info={"backbone": str(backbone)}) as cache:
+  with locks.writer_lock(out.parent, what="GTCA span cache", part=f"{out.name}"), \
+       ParseCache(out, identity, writable=True, info={"backbone": str(backbone)}) as cache:
     report = build_cache(records, tokenizer, cache, fmt, factory, block=max(1, args.block),
                          progress=cli.Progress("gtca cache", unit="examples"))
     total = len(cache)

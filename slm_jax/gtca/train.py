@@ -73,7 +73,7 @@ from typing import Sequence
 
 import jax
 
-from slm_jax import cli, config_files
+from slm_jax import cli, config_files, locks
 from slm_jax.gtca import run_config
 from slm_jax.gtca.backbone import hf_backbone, is_hf_checkpoint, prepare_backbone
 from slm_jax.gtca.mcqa_data import MCQA_SETS, SETS
@@ -147,8 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       raise cli.CliError(str(error)) from None
     return run(settings, log, backbone=backbone, task=task, record=item.identity)
 
-  run_sweep(items, train, record=RECORD, marker="result.json", ignore=RESUMABLE_KEYS,
-            describe=lambda result: f"test {result['metrics'][config.task]:.2f}", log=log)
+  with locks.writer_lock(config.out, what="GTCA training"):  # one writer per --out
+    run_sweep(items, train, record=RECORD, marker="result.json", ignore=RESUMABLE_KEYS,
+              describe=lambda result: f"test {result['metrics'][config.task]:.2f}", log=log)
   return 0
 
 

@@ -6,8 +6,9 @@ both go through the same mapping. `load_checkpoint(path, ...)` is the one entry 
 calls: → `Checkpoint(path, config, model, tokenizer)`. Underneath, `import_config(path,
 **overrides)` is the `ModelConfig` of a checkpoint (SPEC §13 mapping in `slm_jax.hf.config`);
 `load_params(path, cfg, shardings=...)` reads its weights and `load_model(path, ...)` returns a
-ready `Decoder`. `check_matches(cfg, path)` lists every architecture key of a run's model
-section that disagrees with the checkpoint.
+ready `Decoder`. `config_values(path)` is what a run config's model section takes from a
+checkpoint (`train.run_config.load_config` with `model.init_from`); `check_matches(cfg, path)`
+lists every architecture key of a run's model section that disagrees with the checkpoint.
 
 Placement: the abstract model (`nnx.eval_shape`, no allocation) gives every parameter's path and
 shape; `shardings(abstract_params)` (a run passes `slm_jax.train.sharding.tree_shardings` over
@@ -71,6 +72,15 @@ def import_config(path: str | pathlib.Path, **overrides) -> ModelConfig:
   """The `ModelConfig` of checkpoint `path` with `overrides` (dtypes, vocab_size, LoRA, …)."""
   hf, where = checkpoint_config(path)
   return ModelConfig(**{**model_config(hf, where), **overrides})
+
+
+def config_values(path: str | pathlib.Path) -> dict[str, Any]:
+  """The model-section config keys checkpoint `path` determines (`ARCHITECTURE_KEYS`, with
+  `mlp_ratio` for `mlp_hidden`) and their values: what `--config=hf` takes from it."""
+  cfg = import_config(path)
+  return {("mlp_ratio" if key == "mlp_hidden" else key):
+          (cfg.mlp_ratio if key == "mlp_hidden" else getattr(cfg, key))
+          for key in ARCHITECTURE_KEYS}
 
 
 def check_matches(cfg: ModelConfig, path: str | pathlib.Path) -> None:

@@ -43,7 +43,7 @@ def _content(token: Any) -> str | None:
 
 def render_template(template: str, **context: Any) -> str:
   """`template` rendered as transformers' `apply_chat_template(tokenize=False)` renders it."""
-  import jinja2  # pylint: disable=import-outside-toplevel  # the `hf` extra
+  import jinja2  # pylint: disable=import-outside-toplevel  # a base dependency (pyproject)
   import jinja2.sandbox  # pylint: disable=import-outside-toplevel
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)

@@ -118,12 +118,16 @@ PRESET = {
 
 def hf_preset(name: str, configuration: str, folder: str, model: dict[str, Any]):
   """The locked ConfigDict of preset `name`: `configuration` trained from checkpoint `folder`
-  (downloaded there first, see the README), `model` its architecture keys, `PRESET` the rest."""
+  (downloaded there first, see the README), `model` its architecture keys, `PRESET` the rest.
+  `folder` "": given as --config.model.init_from, which sets the architecture keys and the
+  tokenizer (`run_config.checkpoint_overrides`)."""
   from slm_jax.train import run_config as config_builder  # pylint: disable=import-outside-toplevel
   cfg = config_builder.build(configuration, "1b")
   values = {**PRESET, **{f"model.{k}": v for k, v in model.items()},
             "model.init_from": folder, "data.tokenizer_path": f"{folder}/tokenizer.json",
             "checkpoint.dir": f"runs/{name}"}
+  if not folder:  # `--config=hf`: the checkpoint (and its tokenizer) come from the command line
+    del values["data.tokenizer"], values["data.tokenizer_path"]
   train_tokens = values["train.steps"] * values["train.global_batch"] * values["data.seq_len"]
   values["train.train_tokens"] = train_tokens
   with cfg.unlocked(), cfg.ignore_type():  # e.g. a fractional mlp_ratio over the scale's int

@@ -33,6 +33,7 @@ paper's final steps. These values are computed once here: overriding `train.glob
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -41,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 import ml_collections
 
-from slm_jax import config_files, configurations, sections
+from slm_jax import cli, config_files, configurations, sections
 from slm_jax.config_files import ConfigError
 from slm_jax.data.config import DataSection
 from slm_jax.model.config import ModelConfig
@@ -324,6 +325,71 @@ def validate(cfg: Any, *, source: str | None = None) -> RunConfig:
 def load_config(path: str, overrides: Sequence[str] = (), *,
                 folder: str | pathlib.Path | None = None) -> RunConfig:
   """A config file (or a packaged name of `folder`, e.g. `slm_jax.configs.FOLDER`) with
-  `key=value` overrides (`model.d_model=256`, `--config.` prefix optional), validated."""
+  `key=value` overrides (`model.d_model=256`, `--config.` prefix optional), validated.
+  `model.init_from=DIR|FILE.gguf` on the command line: every architecture key is taken from
+  that checkpoint (`checkpoint_overrides`); `--config=hf` needs it."""
   loader = LOADER if folder is None else dataclasses.replace(LOADER, folder=pathlib.Path(folder))
-  return loader.load(path, overrides)
+  return loader.load(path, checkpoint_overrides(path, overrides))
+
+
+def _given(overrides: Sequence[str]) -> dict[str, str]:
+  """key → text of `key=value` overrides (as the loader reads them)."""
+  out = {}
+  for override in overrides:
+    key, _, value = override.strip().removeprefix("--").removeprefix("config.").partition("=")
+    out[key.replace("-", "_")] = value
+  return out
+
+
+def _text(value: Any) -> str:
+  return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def checkpoint_overrides(path: str, overrides: Sequence[str]) -> list[str]:
+  """`overrides` after the architecture keys of the checkpoint `model.init_from` names on the
+  command line (`hf.load.config_values`: d_model, heads, KV heads, head_dim, MLP ratio, RoPE θ
+  and scaling, tying, norm eps, biases) and its tokenizer (`data.tokenizer=hf`; for a folder
+  its `tokenizer.json` as `data.tokenizer_path`), unless given. An override contradicting the checkpoint is refused
+  naming both values; `--config=hf` without `model.init_from` is refused."""
+  given = _given(overrides)
+  source = given.get("model.init_from", "")
+  if not source:
+    if pathlib.Path(path.partition(":")[0]).stem == "hf":
+      raise ConfigError(["--config=hf takes every model dimension from a checkpoint: give "
+                         "--config.model.init_from=DIR|FILE.gguf"])
+    return list(overrides)
+  from slm_jax.hf.gguf import is_gguf  # pylint: disable=g-import-not-at-top
+  from slm_jax.hf.load import config_values  # pylint: disable=g-import-not-at-top
+  try:
+    values = config_values(source)
+  except (FileNotFoundError, ValueError) as error:
+    raise ConfigError([f"--config.model.init_from={source}: {error}"]) from None
+  derived = [f"model.{k}={_text(v)}" for k, v in values.items()]
+  problems = []
+  for key, value in values.items():
+    text = given.get(f"model.{key}")
+    if text is not None and _differs(text, value):
+      problems.append(f"--config.model.{key}={text} contradicts the checkpoint "
+                      f"{source}: {key}={_text(value)}")
+  if "data.tokenizer" not in given:
+    derived.append("data.tokenizer=hf")  # the checkpoint's own vocabulary (+ reserved tokens)
+  if "data.tokenizer_path" not in given:
+    if is_gguf(source):
+      problems.append(f"--config.model.init_from={source}: training reads the tokenizer from a "
+                      "tokenizer.json: export the GGUF first (python -m slm_jax.export "
+                      "--checkpoint=FILE.gguf --out=DIR) and start from DIR, or give "
+                      "--config.data.tokenizer_path=DIR/tokenizer.json")
+    else:
+      derived.append(f"data.tokenizer_path={pathlib.Path(source) / 'tokenizer.json'}")
+  if problems:
+    raise ConfigError(problems)
+  return [*derived, *overrides]
+
+
+def _differs(text: str, value: Any) -> bool:
+  """Whether command-line `text` means something else than the checkpoint's `value`."""
+  try:
+    given = cli.boolean(text) if isinstance(value, bool) else type(value)(text)
+  except (ValueError, TypeError, argparse.ArgumentTypeError):
+    return True
+  return given != value

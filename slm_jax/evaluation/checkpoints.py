@@ -1,0 +1,79 @@
+"""Pretrained checkpoints as evaluated models: `python -m slm_jax.evaluate --checkpoint=DIR|FILE.gguf`.
+
+A checkpoint (a Hugging Face folder or a `.gguf` file, `hf.load.load_checkpoint`) is a read-only
+terminal baseline beside the trained `--workdir` runs: named in the tables by its folder or file
+name, scored as raw text (SPEC §13: its own tokenizer, its BOS as the one prefix token, no added
+tokens; `eval.raw_text`) through the protocol `downstream.protocol` gives its configuration
+(`reference = "checkpoint"`). Tasks: SG and BLiMP (`CHECKPOINT_TASKS`); the others are refused
+before anything is scored (`check_checkpoints`).
+
+- `check_checkpoints(paths, tasks)` → the problems (one line each) of the `--checkpoint` inputs.
+- `load_checkpoint_run(path, dtype)` → `CheckpointRun` (model, tokenizer, configuration, …: what
+  `evaluation.run` reads of a loaded run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Sequence
+
+from slm_jax.configurations import Configuration
+from slm_jax.downstream.protocol import CHECKPOINT
+from slm_jax.structure import parse_attention
+
+CHECKPOINT_TASKS = ("sg", "blimp")
+
+
+def checkpoint_configuration(path: str | pathlib.Path) -> Configuration:
+  """The configuration a checkpoint is evaluated as: a causal terminal model named by its file
+  or folder, dispatched to raw-text scoring (`reference = "checkpoint"`)."""
+  return Configuration(pathlib.Path(path).name, "lin0", parse_attention("causal"), CHECKPOINT)
+
+
+@dataclasses.dataclass
+class CheckpointRun:
+  """A loaded checkpoint in the shape `evaluation.run` reads a run."""
+
+  path: pathlib.Path
+  configuration: Configuration
+  model: Any  # model.decoder.Decoder
+  tokenizer: Any  # hf.tokenizer.CheckpointTokenizer
+  step: int = 0
+  skipped: tuple = ()
+
+
+def check_checkpoints(paths: Sequence[str], tasks: Sequence[str]) -> list[str]:
+  """Every problem of the `--checkpoint` inputs (one line each): a path that is neither a
+  `.gguf` file nor a checkpoint folder with config.json and tokenizer.json, or a task raw-text
+  scoring does not cover."""
+  from slm_jax.hf.gguf import is_gguf  # pylint: disable=g-import-not-at-top
+  problems = []
+  for path in map(pathlib.Path, paths):
+    if is_gguf(path):
+      if not path.is_file():
+        problems.append(f"--checkpoint={path}: no such GGUF file")
+      continue
+    missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).is_file()]
+    if not path.is_dir():
+      problems.append(f"--checkpoint={path}: neither a .gguf file nor a folder")
+    elif missing:
+      problems.append(f"--checkpoint={path}: not a Hugging Face checkpoint folder (no "
+                      f"{' or '.join(missing)})")
+  other = [t for t in tasks if t not in CHECKPOINT_TASKS]
+  if paths and other:
+    problems.append(f"--checkpoint: tasks {', '.join(other)} are not scored for pretrained "
+                    f"checkpoints yet (raw-text scoring covers {', '.join(CHECKPOINT_TASKS)}); "
+                    "drop them from --tasks or evaluate the checkpoints separately")
+  return problems
+
+
+def load_checkpoint_run(path: str | pathlib.Path, dtype: str = "float32") -> CheckpointRun:
+  """The model (parameters float32, computed in `dtype`) and tokenizer of checkpoint `path`."""
+  from slm_jax.hf.load import load_checkpoint  # pylint: disable=g-import-not-at-top
+  loaded = load_checkpoint(path, compute_dtype=dtype)
+  if loaded.tokenizer is None:
+    raise FileNotFoundError(f"{path}: no tokenizer.json: raw-text scoring needs the checkpoint's "
+                            "own tokenizer")
+  return CheckpointRun(loaded.path, checkpoint_configuration(path), loaded.model,
+                       loaded.tokenizer)
