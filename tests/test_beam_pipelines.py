@@ -79,7 +79,8 @@ def test_beam_parse_writes_what_the_shard_cli_writes_and_resumes(raw_gum, tmp_pa
   printed = _printed(capsys)
   assert printed["documents_in"] == printed["documents_out"] == 24
   assert printed["units parsed"] == 6 and printed["sentences_in"] > 1000
-  _same_tree(cli_out, beam_out)
+  # the CLI's shards also record what made them (identity.json); the Beam pipeline does not yet
+  _same_tree(cli_out, beam_out, skip=("identity.json",))
   assert len(list(beam_out.glob("shard-*/part-*.jsonl"))) == 6
 
   # a worker died in the middle of one unit: its part and report are missing (a temporary file
@@ -93,7 +94,7 @@ def test_beam_parse_writes_what_the_shard_cli_writes_and_resumes(raw_gum, tmp_pa
                               *common]) == 0
   printed = _printed(capsys)
   assert printed["units parsed"] == 1 and printed["units already done"] == 5
-  _same_tree(cli_out, beam_out, skip=("report.json", ".tmp"))
+  _same_tree(cli_out, beam_out, skip=("report.json", ".tmp", "identity.json"))
   assert _counts(cli_out) == _counts(beam_out)
   ids = [json.loads(line)["id"] for p in beam_out.glob("shard-*/part-*.jsonl")
          for line in p.read_text().splitlines()]

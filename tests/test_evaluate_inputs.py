@@ -183,7 +183,8 @@ def test_a_second_evaluation_into_one_out_is_refused(run, tmp_path, capsys):
                                    "--docppl_documents=1"])
     err = capsys.readouterr().err.strip()
     assert code == cli.EXIT_USAGE
-    assert err.startswith(f"error: {out}: in use by pid {holder.pid}") and "(evaluation)" in err
+    error = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert error.startswith(f"error: {out}: in use by pid {holder.pid}") and "(evaluation)" in error
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
     assert locks.read_lock(out)["pid"] == holder.pid
   finally:

@@ -82,7 +82,8 @@ class Protocol:
       return word_synchronous_generate_many(
           run.model, run.tokenizer, run.configuration, [ids for ids, _ in prompts],
           prompt_kinds=[kinds for _, kinds in prompts], beam=options["beam"],
-          max_words=options["max_words"], max_open=options["max_open"])
+          max_words=options["max_words"], max_open=options["max_open"],
+          max_tokens=options["max_tokens"])
     return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
 
 
