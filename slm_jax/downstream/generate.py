@@ -62,6 +62,7 @@ import numpy as np
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
 from slm_jax.eval.beam import MAX_LEN_FACTOR, MIN_LEN, BeamSearcher
+from slm_jax.eval.beam_feed import feed_expansions
 from slm_jax.eval.grammaticality import AFTER_WORD, Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
 from slm_jax.eval.recompute import RecomputeDecoder
@@ -346,17 +347,8 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
       words[new] = words[frontier[f]] + is_start
       tokens, token_kinds, scored, count = grammar.expand(slot, first, (0,), TERMINAL_CODE)
       used = parent.length[f]
-      for k in range(int(count.max(initial=0))):
-        live = count > k
-        rows = new[live]
-        if k > 0:
-          query = np.zeros((n, 1), np.int64)
-          query[rows, 0] = tokens[live, k]
-          score[rows] += np.where(scored[live, k], decoder.gather(query)[rows, 0], 0.0)
-        decoder.step_rows(rows, tokens[live, k], token_kinds[live, k])
-        hist[rows, used[live] + k] = tokens[live, k]
-        hist_kind[rows, used[live] + k] = token_kinds[live, k]
-        steps += 1
+      steps += feed_expansions(decoder, new, tokens, token_kinds, scored, count, used, hist,
+                               hist_kind, score)
       pool = np.concatenate([pool, new[is_start]])
       pool = pool[np.argsort(-score[pool], kind="stable")[:beam]]
       frontier = new[~is_start]

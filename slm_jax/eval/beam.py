@@ -50,6 +50,7 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
+from slm_jax.eval.beam_feed import feed_expansions
 from slm_jax.eval.beam_result import BeamResult, Completed
 from slm_jax.eval.grammaticality import Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder
@@ -214,19 +215,8 @@ class BeamSearcher:
         if at_end:
           count[is_word] = 0  # EOS is scored, never fed
         used = parent.length[f]  # sentence tokens before the new ones
-        for k in range(int(count.max())):
-          live = count > k
-          rows = new[live]
-          if k > 0:
-            query = np.zeros((n, 1), np.int64)
-            query[rows, 0] = tokens[live, k]
-            gained = np.where(scored[live, k], decoder.gather(query)[rows, 0], 0.0)
-            score[rows] += gained
-            term[rows] += np.where(is_word[live], gained, 0.0)
-          decoder.step_rows(rows, tokens[live, k], kinds[live, k])
-          hist[rows, used[live] + k] = tokens[live, k]
-          hist_kind[rows, used[live] + k] = kinds[live, k]
-          steps += 1
+        steps += feed_expansions(decoder, new, tokens, kinds, scored, count, used, hist,
+                                 hist_kind, score, term=term, term_rows=is_word)
         expansions += len(f)
         if at_end:
           hist[new[is_word], used[is_word]] = tok.eos_id

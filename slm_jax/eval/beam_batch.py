@@ -33,6 +33,7 @@ from typing import Iterator, Sequence as SequenceT
 
 import numpy as np
 
+from slm_jax.eval.beam_feed import feed_expansions
 from slm_jax.eval.beam_result import BeamResult
 from slm_jax.eval.grammaticality import GrammarState
 from slm_jax.eval.scorer import logsumexp
@@ -316,18 +317,8 @@ class BatchedSearch(SlotRows):
     np.maximum.at(rounds, slot, count)
     self.steps += rounds
     used = parent.length[f]  # sentence tokens before the new ones
-    for k in range(int(count.max(initial=0))):
-      live = count > k
-      rows = new[live]
-      if k > 0:
-        query = np.zeros((n, 1), np.int64)
-        query[rows, 0] = tokens[live, k]
-        gained = np.where(scored[live, k], decoder.gather(query)[rows, 0], 0.0)
-        self.score[rows] += gained
-        self.term[rows] += np.where(is_word[live], gained, 0.0)
-      decoder.step_rows(rows, tokens[live, k], kinds[live, k])
-      self.hist[rows, used[live] + k] = tokens[live, k]
-      self.hist_kind[rows, used[live] + k] = kinds[live, k]
+    feed_expansions(decoder, new, tokens, kinds, scored, count, used, self.hist, self.hist_kind,
+                    self.score, term=self.term, term_rows=is_word)
     self.expansions += np.bincount(slot, minlength=self.slots)
     self.hist[new[eos], used[eos]] = self.searcher.tokenizer.eos_id
     self.hist_kind[new[eos], used[eos]] = Kind.EOS
