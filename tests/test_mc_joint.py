@@ -100,11 +100,11 @@ def test_winogrande_parses_the_gold_filled_sentence_once_and_cuts_after_the_opti
 def test_winogrande_scan_lets_bracket_characters_match_as_the_code_does():
   """`left` = "x so A": the "A" of `<(ADJP>` after "so" ends the code's scan one word early."""
   trees = [parse_tree("(S (NP x) (VP so (ADJP A b)))")]
-  symbols, word_at = mc_joint.tg_symbols(trees, ["x", "so", "A", "b"])
+  symbols, _ = mc_joint.tg_symbols(trees, ["x", "so", "A", "b"])
   assert "".join(symbols) == "<(S><(NP> x<NP)><(VP> so<(ADJP> A b<ADJP)><VP)><S)>"
-  assert mc_joint.answer_word(symbols, word_at, "x so A") == 1
+  assert mc_joint.answer_word(symbols, "x so A") == 1
   words_only = [s if s.startswith(" ") else "" for s in symbols]  # a terminal format
-  assert mc_joint.answer_word(words_only, word_at, "x so A") == 2
+  assert mc_joint.answer_word(words_only, "x so A") == 2
 
 
 def test_winogrande_multi_word_gold_is_counted_and_ties(tmp_path):

@@ -125,17 +125,17 @@ def _unparsed(parsed: bool, symbols: list[str]) -> list[str]:
 
 # --- WinoGrande -------------------------------------------------------------------------------------
 
-def answer_word(symbols: Sequence[str], word_at: Sequence[int], left: str) -> int:
-  """The index of the word whose bracket token ends the code's character scan of `left`."""
-  tokens, owner = [""], [-1]  # the line split on spaces: leading markup, then word + markup
-  for i, symbol in enumerate(symbols):
+def answer_word(symbols: Sequence[str], left: str) -> int:
+  """The index of the word whose bracket token ends the code's character scan of `left`
+  (`symbols`: `tg_symbols`, markup blanked for a terminal format)."""
+  tokens = [""]  # the line split on spaces: leading markup, then each word + the markup after it
+  for symbol in symbols:
     if symbol.startswith(" "):
       tokens.append(symbol[1:])
-      owner.append(word_at.index(i))
     else:
       tokens[-1] += symbol
   j = 0
-  for token, word in zip(tokens, owner):
+  for word, token in enumerate(tokens, -1):
     for char in token:
       while j < len(left) and left[j].isspace():
         j += 1
@@ -151,8 +151,8 @@ def answer_word(symbols: Sequence[str], word_at: Sequence[int], left: str) -> in
 def _winogrande(joint: Joint, trees: list[Tree], parsed: bool) -> JointSplit:
   words = raw_words(joint.texts[0])
   symbols, word_at = tg_symbols(trees, words)
-  a = answer_word(_unparsed(parsed, symbols), word_at, joint.left)
-  if a + 1 >= len(words):
+  a = answer_word(_unparsed(parsed, symbols), joint.left)
+  if not 0 <= a < len(words) - 1:
     raise ValueError(f"nothing follows the option in {joint.texts[0]!r}")
   events = ()
   if joint.gold_text in words[a]:
