@@ -1,25 +1,27 @@
 """The paper format's joint parse units (SPEC §11): one parse across the context / continuation cut.
 
 qlwpc/TG-Interpolation `olmo/eval/downstream.py` @ cd50d9ef reads pre-parsed lines and cuts them
-after parsing; three tasks parse the context and the scored continuation together
-(`/work/prompts/research_33.md` §2.1, §2.2, §2.6 quote the rules with their offsets in that file):
+after parsing; three tasks parse the context and the scored continuation together. Each rule
+names its method there and the character offsets of that method in the file at that commit (the
+repository could only be read through a text index, which gives offsets, not line numbers):
 
-  WinoGrande  (`WinoGrande.load_local_datasets`, downstream.py @196,700–206,000) — the sentence
+  WinoGrande  (`WinoGrande.load_local_datasets`, @~197,700–199,200; the shots in
+              `WinoGrande.prepare_shots` right after it) — the sentence
               with the GOLD option in the blank is parsed once. Its bracket string is split on
               spaces (one token = a word and the markup glued after it) and scanned character by
               character against `left = sentence.split("_", 1)[0] + gold` (whitespace of `left`
-              skipped; markup characters take part, as in the code); the token during which the
-              scan reaches the end of `left` closes the context, so the closers and openers after
+              skipped inside the scan; markup characters take part, as in the code); the token
+              during which the scan reaches the end of `left` closes the context, so the closers and openers after
               the option's last word stay in the context. Option k's context swaps the gold
               option's text for option k's inside that last token (`str.replace`: a gold option
               of several words is not found, every option reads the gold context, the scores tie
               and option 1 wins, counted as `multiword_gold`). The continuation (the rest of the
               parse) is the same for every option; WinoGrande scores the raw sum.
-  HellaSwag   (`HellaSwag.load_local_datasets` / `get_mask`, @~190,000–196,700) — each
+  HellaSwag   (`HellaSwag.load_local_datasets` / `get_mask`, @~193,400–194,700) — each
               continuation is one parse of `swag(Ctx_b + " " + ending)`; the tokens of
               " " + Ctx_b are masked out of the score by a greedy in-order match (here over the
               unit's words), while the divisor counts them.
-  OpenBookQA  (`OpenBookQA.load_local_datasets` @209,600–212,600; the lines come from
+  OpenBookQA  (`OpenBookQA.load_local_datasets` @~211,000–212,000; the lines come from
               `datatools/obqa_tree_clean.py` @ 8e909852, `normalize_sample` / `_graft`) — each
               option's line is one parse of `stem + " " + option + "."`; the option's subtree
               (character match from the end, trailing punctuation ignored, the exact-span node
@@ -141,8 +143,6 @@ def answer_word(symbols: Sequence[str], left: str) -> int:
         j += 1
       if j < len(left) and char == left[j]:
         j += 1
-    while j < len(left) and left[j].isspace():
-      j += 1
     if j == len(left):
       return word
   raise ValueError(f"the parse does not contain {left!r}")
