@@ -12,7 +12,7 @@ from flax import nnx
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.data.encode import encode_document
 from slm_jax.buckets import bucket, buckets
-from slm_jax.eval.scorer import Scorer
+from slm_jax.eval.scorer import Scorer, batched_rows
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import row_metadata
@@ -124,3 +124,27 @@ def test_buckets():
   assert [bucket(n, 32, cap=300) for n in (1, 33, 49, 97, 257, 1000)] == [32, 48, 64, 128, 300, 300]
   assert buckets(100, 1) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100]
   assert all(bucket(n, 16) >= n and bucket(n, 16) < 1.5 * n + 16 for n in range(1, 5000))
+
+
+def test_batched_rows_hands_each_row_its_index_at_a_fixed_shape():
+  """GTCA's scorers need each row's own fields (span trees, letters): `with_index` gives the
+  call the rows' positions in the input (−1 for padding rows), `width` / `full_rows` one shape;
+  outputs come back in input order."""
+  arrays = [(np.arange(n, dtype=np.int32) + 1, np.full(n, int(Kind.TERMINAL), np.int32))
+            for n in (5, 2, 7, 3, 4)]
+  shapes, seen = [], []
+
+  def call(tokens_BT, kinds_BT, segment_BT, index_B):
+    shapes.append(tokens_BT.shape)
+    seen.append(index_B.tolist())
+    assert (segment_BT[index_B < 0] == 0).all() and (kinds_BT[segment_BT == 0] == 0).all()
+    return (np.where(index_B >= 0, index_B * 10 + segment_BT.sum(axis=1), -1),)
+
+  out = batched_rows(arrays, call, batch_size=2, pad_id=9, width=24, full_rows=True,
+                     with_index=True)
+  assert [x for (x,) in out] == [0 + 5, 10 + 2, 20 + 7, 30 + 3, 40 + 4]
+  assert shapes == [(2, 24)] * 3 and seen == [[1, 3], [4, 0], [2, -1]]  # sorted by length
+  default = batched_rows(arrays, lambda t, k, s: (s.sum(axis=1),), batch_size=2)
+  assert [int(x) for (x,) in default] == [5, 2, 7, 3, 4]
+  with pytest.raises(ValueError, match="7 tokens does not fit rows of width 6"):
+    batched_rows(arrays, call, batch_size=2, width=6, with_index=True)

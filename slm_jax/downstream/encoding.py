@@ -10,7 +10,10 @@ read their own linearization; terminal models lin0; pause models lin0 with the p
 inserted; Tree-Shuffle is scored in lin0 (SPEC §9), so terminal-format configurations never parse.
 
 `Encoded.component_T` (int32 [T]) is the index of the component each token belongs to (−1 for BOS
-and EOS). A component whose text holds no word (empty or whitespace only) is an error: prompts
+and EOS). The paper format's joint parse units (`encode(..., joint=)`, `downstream.mc_joint`) read
+the prompt's last two components from one parse: each token of the unit goes to the context part
+or the continuation by its lin1 unit, so the two parts need not be contiguous (HellaSwag's
+unscored Ctx_b words sit inside the continuation's brackets). A component whose text holds no word (empty or whitespace only) is an error: prompts
 never build one, and silently dropping it would shift every later component index.
 
 Component encodings are cached by text (the shared demonstrations of a task are tokenized once)
@@ -40,6 +43,7 @@ import numpy as np
 
 from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
+from slm_jax.downstream import mc_joint
 from slm_jax.eval.proposals import FileProposals, NoProposals
 from slm_jax.kinds import BOS_CODE, EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence, get_scheme
@@ -159,6 +163,7 @@ class Encoded:
 
   sequence: Sequence
   component_T: np.ndarray  # int32 [T]: component index, −1 for BOS / EOS
+  divisor: int = 0  # a joint unit's continuation divisor (`mc_joint`); 0: the prompt's own
 
   def __len__(self) -> int:
     return len(self.sequence)
@@ -186,7 +191,8 @@ class TextEncoder:
       raise ValueError(f"{configuration.name} reads trees ({self.scheme}): give a tree source "
                        "(make_tree_source('parser' | 'flat' | 'file:PATH'))")
     self.tree_source = tree_source if self.with_trees else None
-    self._pieces: dict[str, _Piece] = {}
+    self._pieces: dict = {}  # text -> _Piece; mc_joint.Joint -> (piece, parts, divisor, events)
+    self.joint_stats: collections.Counter = collections.Counter()  # mc_joint events
 
   def prefetch(self, texts: Iterable[str]) -> None:
     """Parses the sentences of `texts` in batched calls (tree models; a no-op otherwise)."""
@@ -215,24 +221,56 @@ class TextEncoder:
       self._pieces[text] = piece
     return piece
 
-  def encode(self, components: SequenceT[str], *, eos: bool = False) -> Encoded:
-    """The prompt `components` as one document (see the module docstring)."""
+  def _joint_piece(self, joint: "mc_joint.Joint") -> tuple[_Piece, np.ndarray, int]:
+    """The paper format's joint unit (`downstream.mc_joint`) as one piece, which part (0: the
+    context part or an unscored word, 1: the continuation) each token belongs to by its lin1
+    unit, and the continuation's divisor. Cached per unit; its events (`multiword_gold`,
+    `not_grafted`) are counted in `joint_stats` once per option unit parsed."""
+    cached = self._pieces.get(joint)
+    if cached is None:
+      found = mc_joint.split(joint, self.component_trees, parsed=self.with_trees)
+      whole = encode_document(list(found.trees), self.tokenizer, self.scheme)
+      inner = whole.take(np.arange(1, len(whole) - 1))
+      unit_T = inner.unit - 1  # the lin1 symbol of every token within the unit
+      part_T = (unit_T >= found.cut) & ~np.isin(unit_T, found.masked_units)
+      piece = _Piece(dataclasses.replace(inner, unit=unit_T), len(found.trees),
+                     int(whole.unit[-1]) - 1)
+      cached = (piece, part_T.astype(np.int32), found.divisor)
+      self.joint_stats.update(found.events)
+      if len(self._pieces) >= COMPONENT_CACHE_LIMIT:
+        self._pieces.clear()
+      self._pieces[joint] = cached
+    return cached
+
+  def encode(self, components: SequenceT[str], *, eos: bool = False,
+             joint: "mc_joint.Joint | None" = None) -> Encoded:
+    """The prompt `components` as one document (see the module docstring). With `joint`, the
+    last two components are read from that one parse unit (`downstream.mc_joint`; the
+    component texts name them, the unit's trees give their tokens) and `Encoded.divisor` is the
+    unit's continuation divisor (0 when the format's own applies)."""
     if isinstance(components, str):
       raise TypeError("encode takes a list of components, not one string")
     if not components:
       raise ValueError("encode needs at least one component")
-    pieces = [self._piece(text, c) for c, text in enumerate(components)]
+    own = len(components) - (2 if joint is not None else 0)
+    if own < 0:
+      raise ValueError("a joint unit needs its two components (context part, continuation)")
+    parts = [(p, np.full(len(p.sequence), c, np.int32))
+             for c, p in enumerate(self._piece(text, c) for c, text in enumerate(components[:own]))]
+    divisor = 0
+    if joint is not None:
+      piece, part_T, divisor = self._joint_piece(joint)
+      parts.append((piece, part_T + own))
+    pieces = [p for p, _ in parts]
     sentences = np.cumsum([0] + [p.sentences for p in pieces])
     units = np.cumsum([1] + [p.units for p in pieces])  # BOS is unit 0
-    lengths = [len(p.sequence) for p in pieces]
     tokenizer = self.tokenizer
     ids = [np.asarray([tokenizer.bos_id], np.int32)] + [p.sequence.tokens for p in pieces]
     kinds = [np.asarray([BOS_CODE], np.int8)] + [p.sequence.kinds for p in pieces]
     sentence = [np.zeros(1, np.int32)] + [p.sequence.sentence + s
                                           for p, s in zip(pieces, sentences[:-1])]
     unit = [np.zeros(1, np.int32)] + [p.sequence.unit + u for p, u in zip(pieces, units[:-1])]
-    component = [np.full(1, -1, np.int32)] + [np.full(n, c, np.int32)
-                                              for c, n in enumerate(lengths)]
+    component = [np.full(1, -1, np.int32)] + [c for _, c in parts]
     if eos:
       ids.append(np.asarray([tokenizer.eos_id], np.int32))
       kinds.append(np.asarray([EOS_CODE], np.int8))
@@ -242,7 +280,7 @@ class TextEncoder:
     sequence = Sequence(np.concatenate(ids).astype(np.int32), np.concatenate(kinds),
                         np.concatenate(sentence).astype(np.int32),
                         np.concatenate(unit).astype(np.int32))
-    return Encoded(sequence, np.concatenate(component))
+    return Encoded(sequence, np.concatenate(component), divisor)
 
   def render(self, encoded: Encoded, *, names: SequenceT[str] | None = None) -> str:
     """The encoded prompt as text: one line per component, symbols separated by spaces (word

@@ -1,7 +1,8 @@
 """`--mc_format=paper`: the paper code's multiple-choice inputs (SPEC §11; qlwpc/TG-Interpolation
 `olmo/eval/downstream.py` at cd50d9ef), as `prompts.Prompt`s the encoder parses like any other.
 
-Templates (q the question, o an option, "⏎" a newline; each field is its own parse unit):
+Templates (q the question, o an option, "⏎" a newline; each field is its own parse unit, except
+the joint units below):
 
   ARC-E / ARC-C / CSQA   "Question: {q}" "⏎The answer is"               → " {o}"
   MMLU / MMLU-Redux      header "The following are multiple choice questions (with answers) about
@@ -12,9 +13,8 @@ Templates (q the question, o an option, "⏎" a newline; each field is its own p
   BoolQ                  "{passage}" "⏎Question: {q} ?" "⏎The answer is" → " yes" / " no"; a
                          demonstration ends " yes." / " no."
   HellaSwag              "{activity_label}: {swag(ctx_a)}" (raw label); the continuation is
-                         swag(Ctx_b + " " + ending) (Ctx_b = ctx_b.capitalize()), its Ctx_b head a
-                         component of its own that is conditioned on but not scored (`Prompt.head`)
-                         and counted in the divisor
+                         swag(Ctx_b + " " + ending) (Ctx_b = ctx_b.capitalize()), its Ctx_b head
+                         conditioned on but not scored (`Prompt.head`) and counted in the divisor
   OpenBookQA             "{stem}" → " {option}." (option capitalized after a stem ending in . ? !)
   WinoGrande             "{prefix}{option}" → " {rest of the sentence}" (prefix/rest at the blank;
                          a gold option of several words fills both contexts, as in the code)
@@ -27,10 +27,17 @@ option texts. The length divisor is the character count of the continuation's PT
 by spaces (`plain_text` minus its leading space: "cube ." counts 6), HellaSwag's head included.
 Ties go to the first option, as the code's argmax (`scoring`).
 
-Not reproduced (counted nowhere, stated in the report's conventions): the code's template trees
-(its templates carry fixed brackets; here template text is parsed like the fields), the joint parse
-of WinoGrande's gold-filled sentence split at the blank, of OpenBookQA's stem with each option and
-of HellaSwag's Ctx_b with each ending (here each is parsed in its own component), and the " \\n"
+Joint parse units (`mc_joint`, each rule with its place in the code): WinoGrande parses the
+gold-filled sentence once and cuts it after the option's last word (its closing and opening
+brackets stay in the context), HellaSwag parses swag(Ctx_b + " " + ending) once and masks the
+Ctx_b words out of the score, OpenBookQA parses stem + " " + option + "." per option, grafts each
+option's subtree into the gold line's tree and cuts after the last bracket the lines share
+(`Prompt.joint`; the encoder reads the prompt's last two components from that unit, the divisor
+of OpenBookQA comes from the cut). A demonstration's joint unit is one component.
+
+Not reproduced (stated in the report's conventions): the code's template trees (its templates
+carry fixed brackets; here template text is parsed like the fields), its multi-sentence
+OpenBookQA grafts (such a line keeps its own parse, counted `not_grafted`), and the " \\n"
 newline terminals (the encoder reads newlines as whitespace).
 """
 
@@ -40,7 +47,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from slm_jax.downstream import tasks
+from slm_jax.downstream import mc_joint, tasks
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.prompts import Prompt
 from slm_jax.splitting import default_splitter
@@ -173,18 +180,57 @@ def header(example: TaskExample) -> tuple[str, ...]:
   return ()
 
 
+def _filled(example: TaskExample, option: int) -> str:
+  """WinoGrande's sentence with `option` in the blank (the code's parse unit for the gold)."""
+  _blank(example)
+  return example.question.replace("_", example.options[option], 1)
+
+
+def _obqa_option(example: TaskExample, option: int) -> str:
+  return continuation(example, option)[1:-1]
+
+
+def joint_unit(example: TaskExample, option: int) -> mc_joint.Joint | None:
+  """`option`'s joint parse unit (`mc_joint`: WinoGrande, HellaSwag, OpenBookQA), None for the
+  other tasks, an unlabeled WinoGrande / OpenBookQA item (the unit is built from the gold) and a
+  HellaSwag item without a Ctx_b head."""
+  task, gold = example.task, example.answer
+  if task == "winogrande" and gold >= 0:
+    return mc_joint.Joint("winogrande", (_filled(example, gold),), option, gold,
+                          left=_blank(example)[0] + example.options[gold],
+                          gold_text=example.options[gold], fill=example.options[option])
+  if task == "hellaswag" and head(example, option):
+    lead, rest = _hellaswag_parts(example, option)
+    return mc_joint.Joint("hellaswag", (lead + rest,), option, gold,
+                          masked=" " + example.field("ctx_b").capitalize())
+  if task == "openbookqa" and gold >= 0:
+    options = tuple(_obqa_option(example, k) for k in range(len(example.options)))
+    return mc_joint.Joint("openbookqa", tuple(f"{example.question} {o}." for o in options),
+                          option, gold, options=options)
+  return None
+
+
 def demonstration(example: TaskExample) -> tuple[str, ...]:
+  """A shot: the example's prompt for its gold option, then the gold continuation; where the
+  code parses them jointly (WinoGrande, HellaSwag's Ctx_b + ending, OpenBookQA) that unit is one
+  component."""
   gold = example.answer
   if gold < 0:
     raise ValueError(f"{example.source}: a demonstration needs its answer")
+  if example.task == "winogrande":
+    return (_filled(example, gold),)
+  if example.task == "openbookqa":
+    return (f"{example.question}{continuation(example, gold)}",)
   lead = head(example, gold)
-  return (item_context(example, gold) + ((" " + lead,) if lead else ())
-          + (continuation(example, gold, demonstration=True),))
+  if lead:
+    return item_context(example, gold) + (" " + lead + continuation(example, gold),)
+  return item_context(example, gold) + (continuation(example, gold, demonstration=True),)
 
 
 def build_prompts(example: TaskExample, demonstrations: Sequence[TaskExample] = ()
                   ) -> list[Prompt]:
-  """One `Prompt` per option in the paper format (module docstring)."""
+  """One `Prompt` per option in the paper format (module docstring); WinoGrande, HellaSwag and
+  OpenBookQA prompts carry their joint parse unit (`Prompt.joint`)."""
   example = corrected(example)
   context, roles = list(header(example)), ["header"] * len(header(example))
   for n, shot in enumerate(demonstrations, 1):
@@ -202,7 +248,8 @@ def build_prompts(example: TaskExample, demonstrations: Sequence[TaskExample] = 
     cont = continuation(example, option)
     full = (" " + lead if lead else "") + cont
     out.append(Prompt(tuple(context + own), tuple(roles + ["question"] * len(own)), cont,
-                      option, head=(" " + lead) if lead else "", divisor=divisor(full)))
+                      option, head=(" " + lead) if lead else "", divisor=divisor(full),
+                      joint=joint_unit(example, option)))
   return out
 
 

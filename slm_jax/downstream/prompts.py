@@ -36,7 +36,7 @@ WinoGrande and BoolQ, which use the raw sum; SPEC §11).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 
@@ -58,6 +58,15 @@ class Prompt:
   option: int
   head: str = ""  # the paper format's HellaSwag Ctx_b: before the continuation, not scored
   divisor: int = 0  # the normalizer when the format fixes it (0: `len(continuation.strip())`)
+  joint: Any = None  # the paper format's joint parse unit of the last two components (mc_joint)
+
+  @property
+  def parse_texts(self) -> tuple[str, ...]:
+    """The texts the encoder parses for this prompt (a joint unit's texts replace its two
+    components)."""
+    if self.joint is None:
+      return self.components
+    return self.components[:-2] + tuple(self.joint.texts)
 
   @property
   def text(self) -> str:

@@ -148,8 +148,8 @@ def conventions_line(results: dict, tasks: Sequence[str]) -> str:
   extra += [f"dtype={conv['dtype']}"] if "dtype" in conv else []
   if conv.get("downstream_mc_format") == "paper":
     parts = ["the paper code's format (qlwpc/TG-Interpolation cd50d9ef: its templates, fixed "
-             "shots, MMLU header, MMLU-Redux corrected labels; template text and each field "
-             "parsed on its own), argmax of S_term (terminal tokens of the continuation; "
+             "shots, MMLU header, MMLU-Redux corrected labels, its joint parses of WinoGrande, "
+             "HellaSwag and OpenBookQA; template text and other fields parsed on their own), argmax of S_term (terminal tokens of the continuation; "
              "HellaSwag's ctx_b conditioned on, not scored)",
              "normalization: S / characters of the option's words joined by spaces"
              + (f", raw sum for {', '.join(raw)}" if raw else ""),

@@ -10,7 +10,8 @@ C = the tokens of the continuation component:
          models, the pause tokens after them, scored as those models are trained, SPEC §9); the
          continuation's structure tokens are conditioned on but not counted
   chars  len(continuation.strip()): the option's characters without its leading space (the raw
-         text, so every model of a comparison shares the normalizer)
+         text, so every model of a comparison shares the normalizer); the paper format's
+         `Prompt.divisor`, or its joint unit's (`Encoded.divisor`: OpenBookQA's cut)
   norm   term / chars
 The primary score of an option is `norm` for `prompts.NORMALIZED_TASKS` and `term` for WinoGrande
 and BoolQ (raw sums); the prediction is its argmax. An item is wrong when the highest primary
@@ -71,7 +72,7 @@ class OptionScore:
 def continuation_scores(scorer: Scorer, encoder: TextEncoder,
                         prompts: Sequence[Prompt]) -> list[OptionScore]:
   """S_full, S_term and the normalizer of each prompt's continuation, in one batched call."""
-  encoded = [encoder.encode(p.components) for p in prompts]
+  encoded = [encoder.encode(p.components, joint=p.joint) for p in prompts]
   out = []
   for prompt, enc, lp in zip(prompts, encoded, scorer.logprobs([e.sequence for e in encoded])):
     kinds_T = enc.sequence.kinds
@@ -79,7 +80,8 @@ def continuation_scores(scorer: Scorer, encoder: TextEncoder,
     full_T = continuation_T & scorer.target_mask(kinds_T)
     term_T = continuation_T & ((kinds_T == TERMINAL_CODE) | (kinds_T == PAUSE_CODE))
     out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()),
-                           prompt.option_chars, int(continuation_T.sum()), int(term_T.sum())))
+                           enc.divisor or prompt.option_chars, int(continuation_T.sum()),
+                           int(term_T.sum())))
   return out
 
 
@@ -214,7 +216,8 @@ def fitting_prompts(encoder: TextEncoder, example: TaskExample, demos: list[Task
   build = prompt_builder(mc_format)
   for dropped in range(len(demos) + 1):
     prompts = build(example, demos[dropped:])
-    if max_len is None or all(len(encoder.encode(p.components)) <= max_len for p in prompts):
+    if max_len is None or all(len(encoder.encode(p.components, joint=p.joint)) <= max_len
+                              for p in prompts):
       return prompts, dropped
   return prompts, -1
 
@@ -226,7 +229,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                   tree_source_name: str | None = None, mc_format: str = "olmes",
                   made_by: Mapping[str, Any] | None = None) -> dict:
   """Scores every example of `task` (resumable, see the module docstring) and returns the
-  summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts).
+  summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts; in the
+  paper format `joint_units`, the joint parse units' counted events, `mc_joint`).
 
   `model`: a Scorer, a loaded run or a workdir; `demonstrations`: the shots, one list for all
   items, a mapping group → list (MMLU subjects) or a function of the example; `max_len`: drop the
@@ -270,7 +274,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
       demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
       if encoder.with_trees:
         encoder.prefetch(text for i in chunk for p in build(examples[i], demos[i])
-                         for text in p.components)
+                         for text in p.parse_texts)
       items, prompts = [], []
       for i in chunk:
         own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len, mc_format)
@@ -296,7 +300,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
         report(len(done))
   summary = summarize(task, [done[i] for i in sorted(done)])
   summary.update(scored_now=len(todo), resumed=len(records),
-                 tree_stats=dict(tree_source.stats) if encoder.with_trees else {})
+                 tree_stats=dict(tree_source.stats) if encoder.with_trees else {},
+                 **({"joint_units": dict(encoder.joint_stats)} if paper else {}))
   (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
   return summary
 
@@ -308,6 +313,6 @@ def render_item(encoder: TextEncoder, example: TaskExample,
   linearized (brackets for tree models), one line per component headed by its role."""
   prompts = prompt_builder(mc_format)(example, list(demonstrations))
   prompt = prompts[option if option is not None else max(example.answer, 0)]
-  encoded = encoder.encode(prompt.components)
+  encoded = encoder.encode(prompt.components, joint=prompt.joint)
   return encoder.render(encoded, names=list(prompt.roles) + ["head"] * bool(prompt.head)
                         + ["continuation"])

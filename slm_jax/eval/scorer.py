@@ -14,9 +14,10 @@
 
 Each sequence is one segment of its own row (`row_metadata`, segment 1, positions from 0); rows
 are padded (segment 0) to a length bucket (`slm_jax.buckets`) and batched, so results do not
-depend on batching. That batching is `BatchScorer.batched`, the one loop of every scorer:
-`Scorer`, the Pushdown scorers (`eval.pushdown_scoring`) and `eval.text_scorer.TextScorer`
-(plain token ids, e.g. a Hugging Face checkpoint's text) are built on it.
+depend on batching. That batching is `batched_rows` (`BatchScorer.batched`), the one loop of every scorer:
+`Scorer`, the Pushdown scorers (`eval.pushdown_scoring`), `eval.text_scorer.TextScorer`
+(plain token ids, e.g. a Hugging Face checkpoint's text) and GTCA's letter and sentence scores
+(`gtca.scoring`: one fixed row width, each row's span tree and letters found by its index).
 All natural logarithms.
 """
 
@@ -94,7 +95,8 @@ def check_attention(model: Decoder, configuration: Configuration) -> None:
 
 
 class BatchScorer:
-  """The batching every scorer shares (`Scorer`, `TextScorer`, the Pushdown scorers): sequences
+  """The batching every scorer shares (`Scorer`, `TextScorer`, the Pushdown scorers; GTCA's
+  scorers call `batched_rows` itself, having no `Decoder` to split): sequences
   sorted by length, cut into chunks of `batch_size`, each chunk one padded batch — one sequence
   per row (segment 1, padding segment 0 and `pad_id`), the width a length bucket, the row count
   a bucket of at most `batch_size` (`slm_jax.buckets`, so few shapes compile) — handed to a
@@ -109,28 +111,47 @@ class BatchScorer:
     self.max_len = max_len
     self.graphdef, self.params = split_model(model)
 
-  def batched(self, arrays: SequenceT[tuple[np.ndarray, np.ndarray]],
-              call: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]
-              ) -> list[tuple[np.ndarray | None, ...]]:
-    """`arrays` = (ids [T], kinds [T]) per sequence; `call(tokens_BT, kinds_BT, segment_BT)`
-    returns a tuple of [B, …] arrays (or None): per sequence, the tuple of its rows (host
-    arrays, the padding not cut)."""
-    out: list[tuple[np.ndarray | None, ...]] = [()] * len(arrays)
-    order = sorted(range(len(arrays)), key=lambda i: len(arrays[i][0]))
-    for start in range(0, len(order), self.batch_size):
-      chunk = order[start:start + self.batch_size]
-      width = bucket(len(arrays[chunk[-1]][0]), LENGTH_BUCKET)
-      rows = bucket(len(chunk), 1, self.batch_size)
-      tokens = np.full((rows, width), self.pad_id, np.int32)
-      kinds = np.zeros((rows, width), np.int32)
-      segment = np.zeros((rows, width), np.int32)
-      for r, i in enumerate(chunk):
-        ids, kind = arrays[i]
-        tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
-      results = [None if x is None else np.asarray(x) for x in call(tokens, kinds, segment)]
-      for r, i in enumerate(chunk):
-        out[i] = tuple(None if x is None else x[r] for x in results)
-    return out
+  def batched(self, arrays: SequenceT[tuple[np.ndarray, np.ndarray]], call: Callable[..., tuple],
+              **options) -> list[tuple[np.ndarray | None, ...]]:
+    """`batched_rows` with this scorer's batch size and padding id."""
+    return batched_rows(arrays, call, batch_size=self.batch_size, pad_id=self.pad_id, **options)
+
+
+def batched_rows(arrays: SequenceT[tuple[np.ndarray, np.ndarray]], call: Callable[..., tuple], *,
+                 batch_size: int, pad_id: int = 0, width: int | None = None,
+                 full_rows: bool = False, with_index: bool = False
+                 ) -> list[tuple[np.ndarray | None, ...]]:
+  """The one batching loop (`BatchScorer`). `arrays` = (ids [T], kinds [T]) per sequence;
+  `call(tokens_BT, kinds_BT, segment_BT)` — with `with_index` also `index_B` (int32 [B]: the
+  position in `arrays` of each row's sequence, −1 for a padding row), for callers that add
+  per-row fields of their own (GTCA's chunks and option letters) — returns a tuple of [B, …]
+  arrays (or None): per sequence, the tuple of its rows (host arrays, the padding not cut).
+  Rows are padded to a length bucket, or to `width` for every batch (one compiled shape); the
+  row count is a bucket of at most `batch_size`, or `batch_size` itself with `full_rows`."""
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  longest = max((len(ids) for ids, _ in arrays), default=0)
+  if width is not None and longest > width:
+    raise ValueError(f"a sequence of {longest} tokens does not fit rows of width {width}")
+  out: list[tuple[np.ndarray | None, ...]] = [()] * len(arrays)
+  order = sorted(range(len(arrays)), key=lambda i: len(arrays[i][0]))
+  for start in range(0, len(order), batch_size):
+    chunk = order[start:start + batch_size]
+    cols = width or bucket(len(arrays[chunk[-1]][0]), LENGTH_BUCKET)
+    rows = batch_size if full_rows else bucket(len(chunk), 1, batch_size)
+    tokens = np.full((rows, cols), pad_id, np.int32)
+    kinds = np.zeros((rows, cols), np.int32)
+    segment = np.zeros((rows, cols), np.int32)
+    index = np.full(rows, -1, np.int32)
+    for r, i in enumerate(chunk):
+      ids, kind = arrays[i]
+      tokens[r, :len(ids)], kinds[r, :len(ids)], segment[r, :len(ids)] = ids, kind, 1
+      index[r] = i
+    results = call(tokens, kinds, segment, *((index,) if with_index else ()))
+    results = [None if x is None else np.asarray(x) for x in results]
+    for r, i in enumerate(chunk):
+      out[i] = tuple(None if x is None else x[r] for x in results)
+  return out
 
 
 class Scorer(BatchScorer):

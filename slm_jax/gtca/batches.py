@@ -6,8 +6,8 @@
   letters, options, answers}; the target is the answer letter only (loss on the answer
   completion), `chunks` the per-layer chunk layout of their span trees (`spans.chunk_batch`).
 - `train_batch`: the fields `GtcaLM.loss_sums` reads, α included as a float32 [B] row field.
-- `sentence_batch`: sentence rows (BLiMP, CoLA: ids over the whole row, m ≡ 1) padded the same
-  way, for summed log-likelihoods.
+- `padded_chunks`: the chunk layout of a batch's span trees (the scorers, `gtca.scoring`, batch
+  their rows with `eval.scorer.batched_rows` and add it).
 - `data_digest`: one sha256 over a set of rows (a stage's identity records what it trained on).
 """
 
@@ -88,15 +88,6 @@ def train_batch(batch: Mapping[str, Any], alpha: float) -> dict[str, Any]:
   rows = len(batch["tokens"])
   return {**{name: batch[name] for name in TRAIN_FIELDS},
           "alpha": np.full(rows, alpha, np.float32)}
-
-
-def sentence_batch(rows: Sequence[tuple[np.ndarray, SpanTree]], width: int, n_rows: int,
-                   n_layers: int, k: int, pad_id: int = 0) -> dict[str, Any]:
-  """{tokens, meta, chunks} of (ids_T, span tree over all of ids_T) rows padded to `n_rows`
-  rows of `width` tokens (padding rows have no tokens and no chunks)."""
-  tokens, meta = plain_rows([ids for ids, _ in rows], width, n_rows, pad_id)
-  chunks = padded_chunks([tree for _, tree in rows], n_rows, n_layers, width, k)
-  return {"tokens": tokens, "meta": meta, "chunks": chunks}
 
 
 def padded_chunks(trees: Sequence[SpanTree], n_rows: int, n_layers: int, width: int, k: int):

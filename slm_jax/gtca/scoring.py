@@ -1,8 +1,10 @@
 """GTCA's scorers (SPEC §10): option letters after `Answer:` and summed sentence log-likelihoods.
 
 Both run the model's one forward pass (`GtcaLM.logits`: the branch at the given α when the model
-has one, the plain backbone otherwise), jitted once per model graph, over fixed-shape batches
-(`batches.make_batch` / `batches.sentence_batch`: one compile per row width).
+has one, the plain backbone otherwise), jitted once per model graph, over the batches of the one
+scorer loop (`eval.scorer.batched_rows`: rows sorted by length, padded to one fixed width and
+`batch_size` rows, so one compile per row width); each batch's span-tree chunks
+(`batches.padded_chunks`) and option letters are looked up by the rows' indices.
 
 - `letter_scores`: log p(letter_o | prompt) at each row's last prompt position (the log-softmax
   there, gathered at the options' letter ids), float64 [Q, O], NaN beyond a question's options.
@@ -20,8 +22,11 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.buckets import bucket
-from slm_jax.gtca.batches import Encoded, make_batch, row_width, sentence_batch
+from slm_jax.eval.scorer import batched_rows
+from slm_jax.gtca.batches import Encoded, padded_chunks, row_width
 from slm_jax.gtca.spans import SpanTree
+from slm_jax.kinds import Kind
+from slm_jax.structure import row_metadata
 
 
 def make_letter_scorer(graphdef) -> Callable:
@@ -47,24 +52,39 @@ def make_letter_scorer(graphdef) -> Callable:
   return run
 
 
+def _rows(ids: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+  """`batched_rows` input: every token a terminal (GTCA's rows are plain text ids)."""
+  return [(np.asarray(x, np.int32), np.full(len(x), int(Kind.TERMINAL), np.int32)) for x in ids]
+
+
 def letter_scores(scorer: Callable, params, examples: Sequence[Encoded], alpha: float, *,
                   n_layers: int, k: int, batch_size: int = 32, width: int | None = None,
                   pad_id: int = 0) -> np.ndarray:
-  """float64 [Q, O] letter log-likelihoods of every example (NaN beyond its options), in
-  fixed-shape batches (one compile)."""
+  """float64 [Q, O] letter log-likelihoods of every example (NaN beyond its options), batched by
+  `eval.scorer.batched_rows` at one row width and `batch_size` rows (one compile)."""
   if not examples:
     return np.zeros((0, 0))
-  width = width or row_width(examples)
   width_o = max(len(e.letter_ids) for e in examples)
-  out = np.full((len(examples), width_o), np.nan)
-  for start in range(0, len(examples), batch_size):
-    chunk = examples[start:start + batch_size]
-    batch = make_batch(chunk, width, n_layers, k, rows=batch_size, pad_id=pad_id)
-    scores = np.asarray(scorer(params, batch, alpha), np.float64)[:len(chunk)]
-    scores = scores[:, :out.shape[1]] if scores.shape[1] >= out.shape[1] else np.pad(
-        scores, ((0, 0), (0, out.shape[1] - scores.shape[1])), constant_values=-np.inf)
-    out[start:start + len(chunk)] = np.where(np.isneginf(scores), np.nan, scores)
-  return out
+
+  def call(tokens_BT, kinds_BT, segment_BT, index_B):
+    rows = [examples[i] for i in index_B if i >= 0]
+    positions = np.zeros(len(index_B), np.int32)
+    letters = np.zeros((len(index_B), width_o), np.int32)
+    for r, e in enumerate(rows):
+      positions[r] = e.position
+      letters[r, :len(e.letter_ids)] = e.letter_ids
+    batch = dict(tokens=tokens_BT, meta=row_metadata(kinds_BT, segment_BT), positions=positions,
+                 letters=letters, options=np.arange(width_o) < np.asarray(
+                     [len(e.letter_ids) for e in rows] + [0] * (len(index_B) - len(rows)))[:, None],
+                 chunks=padded_chunks([e.tree for e in rows], len(index_B), n_layers,
+                                      tokens_BT.shape[1], k))
+    return (np.asarray(scorer(params, batch, alpha), np.float64),)
+
+  scored = batched_rows(_rows([e.ids_T for e in examples]), call, batch_size=batch_size,
+                        pad_id=pad_id, width=width or row_width(examples), full_rows=True,
+                        with_index=True)
+  out = np.stack([row for (row,) in scored])
+  return np.where(np.isneginf(out), np.nan, out)
 
 
 def make_sequence_scorer(graphdef) -> Callable:
@@ -83,16 +103,20 @@ def make_sequence_scorer(graphdef) -> Callable:
 def sentence_scores(scorer: Callable, params, rows: Sequence[tuple[np.ndarray, SpanTree]],
                     alpha: float, *, n_layers: int, k: int, batch_size: int = 32,
                     width: int | None = None, pad_id: int = 0) -> np.ndarray:
-  """float64 [N] summed log-likelihoods of (ids_T, span tree over all of ids_T) rows."""
+  """float64 [N] summed log-likelihoods of (ids_T, span tree over all of ids_T) rows, batched by
+  `eval.scorer.batched_rows` at one row width and `batch_size` rows."""
   if not rows:
     return np.zeros(0)
+
+  def call(tokens_BT, kinds_BT, segment_BT, index_B):
+    trees = [rows[i][1] for i in index_B if i >= 0]
+    chunks = padded_chunks(trees, len(index_B), n_layers, tokens_BT.shape[1], k)
+    scores = scorer(params, jnp.asarray(tokens_BT),
+                    jax.tree.map(jnp.asarray, row_metadata(kinds_BT, segment_BT)),
+                    jax.tree.map(jnp.asarray, chunks), jnp.asarray(alpha, jnp.float32))
+    return (np.asarray(scores, np.float64),)
+
   width = width or bucket(max(len(ids) for ids, _ in rows), 16)
-  out = np.zeros(len(rows))
-  for start in range(0, len(rows), batch_size):
-    chunk = rows[start:start + batch_size]
-    batch = jax.tree.map(jnp.asarray, sentence_batch(chunk, width, batch_size, n_layers, k,
-                                                     pad_id))
-    scores = scorer(params, batch["tokens"], batch["meta"], batch["chunks"],
-                    jnp.asarray(alpha, jnp.float32))
-    out[start:start + len(chunk)] = np.asarray(scores, np.float64)[:len(chunk)]
-  return out
+  scored = batched_rows(_rows([ids for ids, _ in rows]), call, batch_size=batch_size,
+                        pad_id=pad_id, width=width, full_rows=True, with_index=True)
+  return np.asarray([float(x) for (x,) in scored], np.float64)

@@ -1,0 +1,323 @@
+"""The paper format's joint parse units (SPEC §11): one parse across the context / continuation cut.
+
+qlwpc/TG-Interpolation `olmo/eval/downstream.py` @ cd50d9ef reads pre-parsed lines and cuts them
+after parsing; three tasks parse the context and the scored continuation together. Each rule
+names its method there and the character offsets of that method in the file at that commit (the
+repository could only be read through a text index, which gives offsets, not line numbers):
+
+  WinoGrande  (`WinoGrande.load_local_datasets`, @~197,700–199,200; the shots in
+              `WinoGrande.prepare_shots` right after it) — the sentence
+              with the GOLD option in the blank is parsed once. Its bracket string is split on
+              spaces (one token = a word and the markup glued after it) and scanned character by
+              character against `left = sentence.split("_", 1)[0] + gold` (whitespace of `left`
+              skipped inside the scan; markup characters take part, as in the code); the token
+              during which the scan reaches the end of `left` closes the context, so the closers and openers after
+              the option's last word stay in the context. Option k's context swaps the gold
+              option's text for option k's inside that last token (`str.replace`: a gold option
+              of several words is not found, every option reads the gold context, the scores tie
+              and option 1 wins, counted as `multiword_gold`). The continuation (the rest of the
+              parse) is the same for every option; WinoGrande scores the raw sum.
+  HellaSwag   (`HellaSwag.load_local_datasets` / `get_mask`, @~193,400–194,700) — each
+              continuation is one parse of `swag(Ctx_b + " " + ending)`; the tokens of
+              " " + Ctx_b are masked out of the score by a greedy in-order match (here over the
+              unit's words), while the divisor counts them.
+  OpenBookQA  (`OpenBookQA.load_local_datasets` @~211,000–212,000; the lines come from
+              `datatools/obqa_tree_clean.py` @ 8e909852, `normalize_sample` / `_graft`) — each
+              option's line is one parse of `stem + " " + option + "."`; the option's subtree
+              (character match from the end, trailing punctuation ignored, the exact-span node
+              nearest the root, else the tightest containing node) is grafted into a copy of the
+              gold line's tree at the gold option's node; the bracket strings of the grafted lines
+              are cut after the last `>` of their common prefix (`os.path.commonprefix(c)
+              .rfind('>') + 1`): the context is that shared prefix, each continuation the rest.
+              The divisor is the continuation's plain characters minus one (the code's
+              `cont_str_len`). A line whose option is not inside its last sentence keeps its own
+              parse (counted as `not_grafted`; the code's multi-sentence grafts are not
+              reproduced).
+
+`split(joint, trees_of, parsed)` gives one option's unit as sentence trees, the number of its
+lin1 symbols that belong to the context (`JointSplit.cut`), the words conditioned on but not
+scored, and the divisor. The encoder (`downstream.encoding.TextEncoder.encode(..., joint=)`)
+linearizes the trees once and assigns every token to the context part or the continuation by its
+lin1 unit. Terminal formats read no trees (`parsed=False`, flat trees): the WinoGrande scan then
+sees words only, and OpenBookQA cuts at its option's first word (the code's cut when the options'
+subtrees open with their own bracket, its usual case).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import os
+from typing import Callable, Sequence
+
+from slm_jax.splitting import default_splitter
+from slm_jax.trees import Tree
+
+RULES = ("winogrande", "hellaswag", "openbookqa")
+PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+PUNCT_CHARS = set(".!?,;:")
+
+
+@dataclasses.dataclass(frozen=True)
+class Joint:
+  """One option's joint parse unit (a `prompts.Prompt.joint`): the prompt's last two components
+  (context part, continuation) come from one parse instead of two."""
+
+  rule: str  # one of RULES
+  texts: tuple[str, ...]  # what is parsed: WG (gold-filled,), HS (unit,), OBQA every option's line
+  option: int
+  gold: int = 0
+  left: str = ""  # WG: the sentence before the blank + the gold option (the code's left_text)
+  gold_text: str = ""  # WG: the gold option's text
+  fill: str = ""  # WG: this option's text
+  masked: str = ""  # HS: " " + Ctx_b, the words conditioned on but not scored
+  options: tuple[str, ...] = ()  # OBQA: the option texts matched in their lines
+
+
+@dataclasses.dataclass(frozen=True)
+class JointSplit:
+  """One option's unit: its sentence trees, the lin1 symbols of the context part, the words
+  not scored (their lin1 symbol indices), the divisor, and what was counted (`multiword_gold`, `not_grafted`)."""
+
+  trees: tuple[Tree, ...]
+  cut: int
+  masked_units: tuple[int, ...] = ()  # lin1 symbol indices of the words not scored
+  divisor: int = 0
+  events: tuple[str, ...] = ()
+
+
+# --- trees as the paper code's bracket strings ------------------------------------------------------
+
+def raw_words(text: str) -> list[str]:
+  """The unit's words as written (the splitter's raw words, one per tree leaf)."""
+  return [w for s in default_splitter().split(text) for w in s.words]
+
+
+def tg_symbols(trees: Sequence[Tree], words: Sequence[str]) -> tuple[list[str], list[int]]:
+  """The lin1 symbols of `trees` in the code's bracket notation (`convert_TG_format`: `<(L>`,
+  `<L)>`, a word as " " + word) and the symbol index of every word; `words` = the leaves as
+  written (PTB escapes undone)."""
+  out, at = [], []
+  for tree in trees:
+    stack: list = [tree]
+    while stack:
+      node = stack.pop()
+      if isinstance(node, str):
+        at.append(len(out))
+        out.append(" " + words[len(at) - 1])
+      elif isinstance(node, tuple):
+        out.append(f"<{node[0]})>")
+      else:
+        out.append(f"<({node.label}>")
+        stack.append((node.label,))
+        stack.extend(reversed(node.children))
+  if len(at) != len(words):
+    raise ValueError(f"{len(at)} leaves for {len(words)} words")
+  return out, at
+
+
+def _leaves(trees: Sequence[Tree]) -> list[str]:
+  return [w for t in trees for w in t.leaves()]
+
+
+def _unparsed(parsed: bool, symbols: list[str]) -> list[str]:
+  return symbols if parsed else [s if s.startswith(" ") else "" for s in symbols]
+
+
+# --- WinoGrande -------------------------------------------------------------------------------------
+
+def answer_word(symbols: Sequence[str], left: str) -> int:
+  """The index of the word whose bracket token ends the code's character scan of `left`
+  (`symbols`: `tg_symbols`, markup blanked for a terminal format)."""
+  tokens = [""]  # the line split on spaces: leading markup, then each word + the markup after it
+  for symbol in symbols:
+    if symbol.startswith(" "):
+      tokens.append(symbol[1:])
+    else:
+      tokens[-1] += symbol
+  j = 0
+  for word, token in enumerate(tokens, -1):
+    for char in token:
+      while j < len(left) and left[j].isspace():
+        j += 1
+      if j < len(left) and char == left[j]:
+        j += 1
+    if j == len(left):
+      return word
+  raise ValueError(f"the parse does not contain {left!r}")
+
+
+def _winogrande(joint: Joint, trees: list[Tree], parsed: bool) -> JointSplit:
+  words = raw_words(joint.texts[0])
+  symbols, word_at = tg_symbols(trees, words)
+  a = answer_word(_unparsed(parsed, symbols), joint.left)
+  if not 0 <= a < len(words) - 1:
+    raise ValueError(f"nothing follows the option in {joint.texts[0]!r}")
+  events = ()
+  if joint.gold_text in words[a]:
+    new = words[a].replace(joint.gold_text, joint.fill).split()
+  else:  # the code's replace finds nothing: the gold context for every option
+    new, events = [words[a]], ("multiword_gold",)
+  escaped = [w for s in default_splitter().split(" ".join(new)) for w in s.escaped]
+  trees = _replace_leaf(trees, a, escaped if len(escaped) == len(new) else new)
+  return JointSplit(tuple(trees), word_at[a + 1] + len(new) - 1, events=events)
+
+
+def _replace_leaf(trees: list[Tree], index: int, words: Sequence[str]) -> list[Tree]:
+  """`trees` with leaf `index` replaced by `words` (under the same parent)."""
+  count = 0
+
+  def walk(node: Tree) -> Tree:
+    nonlocal count
+    children = []
+    for child in node.children:
+      if isinstance(child, str):
+        children += list(words) if count == index else [child]
+        count += 1
+      else:
+        children.append(walk(child))
+    return Tree(node.label, tuple(children))
+
+  return [walk(t) for t in trees]
+
+
+# --- HellaSwag --------------------------------------------------------------------------------------
+
+def _hellaswag(joint: Joint, trees: list[Tree]) -> JointSplit:
+  words = raw_words(joint.texts[0])
+  word_at = tg_symbols(trees, words)[1]
+  wanted, j, masked = raw_words(joint.masked), 0, []
+  for i, word in enumerate(words):  # the code's get_mask: a greedy in-order match
+    if j < len(wanted) and word == wanted[j]:
+      masked.append(word_at[i])
+      j += 1
+  return JointSplit(tuple(trees), 0, tuple(masked))
+
+
+# --- OpenBookQA -------------------------------------------------------------------------------------
+
+def match_choice(leaves: Sequence[str], choice: str) -> tuple[int, int] | None:
+  """(start, content end) of `choice` in `leaves` (`obqa_tree_clean.match_choice_in_leaves`):
+  searched backwards from the end without the trailing punctuation leaves, spaces removed,
+  trailing punctuation ignored, then case-insensitively."""
+  punct = 0
+  for leaf in reversed(leaves):
+    if leaf and all(c in PUNCT_CHARS for c in leaf):
+      punct += 1
+    else:
+      break
+  end = len(leaves) - punct
+  want = choice.replace(" ", "")
+  for fold in (str, str.lower):
+    for start in range(end - 1, -1, -1):
+      got = "".join(PTB_BRACKETS.get(w, w) for w in leaves[start:end])
+      if fold(got) == fold(want) or fold(got.rstrip(".!?,;:")) == fold(want.rstrip(".!?,;:")):
+        return start, end
+  return None
+
+
+def _spans(tree: Tree) -> dict[tuple[int, ...], tuple[int, int]]:
+  """{tree position: (first leaf, end leaf)} of every phrase node."""
+  out = {}
+
+  def walk(node: Tree, path: tuple[int, ...], offset: int) -> int:
+    start = offset
+    for i, child in enumerate(node.children):
+      offset = offset + 1 if isinstance(child, str) else walk(child, path + (i,), offset)
+    out[path] = (start, offset)
+    return offset
+
+  walk(tree, (), 0)
+  return out
+
+
+def choice_node(tree: Tree, choice: str) -> tuple[int, ...] | None:
+  """The position of `choice`'s node in `tree`: the exact-span node nearest the root, else the
+  tightest containing node (`obqa_tree_clean.find_choice_in_line`, single-tree mode)."""
+  found = match_choice(tree.leaves(), choice)
+  if found is None:
+    return None
+  spans = _spans(tree)
+  exact = [p for p, s in spans.items() if s == found]
+  if exact:
+    return min(exact, key=len)
+  containing = [(p, s) for p, s in spans.items() if s[0] <= found[0] and s[1] >= found[1]]
+  return min(containing, key=lambda x: (x[1][1] - x[1][0], len(x[0])))[0]
+
+
+def _at(tree: Tree, path: tuple[int, ...]) -> Tree:
+  for i in path:
+    tree = tree.children[i]
+  return tree
+
+
+def _put(tree: Tree, path: tuple[int, ...], new: Tree) -> Tree:
+  if not path:
+    return new
+  children = list(tree.children)
+  children[path[0]] = _put(children[path[0]], path[1:], new)
+  return Tree(tree.label, tuple(children))
+
+
+def graft(lines: Sequence[list[Tree]], options: Sequence[str], gold: int
+          ) -> tuple[list[list[Tree]], list[bool]]:
+  """Every line with its option's subtree grafted into a copy of the gold line's last tree at the
+  gold option's node (`obqa_tree_clean.normalize_sample`), and whether each was grafted."""
+  gold_at = choice_node(lines[gold][-1], options[gold])
+  out, grafted = [], []
+  for line, option in zip(lines, options):
+    at = choice_node(line[-1], option) if gold_at is not None else None
+    if at is None:
+      out.append(list(line))
+      grafted.append(False)
+      continue
+    out.append(list(lines[gold][:-1]) + [_put(lines[gold][-1], gold_at, _at(line[-1], at))])
+    grafted.append(True)
+  return out, grafted
+
+
+def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool) -> JointSplit:
+  k = joint.option
+  lines = [list(trees_of(text)) for text in joint.texts]
+  if not parsed:
+    words = raw_words(joint.texts[k])
+    found = match_choice(words, joint.options[k])
+    if found is None:
+      raise ValueError(f"option {joint.options[k]!r} not found in {joint.texts[k]!r}")
+    cut = tg_symbols(lines[k], words)[1][found[0]]  # before the option's first word
+    return JointSplit(tuple(lines[k]), cut, divisor=_chars(words[found[0]:]))
+  grafted, ok = graft(lines, joint.options, joint.gold)
+  strings = []
+  for line in grafted:
+    words = [PTB_BRACKETS.get(w, w) for w in _leaves(line)]
+    strings.append(tg_symbols(line, words))
+  texts = ["".join(symbols) for symbols, _ in strings]
+  cut_char = os.path.commonprefix(texts).rfind(">") + 1
+  symbols, word_at = strings[k]
+  ends = list(itertools.accumulate(len(x) for x in symbols))
+  cut = bisect.bisect_left(ends, cut_char) + 1 if cut_char else 0  # symbols ending by the cut
+  after = [symbols[i][1:] for i in word_at if i >= cut]
+  return JointSplit(tuple(grafted[k]), cut, divisor=_chars(after),
+                    events=() if ok[k] else ("not_grafted",))
+
+
+def _chars(words: Sequence[str]) -> int:
+  """The code's divisor: the plain continuation " w1 w2 …" without its leading space."""
+  return max(len("".join(" " + w for w in words)) - 1, 0)
+
+
+def split(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool = True) -> JointSplit:
+  """One option's joint unit (module docstring); `trees_of(text)` gives a text's sentence
+  trees, `parsed` says whether they are parses (False: the flat trees of a terminal format)."""
+  if joint.rule == "winogrande":
+    return _winogrande(joint, list(trees_of(joint.texts[0])), parsed)
+  if joint.rule == "hellaswag":
+    return _hellaswag(joint, list(trees_of(joint.texts[0])))
+  if joint.rule == "openbookqa":
+    return _openbookqa(joint, trees_of, parsed)
+  raise ValueError(f"unknown joint rule {joint.rule!r}; expected one of {', '.join(RULES)}")
+
+
+__all__ = ["Joint", "JointSplit", "RULES", "answer_word", "choice_node", "graft", "match_choice",
+           "raw_words", "split", "tg_symbols"]

@@ -1,0 +1,201 @@
+"""The paper format's joint parse units (`downstream.mc_joint`): per task, one item built from a
+fixture row, its parse input and which tokens the continuation scores, against values written by
+hand from qlwpc/TG-Interpolation `olmo/eval/downstream.py` @ cd50d9ef (WinoGrande's gold-filled
+sentence cut after the option, HellaSwag's Ctx_b + ending with Ctx_b masked, OpenBookQA's stem +
+option lines grafted onto the gold line and cut after their last shared bracket). Hand trees come
+from a proposals file, so the parses are fixed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.data.encode import encode_document
+from slm_jax.data.rows import RowReader
+from slm_jax.downstream import mc_joint, paper_format, tasks
+from slm_jax.downstream.encoding import TextEncoder, make_tree_source
+from slm_jax.downstream.scoring import continuation_scores
+from slm_jax.kinds import Kind
+from slm_jax.ptb import parse_trees
+from slm_jax.tokenizer import make_tokenizer
+
+
+def parse_tree(text: str):
+  return parse_trees(text, normalize=None)[0]
+
+
+WINOGRANDE = {"sentence": "Sarah was a much better surgeon than Maria so _ always got the harder "
+                          "cases.", "option1": "Sarah", "option2": "Maria", "answer": "1"}
+WINOGRANDE_TREE = ("(S (S (NP Sarah) (VP was (NP (NP a (ADJP much better) surgeon) (PP than "
+                   "(NP Maria))))) so (S (NP Sarah) (VP always got (NP the harder cases))) .)")
+HELLASWAG = {"ind": 24, "activity_label": "Roof shingle removal",
+             "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
+             "ctx": "A man is sitting on a roof. he",
+             "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                         "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
+             "source_id": "activitynet~v_-JhWjGDPHMY", "split": "val",
+             "split_type": "indomain", "label": "3"}
+HELLASWAG_TREE = ("(S (NP He) (VP is (VP using (NP wrap) (S to (VP wrap (NP (NP a pair) (PP of "
+                  "(NP skis))))))) .)")
+OPENBOOKQA = {"id": "7-980", "question_stem": "The sun is responsible for",
+              "choices": {"text": ["puppies learning new tricks",
+                                   "children growing up and getting old",
+                                   "flowers wilting in a vase",
+                                   "plants sprouting, blooming and wilting"],
+                          "label": ["A", "B", "C", "D"]}, "answerKey": "D"}
+SUN = "(S (NP The sun) (VP is (ADJP responsible (PP for {}))) .)"
+OPENBOOKQA_TREES = [SUN.format("(NP (NP puppies) (VP learning (NP new tricks)))"),
+                    # B attaches its PP elsewhere: the graft puts its option under the gold's PP
+                    "(S (NP The sun) (VP is (ADJP responsible) (PP for (S (NP children) (VP "
+                    "growing up and getting old)))) .)",
+                    SUN.format("(NP (NP flowers) (VP wilting (PP in (NP a vase))))"),
+                    SUN.format("(NP (NP plants) (VP sprouting , blooming and wilting))")]
+
+
+def example(task: str, row: dict):
+  base = tasks.READERS[task](RowReader("fixture.jsonl", 0, row), task, "")
+  return paper_format.corrected(tasks.with_row_fields(base, row))
+
+
+def encoder(tmp_path, name: str = "tree") -> TextEncoder:
+  trees = [WINOGRANDE_TREE, HELLASWAG_TREE] + OPENBOOKQA_TREES
+  path = tmp_path / "trees.txt"
+  path.write_text("\n\n".join(trees) + "\n")
+  words = {w for t in trees for w in parse_tree(t).leaves()}
+  words |= set("Roof shingle removal : A man is sitting on a roof . He ripping level tiles off "
+               "holding rubik 's cube starts pulling up roofing".split())
+  tokenizer = make_tokenizer("word", words=sorted(words))
+  return TextEncoder(tokenizer, CONFIGURATIONS[name], make_tree_source(f"file:{path}"))
+
+
+def lines(enc: TextEncoder, prompt) -> list[str]:
+  """The rendered prompt: [context part, (head,) continuation] of the option."""
+  encoded = enc.encode(prompt.components, joint=prompt.joint)
+  names = list(prompt.roles) + ["head"] * bool(prompt.head) + ["continuation"]
+  return enc.render(encoded, names=names).split("\n")[1:]
+
+
+def test_winogrande_parses_the_gold_filled_sentence_once_and_cuts_after_the_option(tmp_path):
+  enc = encoder(tmp_path)
+  built = paper_format.build_prompts(example("winogrande", WINOGRANDE))
+  filled = "Sarah was a much better surgeon than Maria so Sarah always got the harder cases."
+  assert [p.joint.texts for p in built] == [(filled,)] * 2  # the gold's sentence for both
+  prefix = ("(S (S (NP Sarah NP) (VP was (NP (NP a (ADJP much better ADJP) surgeon NP) (PP than "
+            "(NP Maria NP) PP) NP) VP) S) so (S (NP {} NP) (VP")
+  rest = "[continuation] always got (NP the harder cases NP) VP) S) . S)"
+  assert lines(enc, built[0]) == ["[question] " + prefix.format("Sarah"), rest]
+  assert lines(enc, built[1]) == ["[question] " + prefix.format("Maria"), rest]
+  encoded = enc.encode(built[1].components, joint=built[1].joint)
+  # one sentence: the tokens of the swapped tree's linearization, cut between (VP and "always"
+  swapped = parse_tree(WINOGRANDE_TREE.replace("so (S (NP Sarah)", "so (S (NP Maria)"))
+  whole = encode_document([swapped], enc.tokenizer, "lin1")
+  np.testing.assert_array_equal(encoded.sequence.tokens, whole.tokens[:-1])
+  assert set(encoded.sequence.sentence.tolist()) == {0}
+  cut = list(enc.tokenizer.decode(whole.tokens)).index("always")
+  np.testing.assert_array_equal(encoded.component_T[1:], np.arange(1, len(whole) - 1) >= cut)
+  assert not enc.joint_stats
+
+
+def test_winogrande_scan_lets_bracket_characters_match_as_the_code_does():
+  """`left` = "x so A": the "A" of `<(ADJP>` after "so" ends the code's scan one word early."""
+  trees = [parse_tree("(S (NP x) (VP so (ADJP A b)))")]
+  symbols, _ = mc_joint.tg_symbols(trees, ["x", "so", "A", "b"])
+  assert "".join(symbols) == "<(S><(NP> x<NP)><(VP> so<(ADJP> A b<ADJP)><VP)><S)>"
+  assert mc_joint.answer_word(symbols, "x so A") == 1
+  words_only = [s if s.startswith(" ") else "" for s in symbols]  # a terminal format
+  assert mc_joint.answer_word(words_only, "x so A") == 2
+
+
+def test_winogrande_multi_word_gold_is_counted_and_ties(tmp_path):
+  row = {"sentence": "Sarah was a much better surgeon than Maria so _ always got the harder "
+                     "cases.", "option1": "the Sarah", "option2": "Maria", "answer": "1"}
+  enc = encoder(tmp_path, "terminal")
+  built = paper_format.build_prompts(example("winogrande", row))
+  assert lines(enc, built[0]) == lines(enc, built[1])  # both read the gold context
+  assert enc.joint_stats == {"multiword_gold": 2}
+
+
+def test_hellaswag_parses_ctx_b_with_the_ending_and_masks_it(tmp_path):
+  enc = encoder(tmp_path)
+  x = example("hellaswag", HELLASWAG)
+  built = paper_format.build_prompts(x)
+  assert built[0].joint.texts == ("He is using wrap to wrap a pair of skis.",)
+  assert [p.joint.masked for p in built] == [" He"] * 4
+  encoded = enc.encode(built[0].components, joint=built[0].joint)
+  unit = encode_document([parse_tree(HELLASWAG_TREE)], enc.tokenizer, "lin1")
+  n = len(unit) - 2  # the unit's tokens, without its BOS / EOS, end the prompt
+  np.testing.assert_array_equal(encoded.sequence.tokens[-n:], unit.tokens[1:-1])
+  symbols = enc.tokenizer.decode(encoded.sequence.tokens[-n:])
+  head = encoded.component_T[-n:] == 1
+  scored = (encoded.component_T[-n:] == 2) & (encoded.sequence.kinds[-n:] == Kind.TERMINAL)
+  assert [s for s, h in zip(symbols, head) if h] == ["He"]  # conditioned on, not scored
+  assert [s for s, k in zip(symbols, scored) if k] == "is using wrap to wrap a pair of skis .".split()
+  assert symbols[:3] == ["(S", "(NP", "He"] and not head[:2].any()  # its brackets stay scored
+  assert [p.option_chars for p in built] == [41, 31, 31, 40]  # the head counts in the divisor
+
+
+def test_openbookqa_grafts_each_option_onto_the_gold_line_and_cuts_after_the_shared_bracket(
+    tmp_path):
+  enc = encoder(tmp_path)
+  built = paper_format.build_prompts(example("openbookqa", OPENBOOKQA))
+  assert built[0].joint.texts == ("The sun is responsible for puppies learning new tricks.",
+                                  "The sun is responsible for children growing up and getting old.",
+                                  "The sun is responsible for flowers wilting in a vase.",
+                                  "The sun is responsible for plants sprouting, blooming and "
+                                  "wilting.")
+  context = "[question] (S (NP The sun NP) (VP is (ADJP responsible (PP"  # B's "(S" differs
+  closers = " PP) ADJP) VP) . S)"
+  want = ["for (NP (NP puppies NP) (VP learning (NP new tricks NP) VP) NP)",
+          "for (S (NP children NP) (VP growing up and getting old VP) S)",
+          "for (NP (NP flowers NP) (VP wilting (PP in (NP a vase NP) PP) VP) NP)",
+          "for (NP (NP plants NP) (VP sprouting , blooming and wilting VP) NP)"]
+  assert [lines(enc, p) for p in built] == [[context, f"[continuation] {w}{closers}"]
+                                            for w in want]
+  scores = continuation_scores(ZeroScorer(enc), enc, built)
+  assert [s.chars for s in scores] == [33, 41, 31, 45]  # " for …" without its leading space
+  assert [s.terminals for s in scores] == [6, 8, 7, 8]  # "for" … "."
+  terminal = encoder(tmp_path, "terminal")  # no parse: the cut at the option's first word
+  assert [lines(terminal, p)[0] for p in built] == ["[question] The sun is responsible for"] * 4
+  assert [s.chars for s in continuation_scores(ZeroScorer(terminal), terminal, built)] == [
+      29, 37, 27, 41]
+
+
+def test_graft_keeps_a_line_whose_option_is_not_found_and_counts_it():
+  lines_ = [[parse_tree(t)] for t in OPENBOOKQA_TREES]
+  options = ["puppies learning new tricks", "kittens", "flowers wilting in a vase",
+             "plants sprouting, blooming and wilting"]
+  grafted, ok = mc_joint.graft(lines_, options, 3)
+  assert ok == [True, False, True, True] and grafted[1] == lines_[1]
+  assert grafted[0][0].to_bracketed() == SUN.format(
+      "(NP (NP puppies) (VP learning (NP new tricks)))")
+
+
+def test_demonstrations_are_one_component_per_joint_unit():
+  shot = paper_format.demonstration(example("winogrande", WINOGRANDE))
+  assert shot == ("Sarah was a much better surgeon than Maria so Sarah always got the harder "
+                  "cases.",)
+  assert paper_format.demonstration(example("openbookqa", OPENBOOKQA)) == (
+      "The sun is responsible for plants sprouting, blooming and wilting.",)
+  assert paper_format.demonstration(example("hellaswag", HELLASWAG))[-1] == (
+      " He starts pulling up roofing on a roof.")
+
+
+class ZeroScorer:
+  """A scorer whose every log-probability is −1 (what is summed is then the token count)."""
+
+  def __init__(self, enc: TextEncoder):
+    self.configuration = enc.configuration
+
+  def logprobs(self, sequences):
+    return [np.full(len(s) - 1, -1.0) for s in sequences]
+
+  def target_mask(self, kinds):
+    return np.ones(len(kinds), bool)
+
+
+def test_a_joint_unit_needs_its_two_components(tmp_path):
+  enc = encoder(tmp_path)
+  joint = paper_format.build_prompts(example("winogrande", WINOGRANDE))[0].joint
+  with pytest.raises(ValueError, match="two components"):
+    enc.encode(["x"], joint=joint)
