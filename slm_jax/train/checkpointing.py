@@ -62,7 +62,7 @@ class _OrbaxErrors(logging.Filter):
   silenced = False
 
   def filter(self, record: logging.LogRecord) -> bool:
-    if "orbax" not in record.pathname or record.levelno < logging.WARNING:
+    if "/orbax/" not in record.pathname.replace("\\", "/") or record.levelno < logging.WARNING:
       return True
     if self.silenced:
       return False
