@@ -249,7 +249,7 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
     print("error: interrupted", file=sys.stderr, flush=True)
     if argv is None and _background_threads():
       sys.stdout.flush()
-      os._exit(EXIT_INTERRUPTED)  # pylint: disable=protected-access  # do not join them
+      os._exit(EXIT_INTERRUPTED)  # not sys.exit: that would join them
     return EXIT_INTERRUPTED
   except Exception as error:  # pylint: disable=broad-except
     if debug or not expected(error):

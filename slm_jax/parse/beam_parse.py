@@ -53,10 +53,10 @@ class ParseShard(beam.DoFn):
     self._backend = make_backend(self.backend_name, model=self.model, batch_size=self.batch_size)
 
   def process(self, index: int) -> Iterator[str]:
-    claim_shard(self.output, index, self.count,
-                shard_record(self._backend, StageOptions(**self.options)))
+    options = StageOptions(**self.options)
+    claim_shard(self.output, index, self.count, shard_record(self._backend, options))
     result = run_shard(self.inputs, self.output, self._backend, shard=(index, self.count),
-                       options=StageOptions(**self.options))
+                       options=options)
     report_counters(COUNTER_NAMESPACE, result.counts)
     Metrics.counter(COUNTER_NAMESPACE, "units parsed").inc(result.units_done)
     Metrics.counter(COUNTER_NAMESPACE, "units already done").inc(result.units_resumed)
