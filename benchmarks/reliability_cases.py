@@ -409,14 +409,17 @@ def run_case(r: Runner, case) -> tuple[str, int, str]:
                            *GTCA, "--lr=2e-3", timeout=900)
     shown = "gtca.train --backbone=$F/run --out=$F/gtca7 … --lr=2e-3 (the run of --lr=1e-3)"
   elif ident == "W16":
+    (w / "malformed.sqlite").unlink(missing_ok=True)  # a rerun (--reuse) starts afresh
     code, out, err = r.code(MALFORMED_TREE, str(w / "malformed.sqlite"))
     shown = "ParseCache(FILE).get(ids) of a record holding '{\"v\": 1, \"nodes\": [[\"S\", 0, '"
   elif ident in ("W17", "W18"):
     fail = "disk" if ident == "W17" else "ctrl_c"
+    shutil.rmtree(w / f"ckpt_{fail}", ignore_errors=True)
     code, out, err = r.code(checkpointer_script(), str(w / f"ckpt_{fail}"), fail, timeout=120)
     note = f"{len(err.splitlines())} lines on stderr"
     shown = f"Checkpointer.save(2) with {fail} (after step 1), through cli.run"
   elif ident == "W19":
+    shutil.rmtree(w / "bparsed", ignore_errors=True)
     beam = ["slm_jax.beam_pipelines", "parse", f"--output={w}/bparsed", "--num_shards=1",
             "--no_cache", f"{w}/doc.txt"]
     r.run(*beam, "--backend=flat")
