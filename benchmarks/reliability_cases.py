@@ -12,9 +12,12 @@ this script (BoolQ rows, SyntaxGym suites copied from the shared data with one m
 tiny Hugging Face folder, inputs with invalid UTF-8). The message shown is the first `error:`
 line (or, for exit 0, the first `warning:` line, else the last line printed); paths under the
 fixture folder read `$F`. A case whose fixture could not be built says so. Most of the time is
-the fixtures (three tiny trainings, two fine-tunes, a parser) and the evaluations: on a 2-core
-machine shared with other work (load about 30) one tree took 33-35 minutes; `--reuse` reruns
-cases on fixtures built earlier.
+the fixtures (tiny trainings, two fine-tunes, a parser, a GTCA run) and the evaluations, so: only
+the fixtures the chosen cases need are built (`--only`), independent ones side by side, every
+subprocess shares one persistent JAX compilation cache (`$F/jax_cache`: the second process of
+one model shape compiles nothing), and `--jobs=N` runs the cases that only read the shared
+fixtures N at a time (the concurrency cases B5 and B6 always run alone, first). `--reuse`
+reruns cases on fixtures built earlier.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent import futures
 
 HERE = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -47,7 +51,10 @@ class Runner:
   def __init__(self, tree: pathlib.Path, work: pathlib.Path):
     self.tree, self.work = tree, work
     self.env = {**os.environ, "PYTHONPATH": str(tree), "JAX_PLATFORMS": "cpu",
-                "SLM_JAX_SHARED_DATA": str(shared_data())}
+                "SLM_JAX_SHARED_DATA": str(shared_data()),
+                "JAX_COMPILATION_CACHE_DIR": str(work / "jax_cache"),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
   def args(self, module: str, *args: str) -> list[str]:
     return [PYTHON, "-m", module, *args]
@@ -64,10 +71,13 @@ class Runner:
     except subprocess.TimeoutExpired:
       return 124, "", f"timed out after {timeout} s"
 
-  def code(self, script: str, timeout: int = 120):
-    done = subprocess.run([PYTHON, "-c", script], cwd=self.tree, env=self.env, text=True,
-                          capture_output=True, timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
+  def code(self, script: str, *args: str, timeout: int = 300):
+    try:
+      done = subprocess.run([PYTHON, "-c", script, *args], cwd=self.tree, env=self.env,
+                            text=True, capture_output=True, timeout=timeout)
+      return done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired:
+      return 124, "", f"timed out after {timeout} s (the process did not end)"
 
 
 def shared_data() -> pathlib.Path:
@@ -104,36 +114,72 @@ def write_boolq(folder: pathlib.Path, train: str | bytes | None = None, rows: in
     (folder / "data" / "train.jsonl").write_text(lines if train is None else train)
 
 
-def build_fixtures(r: Runner) -> dict[str, str]:
-  """Builds what the cases read; returns fixture → problem for those that failed."""
-  w, failed = r.work, {}
+# case → the fixture it may write (or lock): such cases run one after another
+SERIAL = {"B1": "ft", "B3": "ft", "B4": "ft", "B8": "parser", "W13": "parser", "B7": "gtca",
+          "W15": "gtca"}
+# fixture → the fixtures it needs built first
+FIXTURES = {"run": (), "ft": ("run",), "ft_other": ("run",), "gtca": ("run",), "parser": (),
+            "hf": ()}
+GTCA = ["--stage_steps=2,2,2", "--batch_size=4", "--train_items=16", "--dev_items=4",
+        "--test_items=8", "--log_every=1"]
 
-  def step(name, *command, timeout=600):
-    code, out, err = r.run(*command, timeout=timeout)
+
+def build_fixtures(r: Runner, needed: set[str]) -> dict[str, str]:
+  """Builds the fixtures in `needed` (and what they need) plus the plain files; independent
+  chains side by side; returns fixture → problem for those that failed."""
+  w, failed = r.work, {}
+  data = w / "tasks"
+  ft = ["--task=boolq", "--seeds=42", "--epochs=1", "--batch_size=4", "--max_len=128",
+        "--tree_source=flat", "--warmup_steps=0", f"--data_dir={data}/boolq"]
+  commands = {
+      "run": ["slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=2",
+              "--config.train.checkpoint_every=2", *SMALL, f"--workdir={w}/run"],
+      "ft": ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft", "--lr=3e-4", *ft],
+      "ft_other": ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_other",
+                   "--lr=3e-3", *ft],
+      "gtca": ["slm_jax.gtca.train", f"--backbone={w}/run", f"--out={w}/gtca", *GTCA],
+      "parser": ["slm_jax.parser.train", f"--workdir={w}/parser", "--config=tiny",
+                 f"--train={w}/treebank.mrg", f"--dev={w}/treebank.mrg", "--max_epochs=1",
+                 "--members=1"],
+  }
+  for name in list(needed):
+    needed |= set(FIXTURES.get(name, ()))
+
+  def build(name):
+    if any(n in failed for n in FIXTURES[name]):
+      failed[name] = f"needs {FIXTURES[name][0]}"
+      return
+    if name == "hf":
+      write_hf(w, failed)
+      return
+    code, out, err = r.run(*commands[name], timeout=900)
     if code:
       failed[name] = message(code, out, err, w)
       print(f"fixture {name} failed: {failed[name]}", file=sys.stderr)
+    elif name == "run":
+      shutil.copytree(w / "run", w / "run2")
+
+  def chain(names):
+    for name in names:
+      if name in needed:
+        build(name)
 
   started = time.time()
-  step("run", "slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=2",
-       "--config.train.checkpoint_every=2", *SMALL, f"--workdir={w}/run")
-  if "run" not in failed:
-    shutil.copytree(w / "run", w / "run2")
+  write_files(w)
+  with futures.ThreadPoolExecutor(3) as pool:
+    list(pool.map(chain, (["run", "ft", "ft_other", "gtca"], ["parser"], ["hf"])))
+  print(f"fixtures {sorted(needed)} built in {time.time() - started:.0f} s", file=sys.stderr)
+  return failed
+
+
+def write_files(w: pathlib.Path) -> None:
+  """The plain-file fixtures (BoolQ rows, SyntaxGym suites, treebanks, broken inputs)."""
   data = w / "tasks"
   write_boolq(data / "boolq")
-  ft = ["--task=boolq", "--seeds=42", "--epochs=1", "--batch_size=4", "--max_len=128",
-        "--tree_source=flat", "--warmup_steps=0", f"--data_dir={data}/boolq"]
-  step("ft", "slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft", "--lr=3e-4", *ft)
-  step("ft_other", "slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_other",
-       "--lr=3e-3", *ft)
   (w / "treebank.mrg").write_text(TREES)
-  step("parser", "slm_jax.parser.train", f"--workdir={w}/parser", "--config=tiny",
-       f"--train={w}/treebank.mrg", f"--dev={w}/treebank.mrg", "--max_epochs=1",
-       "--members=1")
   (w / "treebank2.mrg").write_text(TREES.replace("dog", "fox"))
-  write_hf(w, failed)
   sg = w / "sg"
-  sg.mkdir()
+  sg.mkdir(exist_ok=True)
   suites = sorted((shared_data() / "syntaxgym" / "json").glob("*.json"))
   suites = [p for p in suites if p.name != "circuits.json"][:2]
   for path in suites:
@@ -149,8 +195,9 @@ def build_fixtures(r: Runner) -> dict[str, str]:
   write_boolq(data / "boolq_no_answer", train=json.dumps({"question": "q", "passage": "p"}) + "\n")
   write_boolq(data / "boolq_empty", train="\n")
   (w / "a_file").write_text("x")
-  print(f"fixtures built in {time.time() - started:.0f} s", file=sys.stderr)
-  return failed
+  (w / "a_folder.sqlite").mkdir(exist_ok=True)
+  (w / "gcache.jsonl").write_text(json.dumps({
+      "id": "s1", "sentence": "The cat sat .", "tree": "(S (NP The cat) (VP sat) .)"}) + "\n")
 
 
 def write_hf(w: pathlib.Path, failed: dict) -> None:
@@ -243,7 +290,53 @@ def cases(w: pathlib.Path) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
         f"--train={w}/treebank.mrg", f"--dev={w}/treebank.mrg", "--max_epochs=1",
         "--members=1", "--encoder=transformer"], ("parser",)),
       ("W14", "beam_pipelines --help without apache_beam", ["(no extra)"], ()),
+      ("B7", "gtca.train: a run's stages resumed under another --lr (result.json removed)",
+       ["(resume)"], ("gtca",)),
+      ("W15", "gtca.train: a finished run, another --lr",
+       ["slm_jax.gtca.train", f"--backbone={w}/run", f"--out={w}/gtca", *GTCA, "--lr=2e-3"],
+       ("gtca",)),
+      ("B9", "gtca.cache --out is a folder",
+       ["slm_jax.gtca.cache", f"--data={w}/gcache.jsonl", f"--backbone={w}/hf/tokenizer.json",
+        f"--out={w}/a_folder.sqlite"], ("hf",)),
+      ("B12", "gtca.train: a backbone without the option letters (A → ▁ <unk>)",
+       ["slm_jax.gtca.train", f"--backbone={w}/hf", f"--out={w}/gtca12",
+        "--stage_steps=1,1,1", *GTCA[1:]], ("hf",)),
+      ("W16", "a malformed span tree in the GTCA parse cache", ["(cache)"], ()),
+      ("W17", "a full disk during a checkpoint save (Orbax's writes fail: ENOSPC)",
+       ["(checkpointer)"], ()),
+      ("W18", "Ctrl-C inside a checkpoint save", ["(checkpointer)"], ()),
+      ("W19", "beam_pipelines parse: another --backend into a finished output", ["(two runs)"],
+       ()),
   ]
+
+
+# A malformed span tree stored in a GTCA parse cache, read back (gtca.parse_cache, or
+# gtca.cache in the tree before it was split out).
+MALFORMED_TREE = """
+import sqlite3, sys
+try:
+  from slm_jax.gtca import parse_cache as pc
+except ImportError:
+  from slm_jax.gtca import cache as pc
+from slm_jax import cli
+path = sys.argv[1]
+pc.ParseCache(path, {"tokenizer": "t"}, writable=True).close()
+with sqlite3.connect(path) as db:
+  db.execute("INSERT INTO spans VALUES (?, ?)", (pc.cache_key([5, 6, 7]), '{"v": 1, "nodes": [["S", 0, '))
+
+def main(_):
+  with pc.ParseCache(path, {"tokenizer": "t"}) as cache:
+    cache.get([5, 6, 7], example="ex-1")
+
+sys.exit(cli.run(main))
+"""
+
+
+def checkpointer_script() -> str:
+  """The script of tests/test_checkpoint_failures.py: saves step 1, then step 2 with a failure."""
+  sys.path.insert(0, str(HERE))
+  from tests.test_checkpoint_failures import CHECKPOINTER  # pylint: disable=g-import-not-at-top
+  return CHECKPOINTER
 
 
 def concurrent(r: Runner, first: list[str], second: list[str]) -> tuple[int, str, str, str]:
@@ -309,8 +402,32 @@ def run_case(r: Runner, case) -> tuple[str, int, str]:
                             "sys.argv = ['beam_pipelines', '--help']\n"
                             "runpy.run_module('slm_jax.beam_pipelines', run_name='__main__')\n")
     shown = "beam_pipelines --help (apache_beam missing)"
+  elif ident == "B7":  # a run whose stages are on disk, its result removed: resumed, other lr
+    shutil.copytree(w / "gtca", w / "gtca7")
+    (w / "gtca7" / "result.json").unlink(missing_ok=True)
+    code, out, err = r.run("slm_jax.gtca.train", f"--backbone={w}/run", f"--out={w}/gtca7",
+                           *GTCA, "--lr=2e-3", timeout=900)
+    shown = "gtca.train --backbone=$F/run --out=$F/gtca7 … --lr=2e-3 (the run of --lr=1e-3)"
+  elif ident == "W16":
+    (w / "malformed.sqlite").unlink(missing_ok=True)  # a rerun (--reuse) starts afresh
+    code, out, err = r.code(MALFORMED_TREE, str(w / "malformed.sqlite"))
+    shown = "ParseCache(FILE).get(ids) of a record holding '{\"v\": 1, \"nodes\": [[\"S\", 0, '"
+  elif ident in ("W17", "W18"):
+    fail = "disk" if ident == "W17" else "ctrl_c"
+    shutil.rmtree(w / f"ckpt_{fail}", ignore_errors=True)
+    code, out, err = r.code(checkpointer_script(), str(w / f"ckpt_{fail}"), fail, timeout=120)
+    note = f"{len(err.splitlines())} lines on stderr"
+    shown = f"Checkpointer.save(2) with {fail} (after step 1), through cli.run"
+  elif ident == "W19":
+    shutil.rmtree(w / "bparsed", ignore_errors=True)
+    beam = ["slm_jax.beam_pipelines", "parse", f"--output={w}/bparsed", "--num_shards=1",
+            "--no_cache", f"{w}/doc.txt"]
+    r.run(*beam, "--backend=flat")
+    code, out, err = r.run(*beam, "--backend=passthrough")
+    shown = ("beam_pipelines parse doc.txt --output=$F/bparsed --backend=passthrough (after "
+             "--backend=flat)")
   else:
-    code, out, err = r.run(*command)
+    code, out, err = r.run(*command, timeout=900)
     shown = " ".join([command[0].removeprefix("slm_jax."), *command[1:]]).replace(str(w), "$F")
   text = message(code, out, err, w)
   if note:
@@ -325,6 +442,8 @@ def main() -> int:
   parser.add_argument("--only", default="", help="comma-separated case ids")
   parser.add_argument("--reuse", action="store_true",
                       help="the fixtures in --work are built already (by this tree)")
+  parser.add_argument("--jobs", type=int, default=2,
+                      help="cases run at once (B5 and B6 always alone, first)")
   args = parser.parse_args()
   tree = pathlib.Path(args.tree).resolve()
   work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="reliability_")).resolve()
@@ -333,20 +452,30 @@ def main() -> int:
   commit = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"],
                           capture_output=True, text=True).stdout.strip()
   started = time.time()
-  failed = {} if args.reuse else build_fixtures(runner)
   only = {c for c in args.only.split(",") if c}
-  rows = []
-  for case in cases(work):
+  chosen = [c for c in cases(work) if not only or c[0] in only]
+  failed = {} if args.reuse else build_fixtures(runner, {n for c in chosen for n in c[3]})
+  chosen = [c for c in cases(work) if not only or c[0] in only]  # commands read the fixtures
+
+  def row(case):
     ident, what, _, needs = case
-    if only and ident not in only:
-      continue
     missing = [n for n in needs if n in failed]
     if missing:
-      rows.append((ident, what, "–", "–", f"fixture {missing[0]} failed: {failed[missing[0]]}"))
-      continue
+      return (ident, what, "–", "–", f"fixture {missing[0]} failed: {failed[missing[0]]}")
     shown, code, text = run_case(runner, case)
-    rows.append((ident, what, f"`{shown}`", str(code), text))
     print(f"{ident}: exit {code}: {text}", file=sys.stderr, flush=True)
+    return (ident, what, f"`{shown}`", str(code), text)
+
+  alone = [c for c in chosen if c[0] in ("B5", "B6")]  # timing-sensitive: nothing beside them
+  done = {c[0]: row(c) for c in alone}
+  groups: dict[str, list] = {}  # cases that use one writable fixture run one after another
+  for case in chosen:
+    if case not in alone:
+      groups.setdefault(SERIAL.get(case[0], case[0]), []).append(case)
+  with futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    for group in pool.map(lambda cs: [row(c) for c in cs], groups.values()):
+      done.update((r[0], r) for r in group)
+  rows = [done[c[0]] for c in chosen]
   print(f"Tree `{tree}` (commit {commit}), {time.time() - started:.0f} s; `$F` = the fixture "
         "folder.\n")
   print("| case | what | command | exit | first line of the message |")

@@ -13,7 +13,10 @@
   non-finite loss; anything else is a bug and keeps its traceback). Expected failures are the
   usual user-input errors (ValueError, KeyError, OSError, ImportError) and any exception that
   carries an `exit_code`; `--debug` (every CLI has it) shows their traceback too. An "error" with
-  exit code 0 (e.g. "already at step N: nothing to do") is printed as a plain line.
+  exit code 0 (e.g. "already at step N: nothing to do") is printed as a plain line. Ctrl-C is
+  `error: interrupted`, exit 130; a command line (`argv` None) then ends at once instead of
+  joining the background threads the interrupted work left (an Orbax save in flight waits for
+  signals that never come): what was committed before stays, nothing more is printed.
 - **Text input**: `read_utf8(path)`: invalid UTF-8 names file, line and byte.
 - **Shared data**: `shared_data_dir()` finds `../shared/data` (or `$SLM_JAX_SHARED_DATA`), the same
   lookup the evaluators and the tests use.
@@ -26,6 +29,7 @@ import math
 import os
 import pathlib
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -242,7 +246,10 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
   try:
     return int(main(None if argv is None else list(argv)) or EXIT_OK)
   except KeyboardInterrupt:
-    print("error: interrupted", file=sys.stderr)
+    print("error: interrupted", file=sys.stderr, flush=True)
+    if argv is None and _background_threads():
+      sys.stdout.flush()
+      os._exit(EXIT_INTERRUPTED)  # not sys.exit: that would join them
     return EXIT_INTERRUPTED
   except Exception as error:  # pylint: disable=broad-except
     if debug or not expected(error):
@@ -253,6 +260,12 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
     else:
       print(f"error: {describe_error(error)}", file=sys.stderr, flush=True)
     return code
+
+
+def _background_threads() -> list[threading.Thread]:
+  """The live non-daemon threads besides this one: Python's exit would wait for each."""
+  return [t for t in threading.enumerate()
+          if t is not threading.current_thread() and not t.daemon and t.is_alive()]
 
 
 class Progress:

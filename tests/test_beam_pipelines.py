@@ -79,8 +79,9 @@ def test_beam_parse_writes_what_the_shard_cli_writes_and_resumes(raw_gum, tmp_pa
   printed = _printed(capsys)
   assert printed["documents_in"] == printed["documents_out"] == 24
   assert printed["units parsed"] == 6 and printed["sentences_in"] > 1000
-  # the CLI's shards also record what made them (identity.json); the Beam pipeline does not yet
-  _same_tree(cli_out, beam_out, skip=("identity.json",))
+  # both record what made each shard (identity.json): the same records, byte for byte
+  _same_tree(cli_out, beam_out)
+  assert len(list(beam_out.glob("shard-*/identity.json"))) == SHARDS
   assert len(list(beam_out.glob("shard-*/part-*.jsonl"))) == 6
 
   # a worker died in the middle of one unit: its part and report are missing (a temporary file
@@ -94,7 +95,7 @@ def test_beam_parse_writes_what_the_shard_cli_writes_and_resumes(raw_gum, tmp_pa
                               *common]) == 0
   printed = _printed(capsys)
   assert printed["units parsed"] == 1 and printed["units already done"] == 5
-  _same_tree(cli_out, beam_out, skip=("report.json", ".tmp", "identity.json"))
+  _same_tree(cli_out, beam_out, skip=("report.json", ".tmp"))
   assert _counts(cli_out) == _counts(beam_out)
   ids = [json.loads(line)["id"] for p in beam_out.glob("shard-*/part-*.jsonl")
          for line in p.read_text().splitlines()]
@@ -122,6 +123,24 @@ def test_beam_prepare_writes_what_the_shard_cli_writes_and_resumes(gum, tmp_path
   source = DocumentSource(beam_out)
   ids = [source[i].id for i in range(len(source))]
   assert len(ids) == len(set(ids)) == total
+
+
+def test_beam_parse_refuses_another_backends_shards(raw_gum, tmp_path, capsys):
+  """Another backend (or options) into a finished output is refused before the pipeline runs,
+  in one line naming the shard and the differing keys; nothing of the output changes."""
+  out = tmp_path / "beam"
+  assert beam_pipelines.main(["parse", f"--output={out}", "--num_shards=2", "--backend=flat",
+                              str(raw_gum)]) == 0
+  before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "cache" not in p.parts}
+  capsys.readouterr()
+  assert beam_pipelines.main(["parse", f"--output={out}", "--num_shards=2",
+                              "--backend=passthrough", str(raw_gum)]) == 2
+  error = capsys.readouterr().err.strip().splitlines()
+  assert len(error) == 1 and error[0].startswith(f"error: {out}/shard-00000-of-00002 holds "
+                                                 "another parse (backend: 'flat' in the folder, "
+                                                 "'passthrough' now"), error
+  assert {p: p.read_bytes() for p in out.rglob("*")
+          if p.is_file() and "cache" not in p.parts} == before
 
 
 def test_beam_cli_errors_are_one_line(gum, tmp_path, capsys):

@@ -21,7 +21,7 @@ from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import make_tokenizer
-from slm_jax.train.identity import IdentityError
+from slm_jax.identity import IdentityError
 from slm_jax.train.params import params_digest
 from slm_jax.trees import Tree
 from tests.test_scorer import direct_logprobs

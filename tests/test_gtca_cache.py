@@ -57,6 +57,32 @@ def test_get_put_and_a_miss_names_the_example(tmp_path):
     parse_cache.ParseCache(tmp_path / "none.sqlite", IDENTITY)
 
 
+@pytest.mark.parametrize("stored, why", [
+    ('{"v": 1, "nodes": [["S", 0, ', "not a span tree (Expecting value: line 1 column 29"),
+    ('{"v": 1}', "not a span tree (KeyError: 'nodes')"),
+    ("[1, 2]", "not a span tree ("),
+    (small_tree(4).to_json(), "the span tree covers 4 tokens, the ids have 3"),
+])
+def test_a_malformed_cached_tree_names_file_and_key(tmp_path, capsys, stored, why):
+  """A stored tree that cannot be read is one line naming the file, the record's key and the
+  example (before: "Expecting value: line 1 column 24", naming nothing)."""
+  path = tmp_path / "c.sqlite"
+  key = parse_cache.cache_key([5, 6, 7])
+  with parse_cache.ParseCache(path, IDENTITY, writable=True) as cache:
+    cache.put_many([(key, small_tree(3))])
+    with cache._db:  # pylint: disable=protected-access
+      cache._db.execute("UPDATE spans SET tree = ? WHERE key = ?", (stored, key))  # pylint: disable=protected-access
+
+  def read(_):
+    with parse_cache.ParseCache(path, IDENTITY) as cache:
+      cache.get([5, 6, 7], example="ex-1")
+
+  assert cli.run(read, []) == cli.EXIT_USAGE
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith(f"error: {path}: record {key}: {why}"), line
+  assert "(example ex-1); rebuild the cache" in line
+
+
 def test_a_cache_from_another_tokenizer_is_refused(tmp_path):
   path = tmp_path / "c.sqlite"
   parse_cache.ParseCache(path, IDENTITY, writable=True).close()

@@ -14,7 +14,7 @@ from slm_jax import cli
 from slm_jax.config_files import ConfigError
 from slm_jax.gtca import plans, run_config, train
 from slm_jax.gtca import backbone as gbackbone
-from slm_jax.train.identity import IdentityError
+from slm_jax.identity import IdentityError
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab

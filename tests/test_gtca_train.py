@@ -26,7 +26,7 @@ from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
 from slm_jax.train import step_cache
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
-from slm_jax.train.identity import IdentityError
+from slm_jax.identity import IdentityError
 from slm_jax.train.loop import NonFiniteLossError
 from slm_jax.train.params import backbone_check, fingerprints
 from slm_jax.train.optimizer import make_schedule, trainable_mask

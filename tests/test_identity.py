@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slm_jax.train import identity
+from slm_jax import identity
 
 
 def test_differences_flatten_nested_records_and_skip_ignored_keys():

@@ -10,7 +10,7 @@ import pytest
 
 from slm_jax.eval.sg_partial import KEY, SuitesInFlight
 from slm_jax.eval.syntaxgym import evaluate_syntaxgym
-from slm_jax.train.identity import IdentityError
+from slm_jax.identity import IdentityError
 from tests.test_syntaxgym import ITEMS, PREDICTIONS, toy_prefix, write_suite
 
 NAMES = ["number_toy", "npi_toy", "fgd_toy", "reflexive_toy"]

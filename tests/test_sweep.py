@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from slm_jax.train import identity
+from slm_jax import identity
 from slm_jax.train.sweep import SweepItem, run_sweep
 
 

@@ -26,7 +26,7 @@
 - **Resume**: a killed seed restarts from its newest readable checkpoint; the batches of step k
   are a function of (seed, k), so the result equals an uninterrupted run. A seed folder that
   holds another fine-tune (different settings, source run or data) is refused
-  (`FinetuneMismatchError`, nothing written; `train.identity` compares the records, naming the
+  (`FinetuneMismatchError`, nothing written; `slm_jax.identity` compares the records, naming the
   differing keys); `log_every` / `checkpoint_every` may change. `finetune_seeds` runs the seeds
   as a `train.sweep`: every seed folder is checked before the first seed trains, and a finished
   seed is reused only when its `finetune.json` matches this command's (never another
@@ -44,11 +44,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from slm_jax import cli
+from slm_jax import cli, identity
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
 from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
-from slm_jax.train import identity, sharding
+from slm_jax.train import sharding
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loading import LoadedRun
 from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text

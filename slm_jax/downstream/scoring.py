@@ -25,7 +25,7 @@ gold, prediction, correct, tie, nonfinite, shots, per-option scores), flushed af
 items; a restart skips the items already written, and a last line cut short by a kill is detected,
 removed and redone. `OUT/{task}.meta.json` holds what the scores depend on (configuration, tree
 source, item count, the checkpoint: `made_by`, its step and parameters digest); resuming with
-different ones is refused naming the differing keys (`check_item_meta`, `train.identity`). Progress (items, items/s, ETA) goes
+different ones is refused naming the differing keys (`check_item_meta`, `slm_jax.identity`). Progress (items, items/s, ETA) goes
 to stderr.
 """
 
@@ -46,7 +46,7 @@ from slm_jax.downstream import paper_format
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
-from slm_jax.train import identity
+from slm_jax import identity
 
 Demonstrations = (Sequence[TaskExample] | Mapping[str, Sequence[TaskExample]]
                   | Callable[[TaskExample], Sequence[TaskExample]])
@@ -178,7 +178,7 @@ def _demos_for(demonstrations: Demonstrations | None, example: TaskExample) -> l
 def check_item_meta(meta_path: pathlib.Path, path: pathlib.Path, meta: Mapping[str, Any]) -> None:
   """Before item file `path` is reused: its record `meta_path` must match `meta` (what scores
   it: configuration, scheme, tree source, the checkpoint's step and parameters digest, …), by the
-  one identity rule (`train.identity`), else refused naming the differing keys; then `meta` is
+  one identity rule (`slm_jax.identity`), else refused naming the differing keys; then `meta` is
   written (atomically)."""
   if path.exists():
     identity.check_record(

@@ -5,7 +5,7 @@ A tree model's SG takes minutes a suite; `evaluate` keeps the runs it finished i
 finished under its `sg_in_flight` key: `{"key": {...}, "suites": {name: suite result}}`. The key
 is what made the results (the run's workdir and checkpoint step, the items, suites, scoring and
 beam settings); a later evaluation reuses the saved suites only when its key is the same
-(`train.identity.differences`; otherwise it says which keys differ and starts the suites over).
+(`slm_jax.identity.differences`; otherwise it says which keys differ and starts the suites over).
 
 Every `keep` rewrites the file atomically (a temporary file renamed over it: a kill mid-write
 leaves the old file or the new one) and leaves its other keys as they are (the finished runs).
@@ -20,7 +20,7 @@ import json
 import pathlib
 from typing import Any, Mapping
 
-from slm_jax.train.identity import describe, differences, flatten, read_record
+from slm_jax.identity import describe, differences, flatten, read_record
 
 KEY = "sg_in_flight"
 

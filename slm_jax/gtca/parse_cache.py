@@ -10,7 +10,9 @@ key the caller gives is refused (`StaleCacheError`); readers pass at least the t
 prompt format the cache was built with by `PromptFormat.from_meta(cache.meta)`.
 `ParseCache.get(ids, example)` on a miss raises `CacheMissError` naming the example: a run never
 continues silently without structure. A file that is no such cache — a folder, a database of
-another schema, a corrupt one — is `NotACacheError`: `FILE: not a GTCA span cache (…)`.
+another schema, a corrupt one — is `NotACacheError`: `FILE: not a GTCA span cache (…)`; a stored
+tree that cannot be read (malformed JSON, another span format, a tree of the wrong length) is
+`CorruptRecordError`: `FILE: record KEY: …`, naming the example that asked for it.
 
 Shards: `shard_path(out, i, n)` is where shard i of n writes (`cache.shard-0000i-of-0000n.sqlite`
 beside `out`; n = 1: `out` itself); `merge_shards(out)` joins all n into `out` (refused while a
@@ -51,6 +53,14 @@ class NotACacheError(cli.CliError, ValueError):
 
   def __init__(self, path: pathlib.Path, why: str):
     super().__init__(f"{path}: not a GTCA span cache ({why})")
+
+
+class CorruptRecordError(cli.CliError, ValueError):
+  """One stored span tree cannot be read: `FILE: record KEY: what (example E); rebuild`."""
+
+  def __init__(self, path: pathlib.Path, key: str, why: str, example: str):
+    super().__init__(f"{path}: record {key}: {why} (example {example}); rebuild the cache with "
+                     "python -m slm_jax.gtca.cache (or delete this file)")
 
 
 def _read_meta(db: sqlite3.Connection, path: pathlib.Path) -> dict[str, str]:
@@ -149,10 +159,14 @@ class ParseCache:
           f"parse cache {self.path}: no span tree for example {example} ({len(ids)} tokens, key "
           f"{key[:16]}…): build it with python -m slm_jax.gtca.cache over the same data and "
           "prompt format")
-    tree = SpanTree.from_json(row[0])
+    try:
+      tree = SpanTree.from_json(row[0])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+      why = f"{type(error).__name__}: {error}" if isinstance(error, KeyError) else str(error)
+      raise CorruptRecordError(self.path, key, f"not a span tree ({why})", example) from None
     if tree.n_tokens != len(ids):
-      raise ValueError(f"parse cache {self.path}: example {example}'s span tree covers "
-                       f"{tree.n_tokens} tokens, the ids have {len(ids)} (corrupt cache)")
+      raise CorruptRecordError(self.path, key, f"the span tree covers {tree.n_tokens} tokens, "
+                               f"the ids have {len(ids)}", example)
     return tree
 
   def put_many(self, items: Iterable[tuple[str, SpanTree]]) -> None:

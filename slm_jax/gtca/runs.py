@@ -51,7 +51,7 @@ from slm_jax.gtca.stages import (RECORD, RESUMABLE_KEYS, digest_line, restore_st
                                  settings_json, stage_dir, stage_record)
 from slm_jax.gtca.toy_encoding import encode_items, encode_pairs
 from slm_jax.gtca.toy_task import make_toy_task
-from slm_jax.train import identity
+from slm_jax import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.train.params import backbone_check, fingerprints
 

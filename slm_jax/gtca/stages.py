@@ -47,7 +47,7 @@ import optax
 
 from slm_jax.gtca.batches import Encoded, make_batch, train_batch
 from slm_jax.gtca.plans import Settings, Stage
-from slm_jax.train import identity
+from slm_jax import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError, layout_mismatch
 from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
 from slm_jax.train.optimizer import OptimizerSection, make_optimizer, trainable_mask
@@ -55,7 +55,7 @@ from slm_jax.train.step_cache import compiled_step
 from slm_jax.train.steps import make_train_step
 
 ADAPTERS = "lora,gtca"  # the `optimizer.trainable` groups a checkpoint stores
-RECORD = "identity.json"  # a run's and a stage's identity record (train.identity)
+RECORD = "identity.json"  # a run's and a stage's identity record (slm_jax.identity)
 # settings that may change when a run resumes or is reused: cadence, where it is, the backbone's
 # path (its arrays are compared by digest)
 RESUMABLE_KEYS = frozenset(f"settings.{key}" for key in (

@@ -20,11 +20,10 @@ import pathlib
 import sys
 
 from slm_jax import cli, locks
-from slm_jax.data.parse_reports import REPORT_NAME, SHARD_GLOB, merged_report, shard_dir
+from slm_jax.data.parse_reports import SHARD_GLOB, merged_report
 from slm_jax.inputs import AUTO, PARSE_INPUTS
 from slm_jax.parse.backends import BACKENDS, BENEPAR_DEFAULT_MODEL, make_backend
-from slm_jax.parse.stage import IDENTITY_FILE, StageOptions, run_shard, shard_record
-from slm_jax.train import identity
+from slm_jax.parse.stage import StageOptions, claim_shard, run_shard, shard_record
 
 
 def _parser() -> cli.ArgumentParser:
@@ -73,22 +72,6 @@ def _report(output: str) -> int:
   return cli.EXIT_INCOMPLETE
 
 
-def check_shard(directory: pathlib.Path, record: dict) -> None:
-  """Refuses a shard folder made by another backend or options (its parts would count as done):
-  the one identity rule (`train.identity`); a folder from before identity records is judged by
-  the backend its report names."""
-  hint = "use another --output (or move the shard folder away)"
-  what = f"{directory} holds another parse"
-  if identity.check_record(directory / IDENTITY_FILE, record, what=what, where="in the folder",
-                           hint=hint):
-    return
-  report = identity.read_record(directory / REPORT_NAME)
-  if report is not None and report.get("backend") != record["backend"]:
-    raise identity.IdentityError(f"{what} (backend: {report.get('backend')!r} in the folder, "
-                                 f"{record['backend']!r} now); {hint}")
-
-
-
 def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(argv)
   if args.report:
@@ -108,10 +91,7 @@ def _main(argv: list[str] | None) -> int:
     backend.load()  # fail before reading any input when the model is missing
   index, count = args.shard
   with locks.writer_lock(args.output, what="parse", part=f"{index}-of-{count}"):
-    directory, record = shard_dir(args.output, index, count), shard_record(backend, options)
-    check_shard(directory, record)
-    directory.mkdir(parents=True, exist_ok=True)
-    identity.write_record(directory / IDENTITY_FILE, record)
+    claim_shard(args.output, index, count, shard_record(backend, options))
     result = run_shard(args.inputs, args.output, backend, shard=args.shard, options=options)
   counts = result.counts
   print(f"{result.directory}: {result.units_done} units parsed, {result.units_resumed} already "

@@ -10,6 +10,9 @@ writes, byte for byte (`shard-i-of-n/part-….jsonl` + reports). Each worker bui
 backend once (`setup`) and keeps its shard's SQLite sentence cache, as a GPU host of the shard CLI
 does. The shard counts become Beam metrics (`COUNTER_NAMESPACE`).
 
+What made a shard is recorded next to it (`identity.json`, `stage.claim_shard`, as the shard CLI
+does) and every shard folder is checked before the pipeline starts: an output holding another
+backend's or other options' shards is refused naming the differing keys, never counted as done.
 Retries and reruns never duplicate a document: part files and their reports are written
 atomically and a unit whose report exists is skipped (counted from its report), so a shard run
 again after a failure parses only the units that did not finish. Choose `num_shards` a few times
@@ -29,7 +32,8 @@ from apache_beam.metrics import Metrics
 
 from slm_jax.data.beam_prepare import report_counters
 from slm_jax.parse.backends import make_backend
-from slm_jax.parse.stage import StageOptions, run_shard
+from slm_jax.data.parse_reports import shard_dir
+from slm_jax.parse.stage import StageOptions, check_shard, claim_shard, run_shard, shard_record
 
 COUNTER_NAMESPACE = "slm_jax.parse"
 
@@ -49,8 +53,10 @@ class ParseShard(beam.DoFn):
     self._backend = make_backend(self.backend_name, model=self.model, batch_size=self.batch_size)
 
   def process(self, index: int) -> Iterator[str]:
+    options = StageOptions(**self.options)
+    claim_shard(self.output, index, self.count, shard_record(self._backend, options))
     result = run_shard(self.inputs, self.output, self._backend, shard=(index, self.count),
-                       options=StageOptions(**self.options))
+                       options=options)
     report_counters(COUNTER_NAMESPACE, result.counts)
     Metrics.counter(COUNTER_NAMESPACE, "units parsed").inc(result.units_done)
     Metrics.counter(COUNTER_NAMESPACE, "units already done").inc(result.units_resumed)
@@ -63,7 +69,10 @@ def build(pipeline: Any, inputs: Sequence[str], output: str, num_shards: int, *,
   """Adds the parse stage to `pipeline`; returns the PCollection of shard folders."""
   if num_shards < 1:
     raise ValueError(f"--num_shards={num_shards} must be ≥ 1")
-  make_backend(backend, model=model, batch_size=batch_size)  # an unknown backend fails here
+  made = make_backend(backend, model=model, batch_size=batch_size)  # an unknown one fails here
+  record = shard_record(made, options)
+  for index in range(num_shards):  # another run's shard is refused here, in one line
+    check_shard(shard_dir(output, index, num_shards), record)
   return (pipeline
           | "shards" >> beam.Create(list(range(num_shards)))
           | "spread" >> beam.Reshuffle()

@@ -34,7 +34,7 @@ import sqlite3
 import time
 from typing import Iterable, Sequence
 
-from slm_jax import ptb
+from slm_jax import identity, ptb
 from slm_jax.data.accounting import StageCounts
 from slm_jax.data.parse_reports import REPORT_NAME, shard_dir
 from slm_jax.data.tree_documents import documents_of_text
@@ -239,6 +239,33 @@ def shard_record(backend: ParserBackend, options: StageOptions) -> dict:
   if not backend.reads_trees:  # pass-through trees are never split nor capped
     record["max_words"] = options.max_words
   return record
+
+
+def check_shard(directory: pathlib.Path, record: dict) -> None:
+  """Refuses a shard folder made by another backend or options (its parts would count as done):
+  the one identity rule (`slm_jax.identity`); a folder from before identity records is judged by
+  the backend its report names. Reads only."""
+  hint = "use another --output (or move the shard folder away)"
+  what = f"{directory} holds another parse"
+  if identity.check_record(directory / IDENTITY_FILE, record, what=what, where="in the folder",
+                           hint=hint):
+    return
+  report = identity.read_record(directory / REPORT_NAME)
+  if report is not None and report.get("backend") != record["backend"]:
+    raise identity.IdentityError(f"{what} (backend: {report.get('backend')!r} in the folder, "
+                                 f"{record['backend']!r} now); {hint}")
+
+
+def claim_shard(output: str | pathlib.Path, index: int, count: int,
+                record: dict) -> pathlib.Path:
+  """The shard folder of `output`, checked (`check_shard`) and then marked with `record`
+  (`identity.json`, written atomically) before any part is written: what the shard CLI and the
+  Beam pipeline's workers both do first."""
+  directory = shard_dir(output, index, count)
+  check_shard(directory, record)
+  directory.mkdir(parents=True, exist_ok=True)
+  identity.write_record(directory / IDENTITY_FILE, record)
+  return directory
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ position, lr scale, best F1, history) at each epoch end, after each evaluation, 
 `checkpoint_every_s` and at a stop; a killed run resumes where the last checkpoint left it. Early
 stopping after `patience` evaluations without a better dev F1; `max_minutes` stops checkpointed
 and resumable (exit 1). `WORKDIR/identity.json` records what makes the run (its config and its
-training and dev data, `train.identity`): a command with another config or data is refused
+training and dev data, `slm_jax.identity`): a command with another config or data is refused
 naming the differing keys (`max_minutes`, `max_epochs`, `log_every`, `checkpoint_every_s` may
 change); a second trainer of a workdir in use is refused (`slm_jax.locks`).
 `WORKDIR/summary.json` holds the data counts, the history and the final scores;
@@ -69,7 +69,7 @@ from slm_jax.parser.labels import LabelVocab, binarize
 from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
 from slm_jax.parser.vocab import Vocab, padded_length
 from slm_jax.parser.weights import save_parser
-from slm_jax.train import identity
+from slm_jax import identity
 from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loop import END, TIME, Action, Cadence, Hook, Loop, Persist, Window, rate_text
 from slm_jax.train.sweep import SweepItem, run_sweep

@@ -11,6 +11,13 @@ written on 4 devices (fsdp 2) resumes on 2 or on 8. A checkpoint whose parameter
 state (another model shape: a changed width, depth or vocabulary) is `CheckpointMismatchError`,
 naming the parameters that differ; it is not "unreadable" and is never moved aside.
 
+A failed save (a full disk, a lost mount) is one `CheckpointError` line naming the folder, and a
+Ctrl-C inside a save is the one `interrupted` line of `cli.run` (exit 130): Orbax's own error
+records are cut to their first line (`quiet_orbax_errors`, no tracebacks) and, once the failure
+is reported, dropped; `wait` and `close` after it do not raise it again. The step being saved is
+left as Orbax's uncommitted temporary folder, which a resume ignores: the last complete step is
+restored.
+
 Multi-process runs: every host's data iterator state is kept (`data_extra` / `host_data`), since
 each host reads its own share of the data and Orbax writes the JSON items from process 0 only.
 """
@@ -46,6 +53,34 @@ class CheckpointSection:
       rules.need(bool(self.dir), "dir is empty")
       rules.need(self.max_to_keep > 0, "max_to_keep must be positive")
     rules.done()
+
+
+class _OrbaxErrors(logging.Filter):
+  """Orbax's error records (absl logging, from its background save threads) as one line each,
+  without the traceback; none at all once a failure was reported (`silence`)."""
+
+  silenced = False
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if "/orbax/" not in record.pathname.replace("\\", "/") or record.levelno < logging.WARNING:
+      return True
+    if self.silenced:
+      return False
+    record.msg, record.args = record.getMessage().splitlines()[0][:300], ()
+    record.exc_info = record.exc_text = record.stack_info = None
+    return True
+
+
+_ORBAX_ERRORS = _OrbaxErrors()
+
+
+def quiet_orbax_errors(silence: bool = False) -> None:
+  """Installs the filter of Orbax's error records (once); `silence` drops them from now on (the
+  failure they describe was reported in one line)."""
+  logger = logging.getLogger("absl")
+  if _ORBAX_ERRORS not in logger.filters:
+    logger.addFilter(_ORBAX_ERRORS)
+  _OrbaxErrors.silenced = _OrbaxErrors.silenced or silence
 
 
 class CheckpointError(RuntimeError):
@@ -124,6 +159,8 @@ class Checkpointer:
     unreadable newest step is skipped (and reported in `Restored.skipped`), not moved aside."""
     self.directory = pathlib.Path(directory).absolute()
     self.read_only = read_only
+    self.failed = False  # a save failed or was interrupted: reported once, not again
+    quiet_orbax_errors()
     if read_only and not self.directory.is_dir():
       raise CheckpointError(f"no checkpoints in {self.directory} (the folder does not exist)")
     self.manager = ocp.CheckpointManager(
@@ -145,9 +182,17 @@ class Checkpointer:
       self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                       extra=ocp.args.JsonSave(extra)),
                         force=True)
+    except KeyboardInterrupt:  # Ctrl-C mid-save: `cli.run` says "interrupted", nothing more
+      self._failed()
+      raise
     except Exception as error:  # pylint: disable=broad-except  # any failed write
+      self._failed()
       raise CheckpointError(f"cannot save checkpoint step {step} in {self.directory}: "
                             f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
+
+  def _failed(self) -> None:
+    self.failed = True
+    quiet_orbax_errors(silence=True)
 
   def restore_latest(self, abstract_state: Any, step: int | None = None) -> Restored | None:
     """The newest readable step (or exactly `step`), None when the directory holds none."""
@@ -213,15 +258,27 @@ class Checkpointer:
       self.manager.reload()
 
   def wait(self) -> None:
-    """Waits for the pending save; its failure raises `CheckpointError` naming the folder."""
+    """Waits for the pending save; its failure raises `CheckpointError` naming the folder (once:
+    after a reported failure or an interrupted save, the wait raises nothing more)."""
     try:
       self.manager.wait_until_finished()
       self.manager.check_for_errors()
     except CheckpointError:
       raise
     except Exception as error:  # pylint: disable=broad-except
+      if self.failed:
+        return
+      self._failed()
       raise CheckpointError(f"cannot save a checkpoint in {self.directory}: "
                             f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
 
   def close(self) -> None:
-    self.manager.close()
+    """Finishes the pending save and stops Orbax's threads (a failure: as `wait`)."""
+    try:
+      self.wait()
+    finally:
+      try:
+        self.manager.close()
+      except Exception:  # pylint: disable=broad-except  # the failure wait() reported
+        if not self.failed:
+          raise

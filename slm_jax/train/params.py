@@ -84,7 +84,7 @@ def params_digest(params: Any) -> str:
 
 def run_identity(run: Any) -> dict[str, Any]:
   """What scored an item file: a loaded run's checkpoint step and its parameters' digest (the
-  record an evaluation's item files keep, compared by `train.identity` before reuse)."""
+  record an evaluation's item files keep, compared by `slm_jax.identity` before reuse)."""
   params = nnx.to_pure_dict(nnx.state(run.model, nnx.Param))
   return {"step": int(run.step), "params_digest": params_digest(params)}
 

@@ -2,7 +2,7 @@
 
 `run_sweep(items, train, record=..., marker=...)` first checks every item's folder against the
 item's identity (`SweepItem.identity`, what makes it: settings, seed, data, source), by the one
-identity rule (`slm_jax.train.identity`) or the caller's `check` — so a sweep whose third seed
+identity rule (`slm_jax.identity`) or the caller's `check` — so a sweep whose third seed
 folder holds another fine-tune is refused before the first seed trains, naming the differing
 keys. Then, in order, an item whose finished marker exists (`finished(item)` returns its
 result: by default the marker's JSON) is reused, and is reused only because its record
@@ -19,7 +19,7 @@ import pathlib
 import time
 from typing import Any, Callable, Collection, Sequence
 
-from slm_jax.train import identity
+from slm_jax import identity
 from slm_jax.train.loop import fmt_seconds
 
 

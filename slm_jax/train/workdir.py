@@ -1,7 +1,7 @@
 """A training workdir knows what it is: the run config it holds, checked before anything is written.
 
 `check_workdir(run, workdir)` compares the command's config with the workdir's `config.json` (by
-the one identity rule, `slm_jax.train.identity`) and refuses (`WorkdirError`, naming every differing key and saying "use a new --workdir") when the
+the one identity rule, `slm_jax.identity`) and refuses (`WorkdirError`, naming every differing key and saying "use a new --workdir") when the
 command would continue another run: another configuration, model shape, data source, tokenizer,
 optimizer or seed. Keys that may change on resume are `RESUMABLE_KEYS`: the step budget, logging,
 evaluation, live-metric and checkpoint cadence, held-out evaluation settings, data worker count and prefetch
@@ -21,7 +21,7 @@ import pathlib
 from typing import Any
 
 from slm_jax.cli import CliError
-from slm_jax.train import identity
+from slm_jax import identity
 
 CONFIG_FILE = "config.json"
 CHECKPOINTS = "checkpoints"
@@ -54,7 +54,7 @@ class NothingToDo(CliError):
 
 def differences(saved: dict, now: dict) -> list[tuple[str, Any, Any]]:
   """(key, saved value, new value) of every key that differs and may not change on resume
-  (`train.identity.differences` without `RESUMABLE_KEYS`)."""
+  (`slm_jax.identity.differences` without `RESUMABLE_KEYS`)."""
   return identity.differences(saved, now, RESUMABLE_KEYS)
 
 

@@ -12,7 +12,10 @@ error class naming the differing keys.
 
 Users: `train.workdir.check_workdir` (a training workdir's config.json), the fine-tuning seed
 folders (`downstream.finetune`: finetune.json), the parser's workdirs (`parser.train`:
-identity.json), and `train.sweep` (a finished item is reused only when its record matches).
+identity.json), the parse shards (`parse.stage.claim_shard`, for the shard CLI and the Beam
+pipeline alike), GTCA runs and stages, the evaluation's item files, and `train.sweep` (a
+finished item is reused only when its record matches). Layer 0 (json and `cli` only), so every
+layer that writes an output can use it.
 """
 
 from __future__ import annotations
