@@ -75,7 +75,8 @@ space (lm-evaluation-harness's target delimiter); SyntaxGym
 regions joined by spaces, each token counted in the region of its last character. SG, BLiMP
 (`--blimp_proposals` does not apply), doc-PPL (the documents' detokenized text, every token after
 the prefix: `eval.raw_docppl`) and the multiple-choice tasks (context + " " + option in one
-piece, the option's tokens: `eval.raw_text_prompts`); XSum and BoolQ are refused for checkpoints.
+piece, the option's tokens: `downstream.raw_text_prompts`); XSum and BoolQ are refused for
+checkpoints.
 
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP

@@ -1,5 +1,5 @@
-"""Multiple-choice items of a pretrained checkpoint as raw text (`eval.raw_text_prompts`, SPEC §13):
-the continuation's log-prob equals lm-evaluation-harness's computation in plain transformers
+"""Multiple-choice items of a pretrained checkpoint as raw text (`downstream.raw_text_prompts`,
+SPEC §13): the continuation's log-prob equals lm-evaluation-harness's computation in plain transformers
 (context + " " + option tokenized in one piece, the tokens after the context's own encoding, no
 BOS before a non-empty context), through the one protocol dispatch and `downstream.scoring`; and
 `evaluate --checkpoint --tasks=mc` scores the tasks (refused before this change)."""
@@ -19,7 +19,7 @@ from slm_jax.downstream.example import TaskExample  # noqa: E402
 from slm_jax.downstream.prompts import build_prompts  # noqa: E402
 from slm_jax.downstream.protocol import protocol  # noqa: E402
 from slm_jax.downstream.scoring import evaluate_task  # noqa: E402
-from slm_jax.eval.raw_text_prompts import RawTextEncoder  # noqa: E402
+from slm_jax.downstream.raw_text_prompts import RawTextEncoder  # noqa: E402
 from slm_jax.evaluation.checkpoints import load_checkpoint_run  # noqa: E402
 from slm_jax.kinds import Kind  # noqa: E402
 from tests.downstream_fixtures import write_fixtures  # noqa: E402

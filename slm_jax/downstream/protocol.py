@@ -23,7 +23,7 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
 - **A pretrained checkpoint** (`reference == CHECKPOINT`, `evaluate --checkpoint`, SPEC §13;
   `RawTextProtocol`): SG, BLiMP, doc-PPL and the multiple-choice tasks score the text as written
   with the checkpoint's own tokenizer and BOS (`eval.raw_text.RawTextScorer`; MC prompts:
-  `eval.raw_text_prompts`); XSum and BoolQ (fine-tuned runs) are not scored for it.
+  `downstream.raw_text_prompts`); XSum and BoolQ (fine-tuned runs) are not scored for it.
 
 MC, BoolQ and XSum read the run's own configuration (lin1 for Pushdown), so
 `encoding.TextEncoder` parses every component with the tree source for either.
@@ -140,7 +140,7 @@ class RawTextProtocol(Protocol):
     return run, RawTextScorer(run.model, run.tokenizer, batch_size=batch_size)
 
   def scorer(self, run: Any, batch_size: int) -> RawTextScorer:
-    """The multiple-choice options as raw text (`eval.raw_text_prompts`)."""
+    """The multiple-choice options as raw text (`downstream.raw_text_prompts`)."""
     return RawTextScorer(run.model, run.tokenizer, batch_size=batch_size,
                          configuration=run.configuration)
 

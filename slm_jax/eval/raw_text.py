@@ -19,9 +19,9 @@ region is counted in `stats["straddling_tokens"]` (it still belongs to one regio
   `prefix_fn` (the `eval.syntaxgym` prefix function over region texts: cumulative region
   log-probs); `encode(text)` → (ids, offsets). Batched by `eval.text_scorer.TextScorer`.
   For doc-PPL (`eval.raw_docppl`) and the multiple-choice tasks (prompts encoded by
-  `eval.raw_text_prompts.RawTextEncoder`, then scored by `downstream.scoring` as for every model)
-  it also scores whole token sequences: `logprobs(sequences)` and `target_mask(kinds)` (every
-  token but the prefix).
+  `downstream.raw_text_prompts.RawTextEncoder`, then scored by `downstream.scoring` as for every
+  model) it also scores whole token sequences: `logprobs(sequences)` and `target_mask(kinds)`
+  (every token but the prefix).
 - `evaluate_blimp_raw(scorer, paradigms)`: BLiMP pair accuracy on raw sentences (verdicts and
   summaries: `eval.blimp`).
 """

@@ -77,7 +77,8 @@ def check_checkpoints(paths: Sequence[str], tasks: Sequence[str]) -> list[str]:
 
 def load_checkpoint_run(path: str | pathlib.Path, dtype: str = "float32") -> CheckpointRun:
   """The model (parameters float32, computed in `dtype`) and tokenizer of checkpoint `path`."""
-  from slm_jax.hf.load import checkpoint_config, load_checkpoint  # pylint: disable=g-import-not-at-top
+  from slm_jax.hf.load import (checkpoint_config,  # pylint: disable=g-import-not-at-top
+                               load_checkpoint)
   loaded = load_checkpoint(path, compute_dtype=dtype)
   if loaded.tokenizer is None:
     raise FileNotFoundError(f"{path}: no tokenizer.json: raw-text scoring needs the checkpoint's "

@@ -1,5 +1,5 @@
-"""Multiple-choice prompts as raw text for a pretrained checkpoint (SPEC §13; lm-evaluation-harness's
-`loglikelihood` of a (context, continuation) pair).
+"""Multiple-choice prompts as raw text for a pretrained checkpoint (SPEC §13;
+lm-evaluation-harness's `loglikelihood` of a (context, continuation) pair).
 
 `RawTextEncoder(tokenizer, prefix_id).encode(components)` → `downstream.encoding.Encoded`, so
 `downstream.scoring` scores a checkpoint's options with the same rules as a trained model's:
