@@ -60,24 +60,14 @@ print("RESULT " + json.dumps({{"seconds": seconds, "score_seconds": score_second
       "logprobs": [r.logprobs.tolist() for r in scored]}}))
 """
 
-_THEIRS = """
-import json, time, torch, transformers, numpy as np
-torch.set_num_threads({threads})
-sentences = json.loads(open({sentences!r}).read())
-folder, name = {folder!r}, {name!r}
-start = time.perf_counter()
-model = transformers.AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=name, dtype=torch.{dtype}, attn_implementation="eager").eval()
-seconds = time.perf_counter() - start
-tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-ids = [[tok.bos_token_id] + tok(s, add_special_tokens=False).input_ids for s in sentences]
-order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-
-def score():
+# transformers' side of every measurement: `ids` scored in batches of `batch`, sorted by length.
+_TORCH_SCORE = """
+def torch_score(model, ids, batch):
+  order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
   out = [None] * len(ids)
   with torch.no_grad():
-    for start in range(0, len(order), {batch}):
-      chunk = order[start:start + {batch}]
+    for start in range(0, len(order), batch):
+      chunk = order[start:start + batch]
       width = max(len(ids[i]) for i in chunk)
       tokens = torch.zeros((len(chunk), width), dtype=torch.long)
       mask = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -89,6 +79,22 @@ def score():
       for r, i in enumerate(chunk):
         out[i] = picked[r, :len(ids[i]) - 1].double().numpy()
   return out
+"""
+
+_THEIRS = """
+import json, time, torch, transformers, numpy as np
+torch.set_num_threads({threads})
+sentences = json.loads(open({sentences!r}).read())
+folder, name = {folder!r}, {name!r}
+start = time.perf_counter()
+model = transformers.AutoModelForCausalLM.from_pretrained(
+    folder, gguf_file=name, dtype=torch.{dtype}, attn_implementation="eager").eval()
+seconds = time.perf_counter() - start
+tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+ids = [[tok.bos_token_id] + tok(s, add_special_tokens=False).input_ids for s in sentences]
+
+{torch_score}
+score = lambda: torch_score(model, ids, {batch})
 
 def timed(repeats):
   score()
@@ -119,24 +125,8 @@ ours = RawTextScorer(checkpoint.model, checkpoint.tokenizer, batch_size={batch})
 ids = [np.r_[ours.prefix_id, ours.encode(s)[0]].tolist() for s in sentences]
 model = transformers.AutoModelForCausalLM.from_pretrained(
     {folder!r}, gguf_file={name!r}, dtype=torch.float32).eval()
-order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-
-def theirs():
-  out = [None] * len(ids)
-  with torch.no_grad():
-    for start in range(0, len(order), {batch}):
-      chunk = order[start:start + {batch}]
-      width = max(len(ids[i]) for i in chunk)
-      tokens = torch.zeros((len(chunk), width), dtype=torch.long)
-      mask = torch.zeros((len(chunk), width), dtype=torch.long)
-      for r, i in enumerate(chunk):
-        tokens[r, :len(ids[i])] = torch.tensor(ids[i])
-        mask[r, :len(ids[i])] = 1
-      logp = torch.log_softmax(model(tokens, attention_mask=mask).logits.float(), -1)
-      picked = logp[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]
-      for r, i in enumerate(chunk):
-        out[i] = picked[r, :len(ids[i]) - 1].double().numpy()
-  return out
+{torch_score}
+theirs = lambda: torch_score(model, ids, {batch})
 
 def mine():
   return ours.token_log_probs(sentences)
@@ -157,7 +147,7 @@ print("RESULT " + json.dumps({{
 def interleaved(path: pathlib.Path, common: dict, pairs: float) -> None:
   """The `--interleaved` measurement (module docstring), printed as a table."""
   r = child(_INTERLEAVED.format(path=str(path), folder=str(path.parent), name=path.name,
-                                **common))
+                                torch_score=_TORCH_SCORE, **common))
   rows = [[who, f"{r['tokens'] / s:.0f}", f"{pairs / s:.1f}", f"{s:.2f}"]
           for who, s in r["seconds"].items()]
   print(table(["float32, interleaved", "score tokens/s", "BLiMP pairs/s", "median s"], rows))
@@ -225,7 +215,7 @@ def main(argv=None) -> int:
     for dtype in ("float32", "bfloat16"):
       runs["transformers", dtype] = child(_THEIRS.format(
           threads=os.cpu_count(), folder=str(path.parent), name=path.name, dtype=dtype,
-          **common))
+          torch_score=_TORCH_SCORE, **common))
       runs["slm_jax", dtype] = child(_OURS.format(path=str(path), dtype=dtype, **common))
   finally:
     listing.unlink()
