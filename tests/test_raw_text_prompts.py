@@ -1,7 +1,7 @@
 """Multiple-choice items of a pretrained checkpoint as raw text (`downstream.raw_text_prompts`,
-SPEC §13): the continuation's log-prob equals lm-evaluation-harness's computation in plain transformers
-(context + " " + option tokenized in one piece, the tokens after the context's own encoding, no
-BOS before a non-empty context), through the one protocol dispatch and `downstream.scoring`; and
+SPEC §13): the continuation's log-prob equals lm-evaluation-harness's computation in plain
+transformers (context + " " + option tokenized in one piece, the tokens after the context's own
+encoding, no BOS before a non-empty context), through the one protocol dispatch and `downstream.scoring`; and
 `evaluate --checkpoint --tasks=mc` scores the tasks (refused before this change)."""
 
 from __future__ import annotations
