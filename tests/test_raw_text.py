@@ -140,7 +140,7 @@ def test_evaluate_cli_takes_a_checkpoint(checkpoint, tmp_path):
 
 def test_checkpoint_inputs_are_checked(checkpoint, tmp_path):
   problems = check_checkpoints([str(checkpoint[2]), str(tmp_path / "none.gguf"),
-                                str(tmp_path)], ["blimp", "docppl"])
+                                str(tmp_path)], ["blimp", "docppl", "mc", "xsum"])
   assert len(problems) == 3
   assert "no such GGUF file" in problems[0] and "no config.json or tokenizer.json" in problems[1]
-  assert "docppl" in problems[2]
+  assert "tasks xsum are not scored" in problems[2]  # doc-PPL and MC are (raw text)

@@ -21,8 +21,9 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
   pieces and attachment actions searched jointly (beam 6, ≤ 150 tokens; the summary is terminals
   only, so `max_tokens` is its whole length after the prompt).
 - **A pretrained checkpoint** (`reference == CHECKPOINT`, `evaluate --checkpoint`, SPEC §13;
-  `RawTextProtocol`): SG and BLiMP score the text as written with the checkpoint's own tokenizer
-  and BOS (`eval.raw_text.RawTextScorer`); the downstream tasks are not scored for it yet.
+  `RawTextProtocol`): SG, BLiMP, doc-PPL and the multiple-choice tasks score the text as written
+  with the checkpoint's own tokenizer and BOS (`eval.raw_text.RawTextScorer`; MC prompts:
+  `downstream.raw_text_prompts`); XSum and BoolQ (fine-tuned runs) are not scored for it.
 
 MC, BoolQ and XSum read the run's own configuration (lin1 for Pushdown), so
 `encoding.TextEncoder` parses every component with the tree source for either.
@@ -138,9 +139,10 @@ class RawTextProtocol(Protocol):
     del beam
     return run, RawTextScorer(run.model, run.tokenizer, batch_size=batch_size)
 
-  def scorer(self, run: Any, batch_size: int) -> Scorer:
-    raise ValueError(f"{run.path}: the downstream tasks are not scored for pretrained "
-                     "checkpoints yet (SG and BLiMP are)")
+  def scorer(self, run: Any, batch_size: int) -> RawTextScorer:
+    """The multiple-choice options as raw text (`downstream.raw_text_prompts`)."""
+    return RawTextScorer(run.model, run.tokenizer, batch_size=batch_size,
+                         configuration=run.configuration)
 
 
 PROTOCOLS = {"": Protocol(), "pushdown": PushdownProtocol(),  # by `Configuration.reference`

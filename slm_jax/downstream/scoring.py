@@ -1,9 +1,10 @@
 """Multiple-choice scoring of one model on one task: option scores, predictions, accuracy (SPEC §11).
 
 Each option's `Prompt` (`downstream.prompts`) is encoded as one document (`downstream.encoding`:
-context components, then the continuation as the last component, no EOS) and scored teacher-forced
-by `eval.scorer.Scorer.logprobs` (many options per call, batched and length-bucketed). With
-C = the tokens of the continuation component:
+context components, then the continuation as the last component, no EOS; a pretrained
+checkpoint's prompt as raw text, `downstream.raw_text_prompts`, SPEC §13) and scored
+teacher-forced by `eval.scorer.Scorer.logprobs` (many options per call, batched and
+length-bucketed). With C = the tokens of the continuation component:
   full   S_full = Σ log p(t) over t ∈ C that are targets of the configuration (SPEC §4: every token,
          except CNT2 under TG-family attention, whose log p is not trained)
   term   S_term = Σ log p(t) over t ∈ C of kind TERMINAL or PAUSE: the words' pieces (and, for pause
@@ -44,6 +45,8 @@ from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream import paper_format
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
+from slm_jax.downstream.raw_text_prompts import RawTextEncoder
+from slm_jax.eval.raw_text import RawTextScorer
 from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
 from slm_jax import identity
@@ -192,8 +195,8 @@ def check_item_meta(meta_path: pathlib.Path, path: pathlib.Path, meta: Mapping[s
 
 def as_scorer(model: Any, batch_size: int = 32) -> Scorer:
   """A `Scorer` from a Scorer, a loaded run (`.model`, `.tokenizer`, `.configuration`) or a
-  training workdir path."""
-  if isinstance(model, Scorer):
+  training workdir path; a pretrained checkpoint's `RawTextScorer` as it is."""
+  if isinstance(model, (Scorer, RawTextScorer)):
     return model
   if isinstance(model, (str, pathlib.Path)):
     from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
@@ -245,7 +248,9 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     if example.task != task:
       raise ValueError(f"{example.source}: a {example.task} example in the {task} task")
   scorer = as_scorer(model, batch_size)
-  encoder = TextEncoder(scorer.tokenizer, scorer.configuration, tree_source)
+  encoder = (RawTextEncoder(scorer.tokenizer, scorer.prefix_id)  # a pretrained checkpoint
+             if isinstance(scorer, RawTextScorer)
+             else TextEncoder(scorer.tokenizer, scorer.configuration, tree_source))
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   build = prompt_builder(mc_format)

@@ -149,7 +149,8 @@ class DocPPLResult:
             "truncated_histories": self.truncated_histories}
 
 
-def _words(sentence: Tree | Sequence[str]) -> tuple[str, ...]:
+def sentence_words(sentence: Tree | Sequence[str]) -> tuple[str, ...]:
+  """A sentence's words: a tree's leaves, or the word list itself."""
   return tuple(sentence.leaves()) if isinstance(sentence, Tree) else tuple(sentence)
 
 
@@ -164,7 +165,7 @@ def doc_ppl(scorer: Any, documents: Sequence[Sequence[Tree | Sequence[str]]],
   oldest history sentences are dropped (BOS kept) until it fits; such sentences are counted.
   `tree_scoring`: "joint" (default) or "terminal" (module docstring).
   """
-  documents = [[_words(s) for s in doc] for doc in documents]
+  documents = [[sentence_words(s) for s in doc] for doc in documents]
   if any(not doc for doc in documents):
     raise ValueError("doc_ppl: a document has no sentences")
   if not configuration.scheme.scored_with_structure:

@@ -18,6 +18,10 @@ region is counted in `stats["straddling_tokens"]` (it still belongs to one regio
   scored tokens [N]); `region_log_probs(sentences)` → per sentence log p of each region;
   `prefix_fn` (the `eval.syntaxgym` prefix function over region texts: cumulative region
   log-probs); `encode(text)` → (ids, offsets). Batched by `eval.text_scorer.TextScorer`.
+  For doc-PPL (`eval.raw_docppl`) and the multiple-choice tasks (prompts encoded by
+  `downstream.raw_text_prompts.RawTextEncoder`, then scored by `downstream.scoring` as for every
+  model) it also scores whole token sequences: `logprobs(sequences)` and `target_mask(kinds)`
+  (every token but the prefix).
 - `evaluate_blimp_raw(scorer, paradigms)`: BLiMP pair accuracy on raw sentences (verdicts and
   summaries: `eval.blimp`).
 """
@@ -30,6 +34,7 @@ import numpy as np
 
 from slm_jax.eval.blimp import BlimpResult, Paradigm, pair_verdicts, summarize
 from slm_jax.eval.text_scorer import TextScorer
+from slm_jax.kinds import Kind
 
 REGION_SEPARATOR = " "
 LEADING = " "  # lm-evaluation-harness's target delimiter before a scored continuation
@@ -60,18 +65,29 @@ def token_regions(offsets_T2: np.ndarray, region_ends_R: np.ndarray) -> np.ndarr
 class RawTextScorer:
   """Per-token log-probs of raw text under a checkpoint (see the module docstring)."""
 
-  def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32):
+  def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32,
+               configuration: Any = None):
     self.tokenizer = tokenizer
+    self.configuration = configuration  # what the item files record (`downstream.scoring`)
     self.prefix_id = prefix_id(tokenizer)
     self.text_scorer = TextScorer(model, batch_size=batch_size)
     self.stats: dict[str, int] = {"straddling_tokens": 0}
 
-  def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-    """(ids [T], character offsets [T, 2] into `text`) of `LEADING` + `text`, no special
-    tokens added (the delimiter's characters are offset -1)."""
-    encoding = self.tokenizer.tokenizer.encode(LEADING + text, add_special_tokens=False)
-    offsets = np.asarray(encoding.offsets, np.int64).reshape(-1, 2) - len(LEADING)
+  def encode(self, text: str, leading: str = LEADING) -> tuple[np.ndarray, np.ndarray]:
+    """(ids [T], character offsets [T, 2] into `text`) of `leading` + `text`, no special
+    tokens added (the delimiter's characters have negative offsets)."""
+    encoding = self.tokenizer.tokenizer.encode(leading + text, add_special_tokens=False)
+    offsets = np.asarray(encoding.offsets, np.int64).reshape(-1, 2) - len(leading)
     return np.asarray(encoding.ids, np.int64), offsets
+
+  def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:
+    """log p of tokens[1:] of each token sequence (`.tokens`, e.g. a `linearize.Sequence` whose
+    first token is the prefix; `eval.scorer.Scorer.logprobs`' contract) [T-1]."""
+    return [s.logprobs for s in self.text_scorer.score([np.asarray(q.tokens) for q in sequences])]
+
+  def target_mask(self, kinds_T: np.ndarray) -> np.ndarray:
+    """[T] bool: the tokens a score may count — all but the prefix token (kind BOS)."""
+    return np.asarray(kinds_T) != Kind.BOS
 
   def token_log_probs(self, texts: Sequence[str]) -> list[np.ndarray]:
     """log p of every token of each text given the prefix token and the tokens before it."""

@@ -4,12 +4,14 @@ A checkpoint (a Hugging Face folder or a `.gguf` file, `hf.load.load_checkpoint`
 terminal baseline beside the trained `--workdir` runs: named in the tables by its folder or file
 name, scored as raw text (SPEC §13: its own tokenizer, its BOS as the one prefix token, no added
 tokens; `eval.raw_text`) through the protocol `downstream.protocol` gives its configuration
-(`reference = "checkpoint"`). Tasks: SG and BLiMP (`CHECKPOINT_TASKS`); the others are refused
-before anything is scored (`check_checkpoints`).
+(`reference = "checkpoint"`). Tasks: SG, BLiMP, doc-PPL and the multiple-choice tasks
+(`CHECKPOINT_TASKS`); XSum and BoolQ, which evaluate fine-tuned runs, are refused before anything
+is scored (`check_checkpoints`).
 
 - `check_checkpoints(paths, tasks)` → the problems (one line each) of the `--checkpoint` inputs.
-- `load_checkpoint_run(path, dtype)` → `CheckpointRun` (model, tokenizer, configuration, …: what
-  `evaluation.run` reads of a loaded run).
+- `load_checkpoint_run(path, dtype)` → `CheckpointRun` (model, tokenizer, configuration, `cfg`
+  with `data.seq_len` = the checkpoint's context length `max_position_embeddings`, …: what
+  `evaluation.run` and `downstream.run` read of a loaded run).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import dataclasses
 import pathlib
 from typing import Any, Sequence
 
+import ml_collections
+
 from slm_jax.configurations import Configuration
 from slm_jax.downstream.protocol import CHECKPOINT
 from slm_jax.structure import parse_attention
 
-CHECKPOINT_TASKS = ("sg", "blimp")
+CHECKPOINT_TASKS = ("sg", "blimp", "docppl", "mc")
+DEFAULT_CONTEXT = 2048  # a checkpoint's context length when its config does not state one
 
 
 def checkpoint_configuration(path: str | pathlib.Path) -> Configuration:
@@ -39,6 +44,7 @@ class CheckpointRun:
   configuration: Configuration
   model: Any  # model.decoder.Decoder
   tokenizer: Any  # hf.tokenizer.CheckpointTokenizer
+  cfg: Any = None  # ml_collections.ConfigDict: data.seq_len, the context length
   step: int = 0
   skipped: tuple = ()
 
@@ -63,17 +69,21 @@ def check_checkpoints(paths: Sequence[str], tasks: Sequence[str]) -> list[str]:
   other = [t for t in tasks if t not in CHECKPOINT_TASKS]
   if paths and other:
     problems.append(f"--checkpoint: tasks {', '.join(other)} are not scored for pretrained "
-                    f"checkpoints yet (raw-text scoring covers {', '.join(CHECKPOINT_TASKS)}); "
-                    "drop them from --tasks or evaluate the checkpoints separately")
+                    f"checkpoints (raw-text scoring covers {', '.join(CHECKPOINT_TASKS)}; XSum "
+                    "and BoolQ evaluate fine-tuned runs); drop them from --tasks or evaluate "
+                    "the checkpoints separately")
   return problems
 
 
 def load_checkpoint_run(path: str | pathlib.Path, dtype: str = "float32") -> CheckpointRun:
   """The model (parameters float32, computed in `dtype`) and tokenizer of checkpoint `path`."""
-  from slm_jax.hf.load import load_checkpoint  # pylint: disable=g-import-not-at-top
+  from slm_jax.hf.load import (checkpoint_config,  # pylint: disable=g-import-not-at-top
+                               load_checkpoint)
   loaded = load_checkpoint(path, compute_dtype=dtype)
   if loaded.tokenizer is None:
     raise FileNotFoundError(f"{path}: no tokenizer.json: raw-text scoring needs the checkpoint's "
                             "own tokenizer")
+  context = checkpoint_config(path)[0].get("max_position_embeddings") or DEFAULT_CONTEXT
+  cfg = ml_collections.ConfigDict({"data": {"seq_len": int(context)}})
   return CheckpointRun(loaded.path, checkpoint_configuration(path), loaded.model,
-                       loaded.tokenizer)
+                       loaded.tokenizer, cfg)

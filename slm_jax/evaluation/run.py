@@ -30,6 +30,7 @@ from slm_jax.eval import report
 from slm_jax.eval.blimp import evaluate_blimp, load_blimp
 from slm_jax.eval.docppl import doc_ppl
 from slm_jax.eval.proposals import ProposalSource
+from slm_jax.eval.raw_docppl import raw_doc_ppl
 from slm_jax.eval.raw_text import RawTextScorer, evaluate_blimp_raw, region_units
 from slm_jax.evaluation.checkpoints import load_checkpoint_run
 from slm_jax.evaluation.inputs import (DOWNSTREAM_TASKS, check_beam_runs, check_file_coverage,
@@ -64,8 +65,8 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
     arrays.append(arr)
     # What is done so far survives a later run's failure (removed once results.json is written).
     report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
-  for path in args.checkpoint:
-    entry, arr = evaluate_run(path, args, data, checkpoint=True)
+  for index, path in enumerate(args.checkpoint):
+    entry, arr = evaluate_run(path, args, data, index, checkpoint=True)
     entries.append(entry)
     arrays.append(arr)
     report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
@@ -156,7 +157,7 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
 def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
                  checkpoint: bool = False) -> tuple[dict, dict]:
   """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir),
-  or (`checkpoint`) of the pretrained checkpoint `workdir` (a folder or .gguf file)."""
+  or (`checkpoint`) of the `index`-th pretrained checkpoint `workdir` (a folder or .gguf file)."""
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
   if checkpoint:
     trained = load_checkpoint_run(workdir, dtype=args.dtype)
@@ -252,9 +253,12 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
     if per_run:
       source = own_beam_source()
     before = source_stats(source)
-    result = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
-                     max_context=cap or None, tree_scoring=args.tree_scoring)
-    entry["docppl"] = {**result.summary(), "max_context": cap or None}
+    if raw:  # the documents' text (SPEC §13), lm-eval's rolling log-likelihood
+      result, measured = raw_doc_ppl(scorer, data["documents"], max_context=cap or None)
+    else:
+      result, measured = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
+                                 max_context=cap or None, tree_scoring=args.tree_scoring), {}
+    entry["docppl"] = {**result.summary(), "max_context": cap or None, **measured}
     if source is not None and source_stats(source) and result.proposals:
       entry["docppl"]["proposal_source"] = {k: v - before.get(k, 0)
                                             for k, v in source_stats(source).items()}
@@ -263,7 +267,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
     log(f"  Doc-PPL {result.ppl:.3f} ({entry['timing_s']['docppl']} s)")
   if any(t in args.tasks for t in DOWNSTREAM_TASKS):
     start = time.time()
-    entry["downstream"] = evaluate_downstream(trained, args, data, index)
+    entry["downstream"] = evaluate_downstream(trained, args, data, index, checkpoint=checkpoint)
     entry["timing_s"]["downstream"] = round(time.time() - start, 2)
   return entry, arrays
 
@@ -272,16 +276,21 @@ def _pct(value: float | None) -> str:
   return "–" if value is None else f"{value:.2f}"
 
 
-def downstream_folder(args, index: int) -> pathlib.Path:
-  """Where the downstream results of the `index`-th --workdir are kept (resumable)."""
+def downstream_folder(args, index: int, checkpoint: bool = False) -> pathlib.Path:
+  """Where the downstream results of the `index`-th --workdir (or `checkpoint`) are kept
+  (resumable)."""
+  if checkpoint:
+    return (pathlib.Path(args.out) / "downstream"
+            / f"checkpoint{index}_{pathlib.Path(args.checkpoint[index]).name}")
   return pathlib.Path(args.out) / "downstream" / f"{index}_{pathlib.Path(args.workdir[index]).name}"
 
 
-def evaluate_downstream(run, args, data: dict, index: int) -> dict:
-  """The `downstream` entry of one run (`slm_jax.downstream.run`)."""
+def evaluate_downstream(run, args, data: dict, index: int, checkpoint: bool = False) -> dict:
+  """The `downstream` entry of one run (`slm_jax.downstream.run`), the `index`-th --workdir or
+  (`checkpoint`) --checkpoint (multiple choice only: XSum and BoolQ read fine-tuned runs)."""
   from slm_jax.downstream import run as downstream  # pylint: disable=g-import-not-at-top
   options = data["downstream_options"]
-  folder = downstream_folder(args, index)
+  folder = downstream_folder(args, index, checkpoint)
   uses_trees = run.configuration.scheme.has_brackets
   source = data["tree_source"]() if uses_trees else None
   entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None,

@@ -92,7 +92,8 @@ class _LazyParser(ProposalSource):
 
 def docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | None, dict]:
   """(documents, their proposal source — None for `beam` —, what to record in the settings) of
-  doc-PPL: the `--docppl_ptb` files or the embedded test split of the first run's seed."""
+  doc-PPL: the `--docppl_ptb` files or the embedded test split of the first run's seed (the
+  default seed, 0, when only `--checkpoint`s are evaluated: `first_cfg` None)."""
   limit = args.docppl_documents or args.max_items or 500
   if args.docppl_ptb:
     from slm_jax.ptb import read_documents
@@ -101,7 +102,7 @@ def docppl_data(args, first_cfg) -> tuple[list[list[Tree]], ProposalSource | Non
     info = {"corpus": "PTB " + " ".join(str(p) for p in args.docppl_ptb)}
   else:
     from slm_jax.corpus.treebank import embedded_corpus
-    seed = int(first_cfg.data.embedded_seed)
+    seed = int(first_cfg.data.embedded_seed) if first_cfg is not None else 0
     documents = embedded_corpus("test", limit, seed)
     source_kind = args.docppl_proposals or "auto"
     info = {"corpus": f"embedded test split (seed {seed})"}

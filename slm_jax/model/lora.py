@@ -45,6 +45,17 @@ def lora_parts(config, target: str | tuple[str, ...]) -> tuple[bool, ...] | None
   return parts if any(parts) else None
 
 
+def adapter_init(name: str, key: jax.Array | None, shape: tuple[int, ...]) -> jax.Array:
+  """A fresh adapter (float32): `lora_a` [P, D_in, r] uniform(±1/√D_in) from `key`, `lora_b`
+  zeros (the one init rule: `LoraLinear`, and `hf.load` for adapters a checkpoint lacks)."""
+  if name == "lora_a":
+    bound = shape[-2] ** -0.5
+    return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+  if name == "lora_b":
+    return jnp.zeros(shape, jnp.float32)
+  raise ValueError(f"{name!r} is not a LoRA adapter ({', '.join(LORA_PARAM_NAMES)})")
+
+
 @contextlib.contextmanager
 def dropout_rng(key: jax.Array) -> Iterator[None]:
   """LoRA dropout on (with randomness from `key`) for the forward passes traced inside."""
@@ -77,10 +88,9 @@ class LoraLinear(nnx.Linear):
     self.rank, self.scale, self.dropout = int(rank), float(alpha) / rank, float(dropout)
     self.merged = False
     adapted, width = sum(self.parts), out_features // len(parts)
-    bound = in_features ** -0.5
-    self.lora_a = nnx.LoRAParam(jax.random.uniform(
-        rngs.params(), (adapted, in_features, rank), jnp.float32, -bound, bound))
-    self.lora_b = nnx.LoRAParam(jnp.zeros((adapted, rank, width), jnp.float32))
+    self.lora_a = nnx.LoRAParam(adapter_init("lora_a", rngs.params(),
+                                             (adapted, in_features, rank)))
+    self.lora_b = nnx.LoRAParam(adapter_init("lora_b", None, (adapted, rank, width)))
 
   def delta(self) -> jax.Array:
     """The adapters as a kernel update, float32 [D_in, D_out] (zero on unadapted blocks)."""
