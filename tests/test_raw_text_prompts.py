@@ -84,17 +84,22 @@ def test_encoder_spans_and_prefix(checkpoint):
     encoder.encode(["Question:", "  "])
 
 
-def test_evaluate_scores_mc_for_a_checkpoint(checkpoint, tmp_path):
+@pytest.mark.parametrize("mc_format", ["olmes", "paper"])
+def test_evaluate_scores_mc_for_a_checkpoint(checkpoint, tmp_path, mc_format):
   _, _, folder = checkpoint
   data = tmp_path / "data"
-  write_fixtures(data, rows_per_split=2)
+  write_fixtures(data, rows_per_split=2 if mc_format == "olmes" else 10)  # paper: fixed shots
+  tasks = ("piqa", "arc_easy") if mc_format == "olmes" else ("piqa",)  # arc: curated shot ids
   out = tmp_path / "out"
-  assert evaluate.main([f"--checkpoint={folder}", "--tasks=mc", "--mc_tasks=piqa,arc_easy",
+  assert evaluate.main([f"--checkpoint={folder}", "--tasks=mc", f"--mc_tasks={','.join(tasks)}",
                         f"--downstream_dir={data}", f"--out={out}", "--max_items=2",
-                        "--mc_format=olmes", "--bootstrap_resamples=10"]) == 0
+                        f"--mc_format={mc_format}", "--bootstrap_resamples=10"]) == 0
   (entry,) = json.loads((out / "results.json").read_text())["models"]
   assert entry["downstream"]["protocol"] == "raw text"
-  assert set(entry["downstream"]["mc"]) == {"piqa", "arc_easy"}
-  assert all(entry["downstream"]["mc"][t]["n"] == 2 for t in ("piqa", "arc_easy"))
+  assert set(entry["downstream"]["mc"]) == set(tasks)
+  assert all(entry["downstream"]["mc"][t]["n"] == 2 for t in tasks)
   records = (out / "downstream" / f"checkpoint0_{folder.name}" / "mc" / "piqa.jsonl").open()
   assert all(np.isfinite(o["term"]) for r in map(json.loads, records) for o in r["options"])
+  summary = json.loads((out / "downstream" / f"checkpoint0_{folder.name}" / "mc"
+                        / "piqa.summary.json").read_text())
+  assert summary["raw_text"]["straddling_tokens"] >= 0 and "joint_units" not in summary

@@ -42,9 +42,11 @@ class RawTextEncoder:
     self.add_bos = bool(tokenizer.add_bos) and tokenizer.bos_id is not None
     self.stats: dict[str, int] = {"straddling_tokens": 0}
 
-  def encode(self, components: SequenceT[str]) -> Encoded:
+  def encode(self, components: SequenceT[str], joint: Any = None) -> Encoded:
     """The prompt's ids (prefix first when there is one) and each token's component (−1: the
-    prefix)."""
+    prefix). `joint` (the paper format's joint parse unit, `downstream.mc_joint`) is not read:
+    raw text is the prompt's text as written; parse units concern a tree model's input only."""
+    del joint
     if not components or any(not c.strip() for c in components):
       raise ValueError(f"prompt components {list(components)!r}: every component must hold text")
     ends_C = np.cumsum([len(c) for c in components])
