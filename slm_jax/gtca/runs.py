@@ -192,7 +192,8 @@ def run_record(settings: Settings, source: str = "") -> dict:
 
 def source_digest(path: str, model=None) -> str:
   """sha256 of a backbone: over the loaded model's parameters (a slm_jax workdir, `model`
-  given), else over the bytes of the checkpoint folder's files (a Hugging Face one)."""
+  given), else over the bytes of the checkpoint folder's files (a Hugging Face one) or of the
+  checkpoint file (a .gguf)."""
   digest = hashlib.sha256()
   if model is not None:
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
@@ -200,7 +201,9 @@ def source_digest(path: str, model=None) -> str:
       digest.update(jax.tree_util.keystr(path).encode())
       digest.update(np.asarray(leaf).tobytes())
     return digest.hexdigest()
-  for file in sorted(p for p in pathlib.Path(path).rglob("*") if p.is_file()):
+  root = pathlib.Path(path)
+  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+  for file in files:  # a folder's files, or the one file (a .gguf)
     digest.update(file.name.encode())
     with file.open("rb") as handle:
       for block in iter(lambda: handle.read(1 << 24), b""):
