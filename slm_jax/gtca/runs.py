@@ -152,9 +152,9 @@ def real_data(settings: Settings, backbone: Backbone, real: real_sets.RealData,
 
 
 def also_metrics(scorers, params, real: real_sets.RealData, data: dict, settings: Settings,
-                 n_layers: int, alpha: float, drift: bool) -> dict[str, float]:
+                 n_layers: int, alpha: float) -> dict[str, float]:
   """The metrics of the set's `also` sets (`mcqa_data.GtcaSet.also`): an MCQA one's accuracy
-  under its name (and its option drift), a pairs one's `blimp_real` accuracies under its name
+  under its name (the option drift is the test set's only), a pairs one's `blimp_real` accuracies under its name
   (`blimp_heldout`, `blimp_heldout_<field>`)."""
   scorer, sequence_scorer = scorers
   out: dict[str, float] = {}
@@ -168,10 +168,6 @@ def also_metrics(scorers, params, real: real_sets.RealData, data: dict, settings
     scores = scoring.letter_scores(scorer, params, data[other], alpha, n_layers=n_layers,
                                    k=settings.k, width=width)
     out.update(metrics.mcqa_metrics(scores, data[other], other))
-    if drift:
-      off = scoring.letter_scores(scorer, params, data[other], 0.0, n_layers=n_layers,
-                                  k=settings.k, width=width)
-      out[f"{other}_drift"] = metrics.option_drift(scores, off)
   return out
 
 
@@ -283,8 +279,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   found = evaluate_params(scorers, params, data, settings, n_layers, width, alpha,
                           drift=alpha > 0)
   if settings.task != "toy":
-    found.update(also_metrics(scorers, params, task, data, settings, n_layers, alpha,
-                              drift=alpha > 0))
+    found.update(also_metrics(scorers, params, task, data, settings, n_layers, alpha))
   if alpha > 0:  # the branch's size, for the tables (methods that train one)
     found.update(branch_params=sizes["total"], xattn_params=sizes["cross_attention"])
   result = {"method": settings.name, "seed": settings.seed, "metrics": found,
