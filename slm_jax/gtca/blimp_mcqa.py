@@ -18,16 +18,17 @@ good and the bad sentence in a balanced order.
 - **Option order**: the item of round r and paradigm position p (within the split's
   paradigms) has the good sentence as A iff `(r + p) % 2 == 0` — half the items of every
   complete round and of every paradigm over two rounds; deterministic, no generator.
-- The source of an item is `UID:pair`; `heldout_pairs` gives the held-out paradigms' pairs as
-  BLiMP minimal pairs (`mcqa_data.PairExample`, the `blimp_heldout` set) for the pairwise
-  likelihood on held-out paradigms.
+- The source of an item is `UID:pair`, its group the paradigm's field. `mcqa_data` turns the
+  items into `McqaExample`s (sets `blimp_mcqa`, `blimp_mcqa_heldout`) and the held-out
+  paradigms' first pairs (`first_pairs`) into BLiMP minimal pairs (`blimp_heldout`) for the
+  pairwise likelihood on held-out paradigms.
 """
 
 from __future__ import annotations
 
-import collections
 import pathlib
 
+from slm_jax.data.rows import RowDataError
 from slm_jax.eval.blimp import Paradigm, load_blimp
 
 QUESTION = "Which sentence is grammatical?"
@@ -65,42 +66,30 @@ def round_robin(paradigms: list[Paradigm], split: str, limit: int | None
   return out
 
 
-def _read(root: str | pathlib.Path, split: str) -> tuple[pathlib.Path, list[Paradigm]]:
-  from slm_jax.gtca.mcqa_data import McqaDataError, blimp_folder  # pylint: disable=import-outside-toplevel
+def read_paradigms(folder: pathlib.Path, split: str) -> list[Paradigm]:
+  """The paradigms of one split (`SPLITS`) of the BLiMP files in `folder`, every pair."""
   if split not in SPLITS:
-    raise McqaDataError(f"BLiMP multiple choice has the splits {', '.join(SPLITS)}, not "
-                        f"{split!r}")
-  folder = blimp_folder(root)
+    raise RowDataError(f"BLiMP multiple choice has the splits {', '.join(SPLITS)}, not "
+                       f"{split!r}")
   seen, held = paradigm_split(load_blimp(folder))
-  return folder, held if split == "heldout" else seen
+  return held if split == "heldout" else seen
 
 
-def load_mcqa(name: str, root: str | pathlib.Path, split: str, limit: int | None):
-  """One split as `mcqa_data.GtcaSplit` of `McqaExample`s (answer 0 = A is the good one)."""
-  from slm_jax.gtca.mcqa_data import GtcaSplit, McqaExample  # pylint: disable=import-outside-toplevel
-  folder, paradigms = _read(root, split)
-  examples = []
+def mcqa_items(paradigms: list[Paradigm], split: str, limit: int | None
+               ) -> list[tuple[str, tuple[str, str], int, str, str]]:
+  """(question, options, answer, source `UID:pair`, group = the paradigm's field) of the
+  split's first `limit` items; answer 0 (A) is the good sentence in half of them."""
+  out = []
   for r, p, i in round_robin(paradigms, split, limit):
     paradigm = paradigms[p]
     good_first = (r + p) % 2 == 0
     options = ((paradigm.good[i], paradigm.bad[i]) if good_first
                else (paradigm.bad[i], paradigm.good[i]))
-    examples.append(McqaExample(QUESTION, options, 0 if good_first else 1,
-                                f"{paradigm.uid}:{i}", paradigm.field))
-  counts = collections.Counter(rows=len(examples), examples=len(examples), unlabeled=0,
-                               paradigms=len(paradigms),
-                               good_first=sum(x.answer == 0 for x in examples))
-  return GtcaSplit(name, split, sorted(folder.glob("*.jsonl")), examples, counts)
+    out.append((QUESTION, options, 0 if good_first else 1, f"{paradigm.uid}:{i}",
+                paradigm.field))
+  return out
 
 
-def heldout_pairs(name: str, root: str | pathlib.Path, limit: int | None):
-  """The held-out paradigms' first `limit` pairs each (file order) as a BLiMP `GtcaSplit` of
-  `PairExample`s (`real_sets.blimp_metrics` scores them)."""
-  from slm_jax.gtca.mcqa_data import GtcaSplit, PairExample  # pylint: disable=import-outside-toplevel
-  folder, held = _read(root, "heldout")
-  kept = [Paradigm(p.uid, p.field, p.term, p.good[:limit], p.bad[:limit]) for p in held]
-  examples = [PairExample(good, bad, k, f"{p.uid}:{i}") for k, p in enumerate(kept)
-              for i, (good, bad) in enumerate(zip(p.good, p.bad))]
-  counts = collections.Counter(rows=len(examples), examples=len(examples), unlabeled=0,
-                               pairs=len(examples), paradigms=len(kept))
-  return GtcaSplit(name, "all", sorted(folder.glob("*.jsonl")), examples, counts, kept)
+def first_pairs(paradigms: list[Paradigm], limit: int | None) -> list[Paradigm]:
+  """Each paradigm cut to its first `limit` pairs (file order)."""
+  return [Paradigm(p.uid, p.field, p.term, p.good[:limit], p.bad[:limit]) for p in paradigms]

@@ -283,6 +283,30 @@ def _load_pairs(name: str, root: str | pathlib.Path, split: str,
   return GtcaSplit(name, split, sorted(folder.glob("*.jsonl")), examples, counts, paradigms)
 
 
+def _load_blimp_mcqa(name: str, root: str | pathlib.Path, split: str,
+                     limit: int | None) -> GtcaSplit:
+  """A BLiMP-derived set (`slm_jax.gtca.blimp_mcqa`): MCQA items, or for `blimp_heldout` the
+  held-out paradigms' first `limit` pairs each."""
+  from slm_jax.gtca import blimp_mcqa  # pylint: disable=import-outside-toplevel  (JAX)
+  spec, folder = set_of(name), blimp_folder(root)
+  files = sorted(folder.glob("*.jsonl"))
+  if spec.kind == PAIRS:
+    if split != spec.eval_split:
+      raise RowDataError(f"{name} has one split, {spec.eval_split!r}, not {split!r}")
+    kept = blimp_mcqa.first_pairs(blimp_mcqa.read_paradigms(folder, "heldout"), limit)
+    pairs = [PairExample(good, bad, k, f"{p.uid}:{i}") for k, p in enumerate(kept)
+             for i, (good, bad) in enumerate(zip(p.good, p.bad))]
+    counts = collections.Counter(rows=len(pairs), examples=len(pairs), unlabeled=0,
+                                 pairs=len(pairs), paradigms=len(kept))
+    return GtcaSplit(name, split, files, pairs, counts, kept)
+  paradigms = blimp_mcqa.read_paradigms(folder, split)
+  examples = [McqaExample(*item) for item in blimp_mcqa.mcqa_items(paradigms, split, limit)]
+  counts = collections.Counter(rows=len(examples), examples=len(examples), unlabeled=0,
+                               paradigms=len(paradigms),
+                               good_first=sum(x.answer == 0 for x in examples))
+  return GtcaSplit(name, split, files, examples, counts)
+
+
 def shots_of(name: str, root: str | pathlib.Path) -> tuple[McqaExample, ...]:
   """The set's fixed demonstrations (`GtcaSet.shots`, HellaSwag 10, WinoGrande 5 as in the
   paper's App. B): the first labeled examples of its training split, the same for every
@@ -305,12 +329,7 @@ def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
   spec = set_of(name)
   split = split or spec.eval_split
   if name in BLIMP_DERIVED:
-    from slm_jax.gtca import blimp_mcqa  # pylint: disable=import-outside-toplevel  (JAX)
-    if spec.kind == PAIRS:
-      if split != spec.eval_split:
-        raise RowDataError(f"{name} has one split, {spec.eval_split!r}, not {split!r}")
-      return blimp_mcqa.heldout_pairs(name, root, limit)
-    return blimp_mcqa.load_mcqa(name, root, split, limit)
+    return _load_blimp_mcqa(name, root, split, limit)
   if spec.kind == PAIRS:
     return _load_pairs(name, root, split, limit)
   if spec.downstream:
