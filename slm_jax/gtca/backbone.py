@@ -14,8 +14,10 @@ A Hugging Face checkpoint folder (Llama / Qwen2 / OLMo2, SPEC §13) is a backbon
 (`hf_backbone`): `slm_jax.hf.load_model` imports it with LoRA adapters added (their own init),
 its `tokenizer.json` (BOS, chat template) is the prompt tokenizer, nothing is appended (a
 sub-word vocabulary spells every prompt word) and the option letters must be one token each
-(" A", " B", …). `load_backbone(source)` takes either kind; `is_hf_checkpoint` tells them apart
-(a folder with `config.json` and no slm_jax tokenizer spec).
+(" A", " B", …). A `.gguf` file is such a checkpoint as well (`slm_jax.hf.load` reads its
+tensors and metadata, `slm_jax.hf.tokenizer` rebuilds its tokenizer and chat template).
+`load_backbone(source)` takes either kind; `is_hf_checkpoint` tells them apart (a `.gguf` file,
+or a folder with `config.json` and no slm_jax tokenizer spec).
 
 **Context** (`Backbone.context`, `backbone_context`): the most tokens a row may have; prompts are
 cut from the left to fit it, answer letter included (`prompts.PromptFormat`). A Hugging Face
@@ -40,6 +42,7 @@ from flax import nnx
 
 from slm_jax.gtca.prompts import TextTokenizer
 from slm_jax.gtca.toy_task import LETTERS, SLOT
+from slm_jax.hf.gguf import is_gguf
 from slm_jax.model.config import LORA_TARGETS
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer
@@ -103,11 +106,11 @@ def backbone_context(source: str | pathlib.Path) -> int | None:
   """The context of a backbone source without loading it (module docstring): a Hugging Face
   folder's `max_position_embeddings`, a slm_jax workdir's `data.seq_len`, else None."""
   path = pathlib.Path(source)
-  if not path.is_dir() or not (path / "config.json").is_file():
+  if not is_gguf(path) and (not path.is_dir() or not (path / "config.json").is_file()):
     return None
   if is_hf_checkpoint(path):
-    from slm_jax.hf.config import read_config  # pylint: disable=import-outside-toplevel
-    value = read_config(path).get("max_position_embeddings")
+    from slm_jax.hf.load import checkpoint_config  # pylint: disable=import-outside-toplevel
+    value = checkpoint_config(path)[0].get("max_position_embeddings")
     return int(value) if value else None
   return int(run_config(path)[0].data.seq_len)
 
@@ -210,9 +213,10 @@ def digit_ids(text_tokenizer: TextTokenizer, source: str = "") -> tuple[tuple[in
 
 
 def is_hf_checkpoint(source: str | pathlib.Path) -> bool:
-  """A Hugging Face checkpoint folder (config.json), not a slm_jax training workdir."""
+  """A Hugging Face checkpoint folder (config.json), not a slm_jax training workdir, or a
+  `.gguf` file."""
   path = pathlib.Path(source)
-  return (path.is_dir() and (path / "config.json").is_file()
+  return is_gguf(path) or (path.is_dir() and (path / "config.json").is_file()
           and not (path / SPEC_FILE_NAME).is_file())
 
 
@@ -221,14 +225,14 @@ def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8
                 ) -> Backbone:
   """A Hugging Face checkpoint as a GTCA backbone (module docstring), float32 compute."""
   from slm_jax.hf.load import load_model  # pylint: disable=import-outside-toplevel
-  from slm_jax.hf.config import read_config  # pylint: disable=import-outside-toplevel
+  from slm_jax.hf.load import checkpoint_config  # pylint: disable=import-outside-toplevel
   source = str(folder)
   text_tokenizer = TextTokenizer.load(folder)
   letters = letter_ids(text_tokenizer, n_options, source)
   decoder = load_model(folder, seed=seed, compute_dtype="float32", lora_rank=lora_rank,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                        lora_targets=LORA_TARGETS)
-  hf = read_config(folder)
+  hf = checkpoint_config(folder)[0]
   pad = next((int(hf[k]) for k in ("pad_token_id", "eos_token_id")
               if isinstance(hf.get(k), int)), 0)  # rows are masked: any id in range pads
   return Backbone(decoder, text_tokenizer, letters, pad, (), source, backbone_context(folder))

@@ -36,6 +36,11 @@ Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation
   pairs). A `PairExample` (source `UID:pair`, pair = 0-based in file order) gives its two
   sentences as `SentenceExample`s (`UID:pair:good`, `UID:pair:bad`), the records the parse
   cache holds; `GtcaSplit.paradigms` keeps the paradigms (UID, field, term) for the metrics.
+- **BLiMP multiple choice** (`slm_jax.gtca.blimp_mcqa`, same files): `blimp_mcqa` ("Which
+  sentence is grammatical? A: … B: …"; splits `train` / `test` of the seen paradigms' pairs,
+  `heldout` the held-out paradigms'), `blimp_mcqa_heldout` (the same set evaluated on
+  `heldout`) and `blimp_heldout` (the held-out paradigms as minimal pairs, `limit` pairs per
+  paradigm). A run on `blimp_mcqa` evaluates the other two at its end (`GtcaSet.also`).
 
 Nothing is dropped silently: every split's `counts` has `rows`, `examples` and `unlabeled`
 (answer / label −1: kept in `examples`, never trained on or scored, and reported by the CLIs),
@@ -76,6 +81,7 @@ class GtcaSet:
   downstream: bool = False  # read by slm_jax.downstream.tasks
   shots: int = 0  # solved training examples before each evaluation question (paper App. B)
   lead: str = ""  # replaces the prompt's `Question: ` label (HellaSwag's instruction)
+  also: tuple[str, ...] = ()  # sets a run on this one also evaluates at its end (SETS names)
 
   def source(self) -> tasks.TaskSource:
     return tasks.TaskSource(self.repo, self.configs, self.eval_split, 0, self.train_split, 0,
@@ -91,7 +97,14 @@ SETS: dict[str, GtcaSet] = {
                           downstream=True, shots=5),
     "cola": GtcaSet("nyu-mll/glue", ("cola",), "train", "validation", 0, SENTENCE),
     "blimp": GtcaSet("nyu-mll/blimp", (), "", "all", 0, PAIRS),  # no training split
+    # BLiMP as multiple choice (`gtca.blimp_mcqa`): seen paradigms' train / test pairs, the
+    # held-out paradigms' pairs as a second test set and as minimal pairs
+    "blimp_mcqa": GtcaSet("nyu-mll/blimp", (), "train", "test", 2,
+                          also=("blimp_mcqa_heldout", "blimp_heldout")),
+    "blimp_mcqa_heldout": GtcaSet("nyu-mll/blimp", (), "train", "heldout", 2),
+    "blimp_heldout": GtcaSet("nyu-mll/blimp", (), "", "all", 0, PAIRS),
 }
+BLIMP_DERIVED = ("blimp_mcqa", "blimp_mcqa_heldout", "blimp_heldout")
 MCQA_SETS = tuple(name for name, s in SETS.items() if s.kind == MCQA)
 _CLOTH_FILES = {"train": "train", "validation": "valid", "test": "test"}
 
@@ -270,6 +283,30 @@ def _load_pairs(name: str, root: str | pathlib.Path, split: str,
   return GtcaSplit(name, split, sorted(folder.glob("*.jsonl")), examples, counts, paradigms)
 
 
+def _load_blimp_mcqa(name: str, root: str | pathlib.Path, split: str,
+                     limit: int | None) -> GtcaSplit:
+  """A BLiMP-derived set (`slm_jax.gtca.blimp_mcqa`): MCQA items, or for `blimp_heldout` the
+  held-out paradigms' first `limit` pairs each."""
+  from slm_jax.gtca import blimp_mcqa  # pylint: disable=import-outside-toplevel  (JAX)
+  spec, folder = set_of(name), blimp_folder(root)
+  files = sorted(folder.glob("*.jsonl"))
+  if spec.kind == PAIRS:
+    if split != spec.eval_split:
+      raise RowDataError(f"{name} has one split, {spec.eval_split!r}, not {split!r}")
+    kept = blimp_mcqa.first_pairs(blimp_mcqa.read_paradigms(folder, "heldout"), limit)
+    pairs = [PairExample(good, bad, k, f"{p.uid}:{i}") for k, p in enumerate(kept)
+             for i, (good, bad) in enumerate(zip(p.good, p.bad))]
+    counts = collections.Counter(rows=len(pairs), examples=len(pairs), unlabeled=0,
+                                 pairs=len(pairs), paradigms=len(kept))
+    return GtcaSplit(name, split, files, pairs, counts, kept)
+  paradigms = blimp_mcqa.read_paradigms(folder, split)
+  examples = [McqaExample(*item) for item in blimp_mcqa.mcqa_items(paradigms, split, limit)]
+  counts = collections.Counter(rows=len(examples), examples=len(examples), unlabeled=0,
+                               paradigms=len(paradigms),
+                               good_first=sum(x.answer == 0 for x in examples))
+  return GtcaSplit(name, split, files, examples, counts)
+
+
 def shots_of(name: str, root: str | pathlib.Path) -> tuple[McqaExample, ...]:
   """The set's fixed demonstrations (`GtcaSet.shots`, HellaSwag 10, WinoGrande 5 as in the
   paper's App. B): the first labeled examples of its training split, the same for every
@@ -291,6 +328,8 @@ def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
   BLiMP: the first `limit` pairs of every paradigm)."""
   spec = set_of(name)
   split = split or spec.eval_split
+  if name in BLIMP_DERIVED:
+    return _load_blimp_mcqa(name, root, split, limit)
   if spec.kind == PAIRS:
     return _load_pairs(name, root, split, limit)
   if spec.downstream:

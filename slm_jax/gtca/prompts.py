@@ -89,10 +89,11 @@ class TextTokenizer:
 
   @classmethod
   def load(cls, path: str | pathlib.Path) -> "TextTokenizer":
-    """A Hugging Face checkpoint folder (tokenizer.json, its special tokens and chat template) or
-    a bare tokenizer.json file (no BOS, no template)."""
+    """A Hugging Face checkpoint folder (tokenizer.json, its special tokens and chat template), a
+    `.gguf` file (the same, from its metadata) or a bare tokenizer.json file (no BOS, no
+    template)."""
     path = pathlib.Path(path)
-    if path.is_dir():
+    if path.is_dir() or path.suffix.lower() == ".gguf":  # a GGUF file's tokenizer: rebuilt
       from slm_jax.hf import tokenizer as hf_tokenizer  # pylint: disable=import-outside-toplevel
       return cls.from_checkpoint(hf_tokenizer.CheckpointTokenizer(path))
     if not path.is_file():

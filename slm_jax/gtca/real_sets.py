@@ -3,7 +3,10 @@ tree sources an ablation may use, and CoLA's Matthews correlation.
 
 - **Splits** (`load_real`): train = the labeled rows of the set's training split after the
   first `dev_items` (held out as dev), at most `train_items`; test = the first `test_items`
-  labeled rows of the evaluation split (`mcqa_data.SETS`; ≤ 0: all). Unlabeled rows are never
+  labeled rows of the evaluation split (`mcqa_data.SETS`; ≤ 0: all). A set's `also` sets
+  (`blimp_mcqa`: its held-out paradigms as MCQA and as minimal pairs) are read too, for the
+  end of the run: an MCQA one's first `test_items`, a pairs one `test_items` pairs in all
+  (⌈test_items / paradigms⌉ per paradigm). Unlabeled rows are never
   used and are counted per split (`RealData.counts`, printed and stored in result.json).
 - **Encoding** (`encode_cached`): the prompt is built with the parse cache's own prompt format
   (`PromptFormat.from_meta`: the same left truncation, chat template and BOS as the builder),
@@ -64,11 +67,14 @@ class RealData:
   name: str
   splits: dict[str, list]
   counts: dict[str, dict]
+  also: dict[str, GtcaSplit] = dataclasses.field(default_factory=dict)  # `GtcaSet.also` sets
 
   def summary(self) -> str:
-    return "\n".join(f"{self.name} {split}: {len(self.splits[split])} examples used ("
-                     + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
-                     for split, counts in self.counts.items())
+    return "\n".join(
+        f"{self.name} {split}: {len(self.splits[split])} examples used ("
+        + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")" if split in self.splits
+        else self.also[split].summary() + " (evaluated at the end)"
+        for split, counts in self.counts.items())
 
 
 def _limit(n: int) -> int | None:
@@ -95,7 +101,14 @@ def load_real(name: str, root: str | pathlib.Path, train_items: int, dev_items: 
   if not train or not test_split.labeled():
     raise ValueError(f"{name} under {root}: {len(train)} labeled training and "
                      f"{len(test_split.labeled())} labeled test examples; both are needed")
-  return RealData(name, {"train": train, "dev": dev, "test": test_split.labeled()}, counts)
+  also = {}
+  for other in spec.also:  # evaluated at the end of a run (`mcqa_data.GtcaSet.also`)
+    also[other] = load_set(other, root, set_of(other).eval_split, limit=_limit(test_items))
+    if set_of(other).kind == PAIRS and test_items > 0:  # test_items pairs in all
+      per = -(-test_items // max(1, len(also[other].paradigms)))
+      also[other] = load_set(other, root, set_of(other).eval_split, limit=per)
+    counts[other] = {"split": also[other].split, **also[other].counts}
+  return RealData(name, {"train": train, "dev": dev, "test": test_split.labeled()}, counts, also)
 
 
 def open_cache(path: str | pathlib.Path, tokenizer: TextTokenizer,
@@ -240,8 +253,21 @@ def blimp_metrics(scorer, params, split: GtcaSplit, tokenizer: TextTokenizer, ca
   """BLiMP's accuracies of one run (module docstring): metrics {`blimp_real`,
   `blimp_real_<field>`}, counts {pairs, sentences, unique sentences, ties, non-finite pairs},
   breakdown {terms, paradigms: accuracy (%), field, term, pairs}."""
-  sentences = [s for pair in split.examples for s in pair.sentences()]  # good, bad, good, …
-  rows = sentence_rows(sentences, tokenizer, cache, fmt, counts, context)
+  rows = pair_rows(split, tokenizer, cache, fmt, counts, context)
+  return pair_metrics(scorer, params, split, rows, alpha, n_layers=n_layers, k=k)
+
+
+def pair_rows(split: GtcaSplit, tokenizer: TextTokenizer, cache: ParseCache, fmt: PromptFormat,
+              counts: collections.Counter | None = None, context: int | None = None
+              ) -> list[tuple]:
+  """The sentence rows of BLiMP pairs: good, bad, good, … (`sentence_rows`)."""
+  sentences = [s for pair in split.examples for s in pair.sentences()]
+  return sentence_rows(sentences, tokenizer, cache, fmt, counts, context)
+
+
+def pair_metrics(scorer, params, split: GtcaSplit, rows: Sequence[tuple], alpha: float, *,
+                 n_layers: int, k: int) -> tuple[dict, dict, dict]:
+  """`blimp_metrics` of rows already read from the cache (`pair_rows`)."""
   unique: dict[bytes, int] = {}  # token ids -> index of the first row with them
   where_N = np.asarray([unique.setdefault(ids.tobytes(), n) for n, (ids, _) in enumerate(rows)],
                        np.int64)

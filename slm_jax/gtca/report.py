@@ -31,6 +31,9 @@ METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "t
                 "cloth": "CLOTH↑", "mmlu": "MMLU↑", "blimp": "BLiMP(-style pairs)↑",
                 REAL_BLIMP: "BLiMP (67 paradigms)↑", "cola": "CoLA (MCC)↑",
                 "hellaswag": "HellaSwag↑", "winogrande": "WinoGrande↑", "drift": "Drift↓",
+                "blimp_mcqa": "BLiMP-MC seen paradigms↑",
+                "blimp_mcqa_heldout": "BLiMP-MC held-out paradigms↑",
+                "blimp_heldout": "BLiMP pairs, held-out paradigms↑",
                 "xattn_params": "X-attn params", "branch_params": "Branch params"}
 LOWER_BETTER = {"drift"}
 COUNTS = {"xattn_params", "branch_params"}  # sizes, not scores: whole numbers, no bold
@@ -83,7 +86,8 @@ def collect(run_dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, list[
 
 
 MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mmlu", "hellaswag",
-                "winogrande", "blimp", REAL_BLIMP, "cola")
+                "winogrande", "blimp", REAL_BLIMP, "cola", "blimp_mcqa", "blimp_mcqa_heldout",
+                "blimp_heldout")
 
 
 def present(results: Mapping[str, Mapping[str, Sequence[float]]],

@@ -11,7 +11,9 @@ result.json — and a finished run restored for evaluation on other sets or the 
   `stage2_only` variant (OUT/stage2_only/result.json).
 - Metrics (`evaluate_params`): dev and test accuracy at the evaluation α (the test one named
   after the task: `toy`, `mmlu`, …, with per-group accuracies), the toy test items as BLiMP-style
-  pairs (`blimp`), and the option drift (the branch at α vs α = 0, same weights).
+  pairs (`blimp`), and the option drift (the branch at α vs α = 0, same weights). A real set's
+  `also` sets (`blimp_mcqa`: `blimp_mcqa_heldout`, `blimp_heldout`) are scored at the end
+  (`also_metrics`), their metrics under their own names.
 - `restore_run(OUT)`: the run's settings (from its result.json), its backbone reloaded, the
   adapters (LoRA + GTCA) from the last stage's final checkpoint — refused when that checkpoint is
   missing or incomplete or was trained on another backbone (`stages.restore_stage`; a run trained
@@ -49,6 +51,7 @@ from slm_jax.gtca.model import GtcaLM, params_of
 from slm_jax.gtca.plans import ABLATION_SWITCHES, Settings, eval_alpha, plan
 from slm_jax.gtca.stages import (RECORD, RESUMABLE_KEYS, digest_line, restore_stage, run_stage,
                                  settings_json, stage_dir, stage_record)
+from slm_jax.gtca.mcqa_data import PAIRS, set_of
 from slm_jax.gtca.toy_encoding import encode_items, encode_pairs
 from slm_jax.gtca.toy_task import make_toy_task
 from slm_jax import identity
@@ -135,7 +138,37 @@ def real_data(settings: Settings, backbone: Backbone, real: real_sets.RealData,
                                             settings.seed, tally)
       counts[split]["truncated"] = tally["truncated"]
       counts[split]["over_context"] = tally["over_context"]
+    for other, split in real.also.items():  # scored at the end of the run (`also_metrics`)
+      tally = collections.Counter()
+      if set_of(other).kind == PAIRS:
+        data[other] = real_sets.pair_rows(split, backbone.text_tokenizer, cache, fmt, tally,
+                                          backbone.context)
+      else:
+        data[other] = real_sets.encode_cached(split.labeled(), backbone, cache, fmt,
+                                              tree_source, settings.seed, tally)
+      counts[other]["truncated"] = tally["truncated"]
+      counts[other]["over_context"] = tally["over_context"]
   return data, counts
+
+
+def also_metrics(scorers, params, real: real_sets.RealData, data: dict, settings: Settings,
+                 n_layers: int, alpha: float) -> dict[str, float]:
+  """The metrics of the set's `also` sets (`mcqa_data.GtcaSet.also`): an MCQA one's accuracy
+  under its name (the option drift is the test set's only), a pairs one's `blimp_real` accuracies under its name
+  (`blimp_heldout`, `blimp_heldout_<field>`)."""
+  scorer, sequence_scorer = scorers
+  out: dict[str, float] = {}
+  for other, split in real.also.items():
+    if set_of(other).kind == PAIRS:
+      found, _, _ = real_sets.pair_metrics(sequence_scorer, params, split, data[other], alpha,
+                                           n_layers=n_layers, k=settings.k)
+      out.update({other + key[len(metrics.REAL_BLIMP):]: v for key, v in found.items()})
+      continue
+    width = row_width(data[other])
+    scores = scoring.letter_scores(scorer, params, data[other], alpha, n_layers=n_layers,
+                                   k=settings.k, width=width)
+    out.update(metrics.mcqa_metrics(scores, data[other], other))
+  return out
 
 
 def scorers_of(graphdef) -> tuple[Callable, Callable]:
@@ -155,7 +188,8 @@ def run_record(settings: Settings, source: str = "") -> dict:
 
 def source_digest(path: str, model=None) -> str:
   """sha256 of a backbone: over the loaded model's parameters (a slm_jax workdir, `model`
-  given), else over the bytes of the checkpoint folder's files (a Hugging Face one)."""
+  given), else over the bytes of the checkpoint folder's files (a Hugging Face one) or of the
+  checkpoint file (a .gguf)."""
   digest = hashlib.sha256()
   if model is not None:
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
@@ -163,7 +197,9 @@ def source_digest(path: str, model=None) -> str:
       digest.update(jax.tree_util.keystr(path).encode())
       digest.update(np.asarray(leaf).tobytes())
     return digest.hexdigest()
-  for file in sorted(p for p in pathlib.Path(path).rglob("*") if p.is_file()):
+  root = pathlib.Path(path)
+  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+  for file in files:  # a folder's files, or the one file (a .gguf)
     digest.update(file.name.encode())
     with file.open("rb") as handle:
       for block in iter(lambda: handle.read(1 << 24), b""):
@@ -208,7 +244,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
     data, counts = real_data(settings, backbone, task, source, log)
     log("truncated from the left: " + ", ".join(f"{split} {c['truncated']}"
                                                 for split, c in counts.items()))
-  width = row_width([e for split in data.values() for e in split])
+  width = row_width([e for split in ("train", "dev", "test") for e in data.get(split, ())])
   if settings.blimp_pairs and settings.task == "toy":
     data["pairs"] = encode_pairs(task.splits["test"], backbone, source, settings.seed,
                                  weak_parser=settings.weak_parser)
@@ -242,6 +278,8 @@ def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Bac
   alpha = eval_alpha(settings)
   found = evaluate_params(scorers, params, data, settings, n_layers, width, alpha,
                           drift=alpha > 0)
+  if settings.task != "toy":
+    found.update(also_metrics(scorers, params, task, data, settings, n_layers, alpha))
   if alpha > 0:  # the branch's size, for the tables (methods that train one)
     found.update(branch_params=sizes["total"], xattn_params=sizes["cross_attention"])
   result = {"method": settings.name, "seed": settings.seed, "metrics": found,
