@@ -96,7 +96,7 @@ def test_kv_cache_other_linearizations(linearization):
 def test_arena_compaction_keeps_every_row():
   """The arena overflows mid-sequence (its first free slot is moved near its end, as after
   many steps; a step uses one slot per fed row, its padding none): the compacted rows decode
-  the same, forks included, and a compaction moves only the kept slots."""
+  the same, forks included."""
   model, configuration, sequences, reference = setup("mix(tg_nomask,tg)")
   decoder = IncrementalDecoder(model, configuration, max_len=28, batch=3, arena_factor=1)
   decoder.start(np.stack([s.tokens[:2] for s in sequences]),
@@ -122,7 +122,8 @@ def test_arena_compaction_keeps_every_row():
 def test_a_step_uses_one_arena_slot_per_fed_row_and_compaction_keeps_only_held_slots():
   """Padding rows of a step take no arena slots (the old decoder used a whole row bucket per
   step); a compaction keeps exactly the distinct slots the rows hold (a fork shares its
-  parent's) and leaves the arena past them untouched (it moves O(kept) slots)."""
+  parent's) and leaves the arena past them untouched (it moves O(kept) slots, at least a
+  quarter of the arena)."""
   model, configuration, sequences, _ = setup("tg")
   decoder = IncrementalDecoder(model, configuration, max_len=32, batch=40)  # 1,600 slots
   decoder.start(sequences[0].tokens[:4], sequences[0].kinds[:4])  # 4 slots, shared by the rows

@@ -69,7 +69,7 @@ MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past
 # the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
 MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
-COMPACT_BUCKET = 1024  # fewest arena slots a compaction moves
+COMPACT_FRACTION = 4  # a compaction moves at least arena / COMPACT_FRACTION slots (one variant)
 
 
 class DecoderCache(NamedTuple):
@@ -450,12 +450,7 @@ class IncrementalDecoder:
     """Compacts the arena (and grows it if that is not enough) so `width` slots are free."""
     if self.free + width <= self.arena:
       return
-    used = bucket(int(self.lengths.max()), self.slot_bucket, self.max_len)
-    lengths = jnp.asarray(self.lengths, jnp.int32)
-    keep = bucket(int(_count_held(used, self.cache, lengths)), COMPACT_BUCKET, self.arena)
-    self.cache, kept = _compact(used, keep, self.cache, lengths)
-    self.free = int(kept)
-    self.compactions += 1
+    self._compact_arena()
     if self.free + width > self.arena:
       self.arena = max(int(1.5 * self.arena), self.free + 2 * width)
       self.cache = _grow(self.arena, self.cache)
@@ -501,13 +496,26 @@ class IncrementalDecoder:
                        f"{index.shape}")
     self.copy_rows(np.arange(self.batch), index)
 
+  def _compact_arena(self) -> None:
+    """Moves the slots the rows hold to the arena's front (`_compact`): all slots of every row
+    scanned, at least a quarter of the arena moved, so a decoder compiles one variant (rarely
+    a few: more kept slots) however full its rows are."""
+    lengths = jnp.asarray(self.lengths, jnp.int32)
+    held = int(_count_held(self.max_len, self.cache, lengths))
+    keep = bucket(held, max(self.arena // COMPACT_FRACTION, 1), self.arena)
+    self.cache, kept = _compact(self.max_len, keep, self.cache, lengths)
+    self.free = int(kept)
+    self.compactions += 1
+
   def precompile(self) -> int:
-    """Compiles every (row bucket, slot bucket) variant now (after `start`; changes nothing:
-    all rows are padding, their arena slots are past the used ones); returns how many.
+    """Compiles every (row bucket, slot bucket) variant now, and the compaction (after `start`;
+    changes nothing a row decodes: the step rows are padding, their arena slots past the used
+    ones, and a compaction keeps every row's keys); returns how many.
     Benchmarks call it so no timing includes a compile."""
     self._check_started()
+    self._compact_arena()
     self._make_room(self.step_width)
-    count = 0
+    count = 1
     for width in buckets(self.step_width, ROW_BUCKET):
       fed = np.zeros((3, width), np.int32)
       fed[0] = self.batch
