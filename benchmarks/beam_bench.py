@@ -5,6 +5,7 @@ one-sentence search vs the batched search.
                                   [--recompute-sentences 1] [--d-model 128] [--layers 2]
   python benchmarks/beam_bench.py --batched [--sentences 16] [--sentences-per-batch 8]
                                   [--repeats 2] [--d-model 512 --layers 6 --heads 8]
+                                  [--no-precompile]
 
 `--batched`: `BeamSearcher.search` one sentence after another (its own decoder of `capacity`
 rows, as the evaluator ran it before) against `search_many` (`eval.beam_batch`: the sentences
@@ -12,7 +13,8 @@ advanced together, `--sentences-per-batch` at a time), on the same sentences in 
 process, alternating `--repeats` times; prints words/s of each, their ratio per repeat, the max
 |Δ prefix log-prob| and the count of words whose beam differs (best hypothesis, beam size,
 terminal reading; both should be 0: the batched search is exact, bit for bit). Both decoders
-compile every shape variant first and search untimed warm-up sentences.
+compile every shape variant first and search untimed warm-up sentences (`--no-precompile`: the
+timed sentences once, untimed: the same shapes).
 
 One process, the same model, the same sentences (embedded-treebank validation sentences of
 `--min-words`..`--max-words` words), the same search (b = 300, fast track 30 in union with the
@@ -85,8 +87,10 @@ def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> 
     decoder = searcher.decoder(slots, rows=rows)
     decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
     start = time.perf_counter()
-    variants = decoder.precompile()
-    searcher.search_many(warmup, complete=False)  # host-side warm-up (and the prefix variants)
+    variants = decoder.precompile() if args.precompile else 0
+    # Host-side warm-up (and the prefix variants); without precompiling, the timed sentences
+    # themselves: a search of the same sentences asks for the same shapes again.
+    searcher.search_many(warmup if args.precompile else timed, complete=False)
     compiled.append(f"{variants} variants + warm-up in {time.perf_counter() - start:.0f} s")
   words = sum(map(len, timed))
   print(f"{len(timed)} sentences, {words} words; one-sentence: {compiled[0]}; batched "
@@ -110,6 +114,8 @@ def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> 
                      for a, b in zip(alone, together))
     print(f"{repeat + 1:>6} {words / t_one:>8.2f} {words / t_many:>11.2f} "
           f"{t_one / t_many:>6.2f} {delta:>9.2e} {differing:>9}")
+  print(f"arena compactions: one-sentence {one.decoder(slots).compactions}, batched "
+        f"{many.decoder(slots).compactions}")
 
 
 def main() -> int:
@@ -130,6 +136,10 @@ def main() -> int:
                       help="one-sentence vs batched search (module docstring)")
   parser.add_argument("--sentences-per-batch", type=int, default=8)
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--precompile", action=argparse.BooleanOptionalAction, default=True,
+                      help="--batched: compile every shape variant first and warm up on other "
+                           "sentences; --no-precompile: warm up on the timed sentences (for "
+                           "large models, whose variants take minutes to compile)")
   args = parser.parse_args()
 
   configuration = get_configuration(args.config)

@@ -16,7 +16,8 @@ from flax import nnx
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.corpus.treebank import embedded_corpus
 from slm_jax.data.encode import encode_document
-from slm_jax.eval.beam import BeamSearcher, _top_k, word_synchronous_beam
+from slm_jax.eval.beam import BeamSearcher, word_synchronous_beam
+from slm_jax.eval.beam_batch import top_k as _top_k
 from slm_jax.eval.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START, Grammar,
                                          GrammarState)
 from slm_jax.eval.scorer import Scorer, logsumexp

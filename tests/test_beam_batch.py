@@ -16,6 +16,7 @@ from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval.beam import BeamSearcher
+from slm_jax.eval.beam_batch import select_per_slot
 from slm_jax.eval.incremental import IncrementalDecoder
 from slm_jax.eval.proposals import BeamProposals
 from slm_jax.eval.scorer import Scorer
@@ -165,3 +166,28 @@ def test_syntaxgym_and_beam_proposals_take_the_batched_search(tmp_path):
     assert batched_source.proposals(words) == alone_source.proposals(words)
   assert batched_source.stats == alone_source.stats
   assert batched_source.last is None  # nothing was searched alone
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(1, 8),
+                  st.integers(0, 4), st.integers(0, 2**16))
+def test_select_per_slot_is_the_stable_sort_rule_per_slot(rows_per_slot, beam, fast_track,
+                                                          seed):
+  """Per slot: the `beam` best candidates (a stable sort by score, ties by flat index), then
+  the `fast_track` best fast-column candidates not among them — written out with full sorts."""
+  rng = np.random.default_rng(seed)
+  slot = np.repeat(np.arange(len(rows_per_slot)), rows_per_slot)
+  cand = rng.integers(-3, 3, (len(slot), 5)).astype(float)  # ties on purpose
+  cand[rng.random(cand.shape) < 0.3] = -np.inf
+  fast_columns = np.arange(5) == 4
+  expected = []
+  for s in range(len(rows_per_slot)):
+    (rows,) = np.nonzero(slot == s)
+    flat = (rows[:, None] * 5 + np.arange(5)).ravel()
+    flat = flat[np.isfinite(cand.ravel()[flat])]
+    ranked = flat[np.argsort(-cand.ravel()[flat], kind="stable")]
+    sub = list(ranked[:beam])
+    fast = [i for i in ranked if fast_columns[i % 5]][:fast_track]
+    expected += sub + [i for i in fast if i not in sub]
+  f, c = select_per_slot(cand, slot, beam, fast_track, fast_columns)
+  assert (f * 5 + c).tolist() == [int(i) for i in expected]

@@ -94,14 +94,17 @@ def test_kv_cache_other_linearizations(linearization):
 
 
 def test_arena_compaction_keeps_every_row():
-  """A tight arena (N·S + N slots) overflows mid-sequence (one row fed per step, each step
-  takes N slots): the compacted rows decode the same, forks included."""
+  """The arena overflows mid-sequence (its first free slot is moved near its end, as after
+  many steps; a step uses one slot per fed row, its padding none): the compacted rows decode
+  the same, forks included."""
   model, configuration, sequences, reference = setup("mix(tg_nomask,tg)")
   decoder = IncrementalDecoder(model, configuration, max_len=28, batch=3, arena_factor=1)
   decoder.start(np.stack([s.tokens[:2] for s in sequences]),
                 np.stack([s.kinds[:2] for s in sequences]))
   worst = 0.0
   for t in range(2, max(map(len, sequences))):
+    if t in (3, 12):
+      decoder.free = decoder.arena - decoder.step_width - 2  # the next steps overflow
     if t == 12:
       decoder.copy_rows([2], [0])  # fork row 0 (its keys stay shared in the arena)
       sequences = sequences[:2] + sequences[:1]
@@ -114,6 +117,27 @@ def test_arena_compaction_keeps_every_row():
   assert worst < TOL
   assert decoder.compactions >= 2
   assert decoder.precompile() > 0 and decoder.free + 3 <= decoder.arena
+
+
+def test_a_step_uses_one_arena_slot_per_fed_row_and_compaction_keeps_only_held_slots():
+  """Padding rows of a step take no arena slots (the old decoder used a whole row bucket per
+  step); a compaction keeps exactly the distinct slots the rows hold (a fork shares its
+  parent's) and leaves the arena past them untouched (it moves O(kept) slots, at least a
+  quarter of the arena)."""
+  model, configuration, sequences, _ = setup("tg")
+  decoder = IncrementalDecoder(model, configuration, max_len=32, batch=40)  # 1,600 slots
+  decoder.start(sequences[0].tokens[:4], sequences[0].kinds[:4])  # 4 slots, shared by the rows
+  assert decoder.free == 4
+  decoder.step_rows([0, 2], sequences[0].tokens[4:6], sequences[0].kinds[4:6])
+  assert decoder.free == 6
+  decoder.copy_rows([1], [0])
+  decoder.release(np.arange(2, 40))
+  tail = np.asarray(decoder.cache.k[0][-8:])
+  decoder.free = decoder.arena  # the next step compacts
+  decoder.step_rows([1], sequences[0].tokens[5:6], sequences[0].kinds[5:6])
+  assert decoder.compactions == 1
+  assert decoder.free == 4 + 1 + 1  # prefix, row 0's (and row 1's) token, the new one
+  np.testing.assert_array_equal(np.asarray(decoder.cache.k[0][-8:]), tail)
 
 
 def test_the_comparison_detects_a_wrong_mask():

@@ -50,6 +50,7 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
+from slm_jax.eval.beam_batch import BatchedSearch, select_per_slot
 from slm_jax.eval.beam_feed import feed_expansions
 from slm_jax.eval.beam_result import BeamResult, Completed
 from slm_jax.eval.grammaticality import Grammar, GrammarState
@@ -264,7 +265,6 @@ class BeamSearcher:
         ids, kinds = (None, None) if prefixes is None else prefixes[i]
         yield i, self.search(words, complete=complete, prefix_ids=ids, prefix_kinds=kinds)
       return
-    from slm_jax.eval.beam_batch import BatchedSearch  # pylint: disable=g-import-not-at-top
     yield from BatchedSearch(self, sentences, complete=complete, prefixes=prefixes,
                              concurrent=self.sentences_per_batch)
 
@@ -290,18 +290,11 @@ class BeamSearcher:
   def _select(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(parent, slot) of the kept candidates: the union of the sub-beam (top `beam` of all) and
     the fast track (top `fast_track` word candidates); a fast-track candidate already in the
-    sub-beam is not added again, and nothing replaces it.
-
-    Ranking is by score, ties by flat index (a stable sort), found by partial selection."""
-    flat = cand.ravel()
-    finite = np.flatnonzero(np.isfinite(flat))
-    chosen = _top_k(flat, finite, self.beam)
-    slots = cand.shape[1]
-    if self.fast_track and len(finite) > len(chosen):
-      words = finite[finite % slots == self.grammar.word_slot]
-      fast = _top_k(flat, words, self.fast_track)
-      chosen = np.concatenate([chosen, fast[~np.isin(fast, chosen)]])
-    return chosen // slots, chosen % slots
+    sub-beam is not added again, and nothing replaces it (`beam_batch.select_per_slot`, one
+    slot). Ranking is by score, ties by flat index (a stable sort), found by partial selection."""
+    columns = np.arange(cand.shape[1]) == self.grammar.word_slot
+    return select_per_slot(cand, np.zeros(len(cand), np.int64), self.beam, self.fast_track,
+                           columns)
 
   def _symbols(self, hist, hist_kind, pool) -> list[str]:
     best = pool[0]  # the pool is sorted best first
@@ -319,21 +312,6 @@ class BeamSearcher:
     bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
     return [Completed(ids[a:b], kinds[a:b], symbols[a:b], float(score[row]), float(term[row]))
             for a, b, row in zip(bounds[:-1], bounds[1:], pool.tolist())]
-
-
-def _top_k(values: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
-  """The `k` entries of `index` with the largest `values[index]`, best first, ties by position
-  in `index` (increasing) — `index[np.argsort(-values[index], kind="stable")[:k]]` without
-  sorting everything."""
-  v = values[index]
-  if len(v) > k:
-    threshold = np.partition(v, len(v) - k)[len(v) - k]  # the k-th largest value
-    above = v > threshold
-    at = np.flatnonzero(v == threshold)[:k - int(above.sum())]
-    keep = np.flatnonzero(above)
-    keep = np.sort(np.concatenate([keep, at]))
-    index, v = index[keep], v[keep]
-  return index[np.argsort(-v, kind="stable")]
 
 
 def word_synchronous_beam(model: Decoder | Scorer | Any, tokenizer: Tokenizer,

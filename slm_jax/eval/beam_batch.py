@@ -12,8 +12,8 @@ closings; module docstring of `beam`) for `concurrent` sentences at once in one 
              every step reads few cache slots)
   a round    one expansion round of every slot: one `gather` of the candidates' log-probs for
              all frontiers, candidate validity for all of them (`Grammar.valid` with a word,
-             cap and end flag per row), the selection per slot as array operations over
-             [slots × hypotheses] (a stable sort by score, ranks within each slot), one
+             cap and end flag per row), the selection per slot (`select_per_slot`:
+             partial selection within each slot's candidates, no sort of all of them), one
              `copy_rows` for every fork, one `step_rows` per token position for every kept
              candidate, and the pool merge per slot (a stable sort by (slot, score))
   results    per sentence exactly those of `BeamSearcher.search`: the same hypotheses in the
@@ -339,26 +339,38 @@ def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_tr
   """(row index, column) of the kept candidates of `cand` [rows, columns] (−inf: invalid),
   rows grouped by `front_slot` (non-decreasing), grouped by slot: per slot, the sub-beam (its
   `beam` best, ties by flat index) then the fast-track candidates (columns where
-  `fast_columns`) not in it (its `fast_track` best of them) — `BeamSearcher._select` per slot,
-  in the same order."""
+  `fast_columns`) not in it (its `fast_track` best of them), each best first — the one
+  selection rule of the word-synchronous searches (`BeamSearcher._select` is the one-slot case).
+  Per slot by partial selection (`top_k`): O(candidates), no sort of all of them."""
   columns = cand.shape[1]
-  flat = cand.ravel()
-  finite = np.flatnonzero(np.isfinite(flat))  # increasing: grouped by slot, then flat index
-  by_score = finite[np.argsort(-flat[finite], kind="stable")]
-  ranked = by_score[np.argsort(front_slot[by_score // columns], kind="stable")]
-  group = front_slot[ranked // columns]
-  rank = segment_ranks(group)
-  sub = rank < beam
-  is_fast = fast_columns[ranked % columns]
-  fast_rank = np.cumsum(is_fast) - 1
-  starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
-  before = np.repeat(np.r_[0, np.cumsum(is_fast)][starts],
-                     np.diff(np.r_[starts, len(group)])) if len(group) else 0
-  fast = is_fast & (fast_rank - before < fast_track) & ~sub
-  chosen = sub | fast
-  kept, kept_group, kept_fast = ranked[chosen], group[chosen], fast[chosen]
-  kept = kept[np.argsort(2 * kept_group + kept_fast, kind="stable")]
+  rows = len(front_slot)
+  starts = np.flatnonzero(np.r_[True, front_slot[1:] != front_slot[:-1]]) if rows else []
+  kept = []
+  for a, b in zip(starts, np.r_[starts[1:], rows].astype(np.int64)):  # a loop over slots
+    flat = cand[a:b].ravel()
+    finite = np.flatnonzero(np.isfinite(flat))
+    chosen = top_k(flat, finite, beam)
+    if fast_track and len(finite) > len(chosen):
+      fast = top_k(flat, finite[fast_columns[finite % columns]], fast_track)
+      chosen = np.concatenate([chosen, fast[~np.isin(fast, chosen)]])
+    kept.append(chosen + a * columns)
+  kept = np.concatenate(kept) if kept else np.zeros(0, np.int64)
   return kept // columns, kept % columns
+
+
+def top_k(values: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
+  """The `k` entries of `index` with the largest `values[index]`, best first, ties by position
+  in `index` (increasing) — `index[np.argsort(-values[index], kind="stable")[:k]]` without
+  sorting everything."""
+  v = values[index]
+  if len(v) > k:
+    threshold = np.partition(v, len(v) - k)[len(v) - k]  # the k-th largest value
+    above = v > threshold
+    at = np.flatnonzero(v == threshold)[:k - int(above.sum())]
+    keep = np.flatnonzero(above)
+    keep = np.sort(np.concatenate([keep, at]))
+    index, v = index[keep], v[keep]
+  return index[np.argsort(-v, kind="stable")]
 
 
 def bucket_slots(searcher: "BeamSearcher", sentence: _Sentence) -> int:

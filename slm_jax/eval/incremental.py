@@ -12,10 +12,12 @@ A step appends the fed rows' new keys/values to the arena (one contiguous write)
 each row over `k[path[row]]`; forking a hypothesis (`copy_rows`) copies its path and metadata
 rows (a few int32s per token), never keys or values. Everything is updated in place (donated
 buffers), and a step computes only the rows it feeds (bucketed row counts, `slm_jax.buckets`).
-The arena starts with `arena_factor`·N·S slots (a search writes one slot per fed token); when a
-step would overflow it, the slots the live rows still use are moved to its front, a shared prefix
-kept shared (hypotheses of a beam share most of their tokens, so this is far below N·S), and the
-arena grows only if that is not room enough. `release(rows)` marks rows unused (their slots are
+The arena starts with `arena_factor`·N·S slots (a search uses one slot per fed token; a step's
+padding rows write past the used slots and are written over by the next step); when a step would
+overflow it, the slots the live rows still use are moved to its front, a shared prefix kept
+shared (hypotheses of a beam share most of their tokens, so this is far below N·S; only those
+slots are moved, in place: a compaction costs O(kept), not O(arena)), and the arena grows only
+if that is not room enough. `release(rows)` marks rows unused (their slots are
 dropped at the next compaction); `start_rows(rows, prefix)` starts rows on a prefix of their own
 while the others keep decoding (a batched beam refills the rows of a finished sentence).
 
@@ -67,6 +69,7 @@ MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past
 # the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
 MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
+COMPACT_FRACTION = 4  # a compaction moves at least arena / COMPACT_FRACTION slots (one variant)
 
 
 class DecoderCache(NamedTuple):
@@ -250,18 +253,32 @@ def _copy_rows(width: int, cache: DecoderCache, logprobs_NV, moves_2M):
                         length=copy(cache.length)), copy(logprobs_NV)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _compact(width: int, cache: DecoderCache, lengths_N):
+def _held_slots(width: int, arena: int, path_NW, lengths_N):
+  """[arena] bool: the slots some row's first lengths_N tokens use (a released row: none)."""
+  held_NW = jnp.arange(width)[None, :] < lengths_N[:, None]
+  return jnp.zeros((arena,), bool).at[jnp.where(held_NW, path_NW, arena)].set(True, mode="drop")
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _count_held(width: int, cache: DecoderCache, lengths_N):
+  """How many arena slots `_compact` keeps."""
+  return jnp.sum(_held_slots(width, cache.k[0].shape[0], cache.path[:, :width], lengths_N))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2,))
+def _compact(width: int, keep: int, cache: DecoderCache, lengths_N):
   """Moves the arena slots of every row's first lengths_N tokens (all within [0, width)) to the
   front, in slot order, each slot once (a shared prefix stays shared); a row of length 0 (a
-  released row) keeps nothing. Returns (cache, slots kept)."""
+  released row) keeps nothing. `keep` >= the slots kept (`_count_held`): only that many are
+  gathered and written, in place (the i-th kept slot is at index >= i), so a compaction costs
+  O(kept), not O(arena). Returns (cache, slots kept)."""
   A = cache.k[0].shape[0]
   used_NW = cache.path[:, :width]
   held_NW = jnp.arange(width)[None, :] < lengths_N[:, None]
-  mark = jnp.zeros((A,), bool).at[jnp.where(held_NW, used_NW, A)].set(True, mode="drop")
-  order = jnp.nonzero(mark, size=A, fill_value=0)[0]  # kept slots first, ascending
+  mark = _held_slots(width, A, used_NW, lengths_N)
+  order = jnp.nonzero(mark, size=keep, fill_value=0)[0]  # kept slots first, ascending
   new_slot = (jnp.cumsum(mark) - 1).astype(jnp.int32)
-  move = lambda a: a[order]
+  move = lambda a: jax.lax.dynamic_update_slice_in_dim(a, a[order], 0, 0)
   path = cache.path.at[:, :width].set(jnp.where(held_NW, new_slot[used_NW], 0))
   return (cache._replace(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), path=path),
           jnp.sum(mark))
@@ -426,17 +443,14 @@ class IncrementalDecoder:
     fed[0, :m], fed[1, :m], fed[2, :m] = rows, token_ids, kinds
     self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
                                             self.cache, self._logprobs, fed, np.int32(self.free))
-    self.free += width
+    self.free += m  # the padding rows' slots [free + m, free + width) are written over next
     self.lengths[rows] += 1
 
   def _make_room(self, width: int) -> None:
     """Compacts the arena (and grows it if that is not enough) so `width` slots are free."""
     if self.free + width <= self.arena:
       return
-    used = bucket(int(self.lengths.max()), self.slot_bucket, self.max_len)
-    self.cache, kept = _compact(used, self.cache, jnp.asarray(self.lengths, jnp.int32))
-    self.free = int(kept)
-    self.compactions += 1
+    self._compact_arena()
     if self.free + width > self.arena:
       self.arena = max(int(1.5 * self.arena), self.free + 2 * width)
       self.cache = _grow(self.arena, self.cache)
@@ -482,13 +496,26 @@ class IncrementalDecoder:
                        f"{index.shape}")
     self.copy_rows(np.arange(self.batch), index)
 
+  def _compact_arena(self) -> None:
+    """Moves the slots the rows hold to the arena's front (`_compact`): all slots of every row
+    scanned, at least a quarter of the arena moved, so a decoder compiles one variant (rarely
+    a few: more kept slots) however full its rows are."""
+    lengths = jnp.asarray(self.lengths, jnp.int32)
+    held = int(_count_held(self.max_len, self.cache, lengths))
+    keep = bucket(held, max(self.arena // COMPACT_FRACTION, 1), self.arena)
+    self.cache, kept = _compact(self.max_len, keep, self.cache, lengths)
+    self.free = int(kept)
+    self.compactions += 1
+
   def precompile(self) -> int:
-    """Compiles every (row bucket, slot bucket) variant now (after `start`; changes nothing:
-    all rows are padding, their arena slots are past the used ones); returns how many.
+    """Compiles every (row bucket, slot bucket) variant now, and the compaction (after `start`;
+    changes nothing a row decodes: the step rows are padding, their arena slots past the used
+    ones, and a compaction keeps every row's keys); returns how many.
     Benchmarks call it so no timing includes a compile."""
     self._check_started()
+    self._compact_arena()
     self._make_room(self.step_width)
-    count = 0
+    count = 1
     for width in buckets(self.step_width, ROW_BUCKET):
       fed = np.zeros((3, width), np.int32)
       fed[0] = self.batch
