@@ -116,7 +116,7 @@ def write_boolq(folder: pathlib.Path, train: str | bytes | None = None, rows: in
 
 # case → the fixture it may write (or lock): such cases run one after another
 SERIAL = {"B1": "ft", "B3": "ft", "B4": "ft", "B8": "parser", "W13": "parser", "B7": "gtca",
-          "W15": "gtca"}
+          "W15": "gtca", "W20": "ft"}
 # fixture → the fixtures it needs built first
 FIXTURES = {"run": (), "ft": ("run",), "ft_other": ("run",), "gtca": ("run",), "parser": (),
             "hf": ()}
@@ -196,6 +196,9 @@ def write_files(w: pathlib.Path) -> None:
   write_boolq(data / "boolq_empty", train="\n")
   (w / "a_file").write_text("x")
   (w / "a_folder.sqlite").mkdir(exist_ok=True)
+  (w / "gcache_empty.jsonl").write_text("")
+  write_boolq(w / "tasks_empty" / "boolq")
+  (w / "tasks_empty" / "boolq" / "data" / "validation.jsonl").write_text("")
   (w / "gcache.jsonl").write_text(json.dumps({
       "id": "s1", "sentence": "The cat sat .", "tree": "(S (NP The cat) (VP sat) .)"}) + "\n")
 
@@ -307,6 +310,24 @@ def cases(w: pathlib.Path) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
       ("W18", "Ctrl-C inside a checkpoint save", ["(checkpointer)"], ()),
       ("W19", "beam_pipelines parse: another --backend into a finished output", ["(two runs)"],
        ()),
+      ("B2", "finetune: the loss turns NaN at a step that is not a log step (--lr=1e30)",
+       ["slm_jax.finetune", f"--workdir={w}/run", f"--out={w}/ft_b2", "--lr=1e30", *ft[:2],
+        "--epochs=3", *ft[3:], "--log_every=100", "--checkpoint_every=1",
+        f"--data_dir={w}/tasks/boolq"], ("run",)),
+      ("G1", "kill -9 of a trainer with Grain worker processes", ["(kill)"], ()),
+      ("W20", "evaluate boolq: an empty validation split",
+       ["slm_jax.evaluate", f"--workdir={w}/run", "--tasks=boolq",
+        f"--downstream_dir={w}/tasks_empty", "--tree_source=flat", f"--boolq_finetuned={w}/ft",
+        f"--out={w}/ev20"], ("ft",)),
+      ("W21", "gtca.cache: empty --data",
+       ["slm_jax.gtca.cache", f"--data={w}/gcache_empty.jsonl",
+        f"--backbone={w}/hf/tokenizer.json", f"--out={w}/empty.sqlite"], ("hf",)),
+      ("W22", "tfds_build without tensorflow_datasets", ["(no extra)"], ()),
+      ("W23", "a full disk while evaluate rewrites results.partial.json (ENOSPC)",
+       ["(report)"], ()),
+      ("W24", "score: a model whose log-probs are NaN",
+       ["slm_jax.score", f"--checkpoint={w}/hf_nan", f"--text_file={w}/doc.txt",
+        f"--out={w}/nan.jsonl"], ("hf",)),
   ]
 
 
@@ -332,11 +353,118 @@ sys.exit(cli.run(main))
 """
 
 
+# `eval.report.write_json` (how evaluate writes OUT/results.partial.json) on a full disk: the
+# file is opened (truncated) and its write fails with ENOSPC; prints the file's size after.
+FULL_DISK_PARTIAL = """
+import errno, os, pathlib, sys
+from slm_jax import cli
+from slm_jax.eval import report
+path = pathlib.Path(sys.argv[1]) / "results.partial.json"
+path.parent.mkdir(parents=True, exist_ok=True)
+report.write_json({"complete": False, "models": [{"name": "first"}]}, path)
+real_open = pathlib.Path.open
+
+class Full:
+  def __init__(self, f):
+    self.f = f
+  def __enter__(self):
+    return self
+  def __exit__(self, *exc):
+    self.f.close()
+  def write(self, data):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+def full_open(self, mode="r", *args, **kwargs):
+  f = real_open(self, mode, *args, **kwargs)
+  return Full(f) if "w" in mode else f
+
+def main(_):
+  pathlib.Path.open = full_open
+  try:
+    report.write_json({"complete": False, "models": [{"name": "first"}, {"name": "2nd"}]}, path)
+  finally:
+    pathlib.Path.open = real_open
+    print(f"SIZE {path.stat().st_size}", flush=True)
+
+sys.exit(cli.run(main))
+"""
+
+
 def checkpointer_script() -> str:
   """The script of tests/test_checkpoint_failures.py: saves step 1, then step 2 with a failure."""
   sys.path.insert(0, str(HERE))
   from tests.test_checkpoint_failures import CHECKPOINTER  # pylint: disable=g-import-not-at-top
   return CHECKPOINTER
+
+
+# The non-finite values in the parameters of every step saved in a checkpoints folder.
+NONFINITE_PARAMS = """
+import pathlib, sys, warnings
+import jax, numpy as np, orbax.checkpoint as ocp
+warnings.simplefilter("ignore")
+folder = pathlib.Path(sys.argv[1])
+counts = []
+for step in sorted(int(p.name) for p in folder.glob("*") if p.name.isdigit()):
+  state = ocp.PyTreeCheckpointer().restore(folder / str(step) / "state")
+  leaves = [np.asarray(l) for l in jax.tree_util.tree_leaves(state["params"])]
+  bad = sum(int((~np.isfinite(l)).sum()) for l in leaves if l.dtype.kind == "f")
+  counts.append(f"step {step}: {bad} non-finite of {sum(l.size for l in leaves)}")
+print("saved: " + "; ".join(counts) if counts else "no step saved")
+"""
+
+
+def nan_model(w: pathlib.Path) -> None:
+  """`hf_nan`: the tiny HF folder with its final norm's weights NaN (every log-prob NaN)."""
+  from safetensors import numpy as stn  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(w / "hf_nan", ignore_errors=True)
+  shutil.copytree(w / "hf", w / "hf_nan")
+  (w / "nan.jsonl").unlink(missing_ok=True)
+  weights = stn.load_file(w / "hf_nan" / "model.safetensors")
+  weights["model.norm.weight"] = np.full_like(weights["model.norm.weight"], np.nan)
+  stn.save_file(weights, w / "hf_nan" / "model.safetensors", metadata={"format": "pt"})
+
+
+def orphans(r: Runner) -> tuple[int, str, str, str]:
+  """Trains on 6 prepared GUM documents (streamed by Grain) with 2 worker processes, `kill -9`s
+  the trainer once it logged a step, and counts its child processes still alive 5 s later (then
+  ends them)."""
+  folder = r.work / "grain"
+  shutil.rmtree(folder, ignore_errors=True)
+  gum = sorted((shared_data() / "gum" / "const").glob("*.ptb"))
+  if not (r.work / "gum_prepared").is_dir():
+    code, out, err = r.run("slm_jax.prepare", *map(str, gum[:6]), f"--output={r.work}/gum_prepared")
+    if code:
+      return code, out, err, "prepare failed"
+  # output into files, not pipes: orphans holding the pipes would block reading them
+  log = open(r.work / "grain.log", "w+")  # pylint: disable=consider-using-with
+  p = subprocess.Popen(r.args(
+      "slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=100000",
+      *SMALL[2:], "--config.data.source=arrayrecord", f"--config.data.paths={r.work}/gum_prepared",
+      f"--config.data.eval_paths={gum[6]}", "--config.data.worker_count=2",
+      f"--workdir={folder}"), cwd=r.tree, env=r.env, text=True, stdout=log, stderr=log)
+  deadline = time.time() + 900
+  while p.poll() is None and time.time() < deadline and not (
+      (folder / "metrics.jsonl").exists() and (folder / "metrics.jsonl").read_text().strip()):
+    time.sleep(1)
+  if p.poll() is not None:
+    log.seek(0)
+    return p.returncode, "", log.read(), "ended before the kill"
+  children = set()
+  for task in pathlib.Path(f"/proc/{p.pid}/task").iterdir():
+    children |= {int(c) for c in (task / "children").read_text().split()}
+  p.kill()
+  p.wait()
+  time.sleep(5)
+  alive = sorted(c for c in children if pathlib.Path(f"/proc/{c}").exists() and "zombie" not in
+                 pathlib.Path(f"/proc/{c}/status").read_text().lower())
+  for c in alive:  # leave nothing behind
+    os.kill(c, 9)
+  log.seek(0)
+  out, err = log.read(), ""
+  log.close()
+  return p.returncode, out, err, (f"{len(children)} child processes at the kill, "
+                                  f"{len(alive)} alive 5 s later")
 
 
 def concurrent(r: Runner, first: list[str], second: list[str]) -> tuple[int, str, str, str]:
@@ -426,6 +554,35 @@ def run_case(r: Runner, case) -> tuple[str, int, str]:
     code, out, err = r.run(*beam, "--backend=passthrough")
     shown = ("beam_pipelines parse doc.txt --output=$F/bparsed --backend=passthrough (after "
              "--backend=flat)")
+  elif ident == "B2":
+    shutil.rmtree(w / "ft_b2", ignore_errors=True)
+    code, out, err = r.run(*command, timeout=900)
+    check = r.code(NONFINITE_PARAMS, str(w / "ft_b2" / "seed42" / "checkpoints"))
+    lines = (check[1] + "\n" + check[2]).strip().splitlines() or ["?"]
+    note = lines[0] if check[0] == 0 else f"parameters not read: {lines[-1]}"
+    shown = " ".join([command[0].removeprefix("slm_jax."), *command[1:]]).replace(str(w), "$F")
+  elif ident == "G1":
+    code, out, err, note = orphans(r)
+    shown = ("main … --config.data.worker_count=2 --workdir=$F/grain, kill -9 after its first "
+             "step; workers alive 5 s later")
+  elif ident == "W23":
+    code, out, err = r.code(FULL_DISK_PARTIAL, str(w / "ev23"))
+    size = [l.split()[1] for l in out.splitlines() if l.startswith("SIZE ")]
+    out = "\n".join(l for l in out.splitlines() if not l.startswith("SIZE "))
+    note = f"results.partial.json {size[0] if size else '?'} bytes after"
+    shown = "report.write_json(results, OUT/results.partial.json) on a full disk, through cli.run"
+  elif ident == "W24":
+    nan_model(w)
+    code, out, err = r.run(*command)
+    text = (w / "nan.jsonl").read_text() if (w / "nan.jsonl").exists() else ""
+    note = f"nan.jsonl: {text.count('NaN')} NaN literals, {text.count('null')} nulls"
+    shown = " ".join([command[0].removeprefix("slm_jax."), *command[1:]]).replace(str(w), "$F")
+  elif ident == "W22":
+    code, out, err = r.code("import runpy, sys\nsys.modules['tensorflow_datasets'] = None\n"
+                            f"sys.argv = ['tfds_build', {str(w / 'doc.txt')!r}, "
+                            f"'--output={w}/tfds', '--name=x']\n"
+                            "runpy.run_module('slm_jax.tfds_build', run_name='__main__')\n")
+    shown = "tfds_build $F/doc.txt --output=$F/tfds --name=x (tensorflow_datasets missing)"
   else:
     code, out, err = r.run(*command, timeout=900)
     shown = " ".join([command[0].removeprefix("slm_jax."), *command[1:]]).replace(str(w), "$F")
