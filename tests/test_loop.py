@@ -95,6 +95,23 @@ def test_a_non_finite_loss_at_a_step_that_logs_nothing_stops_there_and_saves_not
   assert first.checkpointer.steps() == []
 
 
+def test_an_update_that_overflows_with_a_finite_loss_is_never_saved(tmp_path):
+  """A step's loss is computed before its update: with a huge learning rate the loss of step 2 is
+  finite while the parameters it leaves are not. The save of step 2 must refuse them."""
+  def overflowing(state, batch, step):
+    w, out = sgd(state["w"], batch["x"], batch["y"], 1e30 if step == 1 else 0.1)
+    return {"w": w * jnp.float32(1e30) * jnp.float32(1e30) if step == 1 else w}, out
+  run = new_loop(tmp_path, total=6)
+  with pytest.raises(NonFiniteLossError, match=r"non-finite parameters after the update of step "
+                     r"2 \(1 arrays, first \['w'\]\); stopping without saving \(last checkpoint: "
+                     r"step 1 in .*checkpoints\); lower it"):
+    run.run(overflowing, batch_at, cadence=Cadence(log_every=100, checkpoint_every=1),
+            hint="lower it")
+  assert run.checkpointer.steps() == [1]
+  restored = run.checkpointer.restore_latest({"w": jnp.zeros(3, jnp.float32)})
+  assert np.isfinite(np.asarray(restored.state["w"])).all()
+
+
 def test_progress_lines_leave_out_the_first_step_and_come_at_epoch_ends(tmp_path):
   lines, windows = [], []
 

@@ -21,7 +21,9 @@ fine-tuning, the chart parser; GTCA stages fit the same contract).
 - **Non-finite loss**: every step's loss is checked — one step late, so the host prepares the
   next batch while the device runs, and always before anything is logged, evaluated or saved.
   The first non-finite loss raises `NonFiniteLossError` (exit code 3) naming the step and the
-  last checkpoint; nothing is saved after it.
+  last checkpoint; nothing is saved after it. A save first checks that the state's floating
+  arrays are finite (an update can overflow while its step's loss, computed before it, is
+  finite): non-finite parameters raise the same error instead of being saved.
 - **Progress**: every `log_every` steps, at epoch ends, at a stop and at the last step,
   `progress(window, step)` turns the window's step outputs into a metrics record (written with
   `step` to the `MetricsWriter`) and the fields of the one progress line,
@@ -44,6 +46,9 @@ import dataclasses
 import math
 import time
 from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
 
 from slm_jax import cli
 from slm_jax.train.checkpointing import Checkpointer, Restored
@@ -195,8 +200,24 @@ class Loop:
     self.log(f"{self.label}resumed from step {self.start} ({where})")
     return self.start
 
-  def save(self, step: int) -> None:
-    self.checkpointer.save(step, self.persist.target(self.state), self.persist.extra(step))
+  def save(self, step: int, hint: str = "") -> None:
+    """Saves the state of `step`, after checking that every floating array in it is finite: a
+    step's loss is computed before its update, so an update that overflows (a huge learning rate)
+    makes the parameters NaN while the loss that step reports is still finite."""
+    target = self.persist.target(self.state)
+    floats = [(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]
+              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    finite_A = [jnp.isfinite(leaf).all() for _, leaf in floats]
+    if finite_A and not bool(jnp.stack(finite_A).all()):  # one host sync for the whole state
+      bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(floats, finite_A) if not ok]
+      self.checkpointer.wait()  # the saves already under way are the last ones
+      last = self.checkpointer.steps()[-1:]
+      raise NonFiniteLossError(
+          f"{self.label}non-finite parameters after the update of step {step} ({len(bad)} "
+          f"arrays, first {bad[0]}); stopping without saving (last checkpoint: "
+          f"{f'step {last[0]}' if last else 'none'} in {self.checkpointer.directory})"
+          + (f"; {hint}" if hint else ""))
+    self.checkpointer.save(step, target, self.persist.extra(step))
 
   def _checked(self, step: int, out: dict, loss_of: Callable[[dict], float], hint: str) -> float:
     loss = loss_of(out)
@@ -267,7 +288,7 @@ class Loop:
             save_due = save_due or action.checkpoint
             stop = action.stop or stop
         if save_due or stop is not None:
-          self.save(step)
+          self.save(step, hint)
           last_save = time.monotonic()
     finally:
       self.checkpointer.wait()
