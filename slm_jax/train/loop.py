@@ -205,8 +205,12 @@ class Loop:
     step's loss is computed before its update, so an update that overflows (a huge learning rate)
     makes the parameters NaN while the loss that step reports is still finite."""
     target = self.persist.target(self.state)
+    # arrays spread over several processes are left out: an eager check of them made the
+    # processes of a multi-host run wait for each other for good (tests/test_multiprocess.py);
+    # there the per-step loss check is the guard
     floats = [(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]
-              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)]
+              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)
+              and getattr(leaf, "is_fully_addressable", True)]
     finite_A = [jnp.isfinite(leaf).all() for _, leaf in floats]
     if finite_A and not bool(jnp.stack(finite_A).all()):  # one host sync for the whole state
       bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(floats, finite_A) if not ok]
