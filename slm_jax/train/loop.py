@@ -214,24 +214,23 @@ class Loop:
     finite_A = [jnp.isfinite(leaf).all() for _, leaf in floats]
     if finite_A and not bool(jnp.stack(finite_A).all()):  # one host sync for the whole state
       bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(floats, finite_A) if not ok]
-      self.checkpointer.wait()  # the saves already under way are the last ones
-      last = self.checkpointer.steps()[-1:]
-      raise NonFiniteLossError(
-          f"{self.label}non-finite parameters after the update of step {step} ({len(bad)} "
-          f"arrays, first {bad[0]}); stopping without saving (last checkpoint: "
-          f"{f'step {last[0]}' if last else 'none'} in {self.checkpointer.directory})"
-          + (f"; {hint}" if hint else ""))
+      raise self._non_finite(f"parameters after the update of step {step} ({len(bad)} arrays, "
+                             f"first {bad[0]})", hint)
     self.checkpointer.save(step, target, self.persist.extra(step))
+
+  def _non_finite(self, what: str, hint: str) -> NonFiniteLossError:
+    """The one stop line of a non-finite loss or state: what, the last checkpoint, the hint."""
+    self.checkpointer.wait()  # the saves already under way are the last ones
+    last = self.checkpointer.steps()[-1:]
+    return NonFiniteLossError(
+        f"{self.label}non-finite {what}; stopping without saving (last checkpoint: "
+        f"{f'step {last[0]}' if last else 'none'} in {self.checkpointer.directory})"
+        + (f"; {hint}" if hint else ""))
 
   def _checked(self, step: int, out: dict, loss_of: Callable[[dict], float], hint: str) -> float:
     loss = loss_of(out)
     if not math.isfinite(loss):
-      self.checkpointer.wait()  # the saves already under way are the last ones
-      last = self.checkpointer.steps()[-1:]
-      raise NonFiniteLossError(
-          f"{self.label}non-finite loss ({loss}) at step {step}; stopping without saving (last "
-          f"checkpoint: {f'step {last[0]}' if last else 'none'} in {self.checkpointer.directory})"
-          + (f"; {hint}" if hint else ""))
+      raise self._non_finite(f"loss ({loss}) at step {step}", hint)
     return loss
 
   def run(self, step_fn: Callable[[Any, Any, int], tuple[Any, dict]],
