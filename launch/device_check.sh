@@ -3,7 +3,7 @@
 # (under 10 minutes), for a machine that has JAX with the accelerator but maybe no network.
 #
 #   launch/device_check.sh [OUT_DIR]        # default: $OUT, else ./device_out
-#   PARTS="env kernel attention train beam" launch/device_check.sh   # beam is off by default
+#   PARTS="env kernel attention train beam beambatch" launch/device_check.sh   # beam parts are off by default
 #
 # Offline machine: run launch/device_wheels.sh where pip works and bring the .whl folder along;
 # its wheels are installed with --no-deps into /tmp/slm_site (the machine's jax, jaxlib, triton,
@@ -11,7 +11,8 @@
 # kernel.txt (benchmarks/kernel_check.py: fused kernel vs xla_attention, outputs and gradients),
 # attention.txt (benchmarks/attention_bench.py at T = 2048/4096/8192: fused kernels vs causal
 # flash, forward and forward+backward, block-skip fractions; xla_attention too at 2048),
-# train.txt (train steps/s by attention type), beam.txt (KV cache vs recompute, if asked) and
+# train.txt (train steps/s by attention type), beam.txt (KV cache vs recompute, if asked),
+# beambatch.txt (one-sentence vs batched beam search, exactness, if asked) and
 # status.txt (exit code and seconds of each part).
 # GUM rows: run `python benchmarks/attention_bench.py --skip-speed
 # --rows-cache benchmarks/.cache/gum_rows.npz` where ../shared/data/gum exists and carry that file
@@ -62,4 +63,6 @@ part attention 330 "$python" benchmarks/attention_bench.py --lengths 2048,4096,8
   --xla-lengths 2048 "${rows[@]}"
 part train 80 "$python" benchmarks/train_bench.py --steps 10
 part beam 150 "$python" benchmarks/beam_bench.py --no-naive
+part beambatch 150 "$python" benchmarks/beam_bench.py --batched --sentences 8 \
+  --sentences-per-batch 8 --repeats 1
 cat "$out/status.txt"
