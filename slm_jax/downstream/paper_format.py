@@ -115,11 +115,14 @@ def _blank(example: TaskExample) -> tuple[str, str]:
 
 
 def _hellaswag_parts(example: TaskExample, option: int) -> tuple[str, str]:
-  """(head, rest) of a HellaSwag continuation: swag(Ctx_b + " " + ending) split after Ctx_b."""
+  """(head, rest) of a HellaSwag continuation: swag(Ctx_b + " " + ending) split after Ctx_b
+  (as written, or as the cleaning left it: "the man  walks" → "The man walks"); no head when
+  neither begins it. The head only names the unit's masked part: the code masks the tokens of
+  " " + Ctx_b as written (`mc_joint.masked_tokens`)."""
   ctx_b = example.field("ctx_b").capitalize()
   ending = example.options[option]
   full = swag(f"{ctx_b} {ending}") if ctx_b else swag(ending)
-  head = ctx_b.strip() if ctx_b.strip() and full.startswith(ctx_b.strip()) else ""
+  head = next((h for h in (ctx_b.strip(), swag(ctx_b)) if h and full.startswith(h)), "")
   return head, full[len(head):]
 
 
