@@ -15,7 +15,8 @@ CNT2 apart, never the id (SPEC §3).
 
 BPE bases encode each word as `" " + word`, GPT-2's convention for a word inside running text,
 after undoing PTB escapes (`-LRB-` → `(`, `` `` `` and `''` → `"`); the word-level base keeps the
-PTB word as is.
+PTB word as is. `encode_text` reads raw running text whole instead (a BPE base's own
+pre-tokenizer), as the paper code tokenizes a plain string (HellaSwag's Ctx_b mask).
 """
 
 from __future__ import annotations
@@ -133,6 +134,13 @@ class Tokenizer:
         self._word_cache.clear()  # frequent words come straight back
       self._word_cache[word] = pieces
     return pieces
+
+  def encode_text(self, text: str) -> tuple[int, ...]:
+    """Base piece ids of raw running text read whole, as a plain string goes through the base's
+    own tokenizer (the paper code's `tokenizer.encode(" " + text)`); unlike `encode_word` per
+    PTB word, a BPE base splits it by its own pre-tokenizer (GPT-2: " Then, he's" → " Then",
+    ",", " he", "'s"). No prefix is added and no PTB escape undone."""
+    return tuple(self.base.encode_text(text))
 
   def encode_symbols(
       self, symbols: Sequence[str], kinds: Sequence[int] | np.ndarray,

@@ -136,6 +136,12 @@ class WordVocab:
   def encode_word(self, word: str) -> tuple[int, ...]:
     return (self.index.get(word, 0),)
 
+  def encode_text(self, text: str) -> tuple[int, ...]:
+    """Raw text: a word-level vocabulary has no text tokenizer of its own, it reads the text's
+    PTB words (`splitting.ptb_words`), the leaves it was built from."""
+    from slm_jax.splitting import ptb_words  # pylint: disable=g-import-not-at-top
+    return tuple(self.index.get(word, 0) for word in ptb_words(text))
+
   def decode_piece(self, piece_id: int) -> str:
     return self.words[piece_id]
 
@@ -245,7 +251,10 @@ class TiktokenBase:
     self.normalize_nfc = kind == "qwen"  # Qwen2 normalizes its input to NFC; GPT-2 does not
 
   def encode_word(self, word: str) -> tuple[int, ...]:
-    text = self.word_prefix + ptb_unescape(word)
+    return self.encode_text(self.word_prefix + ptb_unescape(word))
+
+  def encode_text(self, text: str) -> tuple[int, ...]:
+    """Raw text as the BPE reads a plain string (its own pre-tokenizer; no prefix added)."""
     if self.normalize_nfc:
       text = unicodedata.normalize("NFC", text)
     return tuple(self.encoding.encode_ordinary(text))
@@ -299,11 +308,14 @@ class HfBase:
     self.unescape_ptb = unescape_ptb
 
   def encode_word(self, word: str) -> tuple[int, ...]:
-    text = self.word_prefix + (ptb_unescape(word) if self.unescape_ptb else word)
-    ids = tuple(self.tokenizer.encode(text, add_special_tokens=False).ids)
+    ids = self.encode_text(self.word_prefix + (ptb_unescape(word) if self.unescape_ptb else word))
     if not ids:
       raise ValueError(f"HF tokenizer {self.path} encodes word {word!r} to no pieces")
     return ids
+
+  def encode_text(self, text: str) -> tuple[int, ...]:
+    """Raw text as the tokenizer reads a plain string (no prefix added, no special tokens)."""
+    return tuple(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
   def decode_piece(self, piece_id: int) -> str:
     return self.tokenizer.decode([piece_id], skip_special_tokens=False)

@@ -13,7 +13,7 @@ import pytest
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.data.encode import encode_document
 from slm_jax.data.rows import RowReader
-from slm_jax.downstream import mc_joint, paper_format, tasks
+from slm_jax.downstream import mc_joint, obqa_graft, paper_format, tasks
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.scoring import continuation_scores
 from slm_jax.kinds import Kind
@@ -165,10 +165,100 @@ def test_graft_keeps_a_line_whose_option_is_not_found_and_counts_it():
   lines_ = [[parse_tree(t)] for t in OPENBOOKQA_TREES]
   options = ["puppies learning new tricks", "kittens", "flowers wilting in a vase",
              "plants sprouting, blooming and wilting"]
-  grafted, ok = mc_joint.graft(lines_, options, 3)
-  assert ok == [True, False, True, True] and grafted[1] == lines_[1]
+  grafted, events = obqa_graft.graft(lines_, options, 3)
+  assert events == [(), ("not_grafted",), (), ()] and grafted[1] == lines_[1]
   assert grafted[0][0].to_bracketed() == SUN.format(
       "(NP (NP puppies) (VP learning (NP new tricks)))")
+
+
+# Options spanning two sentences (the gold A and C): the paper code finds A across the line's
+# trees (`find_choice_in_line`, multi-tree mode: it starts at leaf 5 of tree 0), grafts every
+# option's node at A's node in A's first tree and appends each option's own trees after its
+# start tree (C's "They rest ."); B keeps only the gold's first tree. Today's code found A in no
+# last tree and left all four lines as parsed.
+MULTI = {"id": "9-999", "question_stem": "The sun is responsible for",
+         "choices": {"text": ["plants growing. They need light", "flowers wilting",
+                              "animals sleeping. They rest", "puppies learning new tricks"],
+                     "label": ["A", "B", "C", "D"]}, "answerKey": "A"}
+MULTI_TREES = [SUN.format("(NP (NP plants) (VP growing))"),
+               "(S (NP They) (VP need (NP light)) .)",
+               "(S (NP The sun) (VP is (ADJP responsible) (PP for (NP (NP flowers) (VP wilting))))"
+               " .)",
+               SUN.format("(S (NP animals) (VP sleeping))"),
+               "(S (NP They) (VP rest) .)",
+               OPENBOOKQA_TREES[0]]
+
+
+def test_openbookqa_grafts_options_that_span_sentences_as_the_code_does(tmp_path):
+  path = tmp_path / "multi.txt"
+  path.write_text("\n\n".join(MULTI_TREES) + "\n")
+  words = {w for t in MULTI_TREES for w in parse_tree(t).leaves()}
+  enc = TextEncoder(make_tokenizer("word", words=sorted(words)), CONFIGURATIONS["tree"],
+                    make_tree_source(f"file:{path}"))
+  built = paper_format.build_prompts(example("openbookqa", MULTI))
+  assert built[0].joint.texts[0] == "The sun is responsible for plants growing. They need light."
+  context = "[question] (S (NP The sun NP) (VP is (ADJP responsible (PP"
+  closers = " PP) ADJP) VP) . S)"
+  want = ["for (NP (NP plants NP) (VP growing VP) NP)" + closers
+          + " (S (NP They NP) (VP need (NP light NP) VP) . S)",
+          "for (NP (NP flowers NP) (VP wilting VP) NP)" + closers,  # the gold's PP, no 2nd tree
+          "for (S (NP animals NP) (VP sleeping VP) S)" + closers
+          + " (S (NP They NP) (VP rest VP) . S)",
+          "for (NP (NP puppies NP) (VP learning (NP new tricks NP) VP) NP)" + closers]
+  assert [lines(enc, p) for p in built] == [[context, f"[continuation] {w}"] for w in want]
+  scores = continuation_scores(ZeroScorer(enc), enc, built)
+  # "for plants growing . They need light ." = 38 characters, "for flowers wilting ." = 21, …
+  assert [s.chars for s in scores] == [38, 21, 34, 33]
+  assert enc.joint_stats == {"multi_tree": 4} and "not_grafted" not in enc.joint_stats
+
+
+def test_hellaswag_masks_ctx_b_on_the_token_ids_of_the_plain_string(tmp_path):
+  """GPT-2 reads the code's plain " Then, the man" as " Then" "," " the" " man"; the parse's
+  words give " Then" " ," " the" " man". `get_mask` masks " Then", finds no "," after it and
+  stops: ", the man" is scored (matching words masked all four)."""
+  row = dict(HELLASWAG, ctx_b="then, the man", endings=["runs to the car."] * 4, label="0")
+  tree = "(S (ADVP Then) , (NP the man) (VP runs (PP to (NP the car))) .)"
+  path = tmp_path / "trees.txt"
+  path.write_text(tree + "\n")
+  enc = TextEncoder(make_tokenizer("gpt2"), CONFIGURATIONS["tree"],
+                    make_tree_source(f"file:{path}"))
+  prompt = paper_format.build_prompts(example("hellaswag", row))[0]
+  assert prompt.joint.texts == ("Then, the man runs to the car.",)
+  assert prompt.joint.masked == " Then, the man"
+  encoded = enc.encode(prompt.components, joint=prompt.joint)
+  unit = len(encode_document([parse_tree(tree)], enc.tokenizer, "lin1")) - 2
+  symbols = [s.strip() for s in enc.tokenizer.decode(encoded.sequence.tokens[-unit:])]
+  part = encoded.component_T[-unit:]
+  terminal = encoded.sequence.kinds[-unit:] == Kind.TERMINAL
+  assert [s for s, p in zip(symbols, part) if p == 1] == ["Then"]  # the only token masked
+  assert [s for s, p, t in zip(symbols, part, terminal) if p == 2 and t] == (
+      ", the man runs to the car .".split())
+  words = TextEncoder(make_tokenizer("word", words=parse_tree(tree).leaves()),
+                      CONFIGURATIONS["tree"], make_tree_source(f"file:{path}"))
+  part = words.encode(prompt.components, joint=prompt.joint).component_T[-unit:]
+  assert (part == 1).sum() == 4  # a word-level base reads text as PTB words: all of Ctx_b
+
+
+def test_masked_tokens_equals_the_codes_get_mask_loop():
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    ids = rng.integers(0, 6, rng.integers(1, 30))
+    kinds = np.where(rng.random(len(ids)) < 0.2, Kind.PAUSE, Kind.TERMINAL).astype(np.int8)
+    kinds[0] = Kind.TERMINAL
+    wanted = rng.integers(0, 6, rng.integers(0, 6)).tolist()
+    real = np.flatnonzero(kinds != Kind.PAUSE)
+    mask, i, j = [1] * len(real), 0, 0  # get_mask, as the code writes it, on the real tokens
+    while i < len(real) and j < len(wanted):
+      if ids[real][i] == wanted[j]:
+        mask[i] = 0
+        j += 1
+      i += 1
+    want = np.zeros(len(ids), bool)
+    want[real] = np.asarray(mask) == 0
+    for t in range(1, len(ids)):  # a pause token follows its token
+      if kinds[t] == Kind.PAUSE:
+        want[t] = want[t - 1]
+    np.testing.assert_array_equal(mc_joint.masked_tokens(ids, kinds, wanted), want)
 
 
 def test_demonstrations_are_one_component_per_joint_unit():

@@ -58,6 +58,36 @@ def test_hellaswag_moves_ctx_b_into_an_unscored_head():
   assert paper_format.swag("A [header] x.. y  z [title]w") == "A x. y z. w"
 
 
+@pytest.mark.parametrize("raw, cleaned", [
+    ("  Put on gloves.  ", "Put on gloves."),  # strip
+    ("Clean shoes [title] Buy soap", "Clean shoes. Buy soap"),  # " [title]" → ". ", then "  "
+    ("Buy soap. [title] Rinse", "Buy soap. Rinse"),  # ". " + ". " → ".." → "."
+    ("[header] Wash hands [step] rinse", "Wash hands rinse"),  # every "[…] ", non-greedy
+    ("[a] b] c", "b] c"),
+    ("...then he runs", "then he runs"),  # leading dots (parse_input's swag_preprocess only)
+    ("Wait... go", "Wait.. go"),  # ".." → "." once: "..." keeps two
+    ("a   b", "a  b"),  # "  " → " " once: three spaces keep two
+])
+def test_swag_is_the_cleaning_the_papers_hellaswag_lines_went_through(raw, cleaned):
+  """The parsed lines the paper code reads were cleaned by `datatools/parse_input.py`'s
+  `swag_preprocess` (each step once, leading dots removed); `HellaSwag.preprocess` in
+  `downstream.py` (two passes, no leading-dot step: "Wait... go" → "Wait. go", "...then" →
+  ".then") is never called there."""
+  assert paper_format.swag(raw) == cleaned
+
+
+def test_hellaswag_ctx_b_the_cleaning_changed_still_heads_its_unit():
+  """ctx_b "the man  then" is "The man then" in the cleaned line: it still heads the unit, whose
+  masked text stays the code's " " + Ctx_b as written (`get_mask` tokenizes that)."""
+  row = {"ind": 1, "activity_label": "Running", "ctx_a": "A man stands.", "ctx_b": "the man  then",
+         "endings": ["runs.", "sits.", "jumps.", "waves."], "source_id": "x", "split": "val",
+         "split_type": "indomain", "label": "0"}
+  built = build_prompts(example("hellaswag", row))
+  assert [p.head for p in built] == [" The man then"] * 4
+  assert built[0].joint.texts == ("The man then runs.",)
+  assert built[0].joint.masked == " The man  then"
+
+
 def test_boolq_and_its_demonstration():
   row = {"question": "is the sky blue", "answer": True, "passage": "The sky is blue on a clear day."}
   context = " The sky is blue on a clear day . \n Question : is the sky blue ? \n The answer is"

@@ -368,3 +368,19 @@ def test_word_cache_is_bounded_and_transparent(gpt2):
     assert got == expected
   finally:
     gpt2.word_cache_limit = WORD_CACHE_LIMIT
+
+
+def test_encode_text_reads_raw_text_whole_with_each_bases_own_split(gpt2, qwen, word_tokenizer,
+                                                                  tmp_path):
+  """A plain string goes through the base's own pre-tokenizer (the paper code's
+  `tokenizer.encode`): GPT-2 splits " Then, he's" into " Then" "," " he" "'s", where the word
+  path gives " ," and " 's"; no prefix is added and no PTB escape undone."""
+  pieces = [gpt2.base.decode_piece(i) for i in gpt2.encode_text(" Then, he's")]
+  assert pieces == [" Then", ",", " he", "'s"]
+  assert gpt2.encode_text(" ,") == gpt2.encode_word(",") != gpt2.encode_text(",")
+  assert gpt2.encode_text(" -LRB-") != gpt2.encode_word("-LRB-") == gpt2.encode_text(" (")
+  assert qwen.encode_text(" cats chase") == qwen.encode_word("cats") + qwen.encode_word("chase")
+  hf = make_tokenizer("hf", path=hf_bpe_json(tmp_path))
+  assert hf.encode_text(" cats chase") == hf.encode_word("cats") + hf.encode_word("chase")
+  assert word_tokenizer.encode_text(" the cats' dog") == (  # PTB words; unknown words are 0
+      word_tokenizer.encode_word("the") + (0, 0) + word_tokenizer.encode_word("dog"))

@@ -13,8 +13,9 @@ inserted; Tree-Shuffle is scored in lin0 (SPEC §9), so terminal-format configur
 and EOS). The paper format's joint parse units (`encode(..., joint=)`, `downstream.mc_joint`) read
 the prompt's last two components from one parse: each token of the unit goes to the context part
 or the continuation by its lin1 unit, so the two parts need not be contiguous (HellaSwag's
-unscored Ctx_b words sit inside the continuation's brackets). A component whose text holds no word (empty or whitespace only) is an error: prompts
-never build one, and silently dropping it would shift every later component index.
+unscored Ctx_b tokens, found on token ids as the paper code finds them, sit inside the
+continuation's brackets). A component whose text holds no word (empty or whitespace only) is an
+error: prompts never build one, and silently dropping it would shift every later component index.
 
 Component encodings are cached by text (the shared demonstrations of a task are tokenized once)
 and concatenated with offsets; the result equals `encode_document` of all the sentences' trees
@@ -223,16 +224,20 @@ class TextEncoder:
 
   def _joint_piece(self, joint: "mc_joint.Joint") -> tuple[_Piece, np.ndarray, int]:
     """The paper format's joint unit (`downstream.mc_joint`) as one piece, which part (0: the
-    context part or an unscored word, 1: the continuation) each token belongs to by its lin1
-    unit, and the continuation's divisor. Cached per unit; its events (`multiword_gold`,
-    `not_grafted`) are counted in `joint_stats` once per option unit parsed."""
+    context part or an unscored token, 1: the continuation) each token belongs to by its lin1
+    unit (HellaSwag: its Ctx_b tokens by `mc_joint.masked_tokens` on the ids), and the
+    continuation's divisor. Cached per unit; its events (`multiword_gold`, `not_grafted`,
+    `multi_tree`, `bare_word`) are counted in `joint_stats` once per option unit parsed."""
     cached = self._pieces.get(joint)
     if cached is None:
       found = mc_joint.split(joint, self.component_trees, parsed=self.with_trees)
       whole = encode_document(list(found.trees), self.tokenizer, self.scheme)
       inner = whole.take(np.arange(1, len(whole) - 1))
       unit_T = inner.unit - 1  # the lin1 symbol of every token within the unit
-      part_T = (unit_T >= found.cut) & ~np.isin(unit_T, found.masked_units)
+      part_T = unit_T >= found.cut
+      if found.masked:  # HellaSwag's Ctx_b: matched on token ids as the paper code does
+        part_T &= ~mc_joint.masked_tokens(inner.tokens, inner.kinds,
+                                          self.tokenizer.encode_text(found.masked))
       piece = _Piece(dataclasses.replace(inner, unit=unit_T), len(found.trees),
                      int(whole.unit[-1]) - 1)
       cached = (piece, part_T.astype(np.int32), found.divisor)

@@ -18,29 +18,31 @@ repository could only be read through a text index, which gives offsets, not lin
               and option 1 wins, counted as `multiword_gold`). The continuation (the rest of the
               parse) is the same for every option; WinoGrande scores the raw sum.
   HellaSwag   (`HellaSwag.load_local_datasets` / `get_mask`, @~193,400–194,700) — each
-              continuation is one parse of `swag(Ctx_b + " " + ending)`; the tokens of
-              " " + Ctx_b are masked out of the score by a greedy in-order match (here over the
-              unit's words), while the divisor counts them.
+              continuation is one parse of `swag(Ctx_b + " " + ending)`; the code's `get_mask`
+              takes the ids of " " + Ctx_b as its tokenizer reads the plain string
+              (`tokenizer.encode`, not word by word) and masks, in order, the first continuation
+              token equal to each of them (`masked_tokens`: on token ids, so a word the plain
+              string splits differently from the parse, " Then," → " Then" "," against the
+              parse's " Then" " ,", stops the match there); the divisor counts them all.
   OpenBookQA  (`OpenBookQA.load_local_datasets` @~211,000–212,000; the lines come from
-              `datatools/obqa_tree_clean.py` @ 8e909852, `normalize_sample` / `_graft`) — each
-              option's line is one parse of `stem + " " + option + "."`; the option's subtree
-              (character match from the end, trailing punctuation ignored, the exact-span node
-              nearest the root, else the tightest containing node) is grafted into a copy of the
-              gold line's tree at the gold option's node; the bracket strings of the grafted lines
-              are cut after the last `>` of their common prefix (`os.path.commonprefix(c)
-              .rfind('>') + 1`): the context is that shared prefix, each continuation the rest.
-              The divisor is the continuation's plain characters minus one (the code's
-              `cont_str_len`). A line whose option is not inside its last sentence keeps its own
-              parse (counted as `not_grafted`; the code's multi-sentence grafts are not
-              reproduced).
+              `datatools/obqa_tree_clean.py` @ 8e909852) — each option's line is one parse of
+              `stem + " " + option + "."`, rebuilt on the gold line by the code's graft
+              (`downstream.obqa_graft`: the option's node in the last sentence, or across
+              sentences when it spans them; lines the code leaves as parsed are counted
+              `not_grafted`, lines rebuilt across sentences `multi_tree`); the bracket strings of
+              the grafted lines are cut after the last `>` of their common prefix
+              (`os.path.commonprefix(c).rfind('>') + 1`): the context is that shared prefix, each
+              continuation the rest. The divisor is the continuation's plain characters minus
+              one (the code's `cont_str_len`).
 
 `split(joint, trees_of, parsed)` gives one option's unit as sentence trees, the number of its
-lin1 symbols that belong to the context (`JointSplit.cut`), the words conditioned on but not
-scored, and the divisor. The encoder (`downstream.encoding.TextEncoder.encode(..., joint=)`)
-linearizes the trees once and assigns every token to the context part or the continuation by its
-lin1 unit. Terminal formats read no trees (`parsed=False`, flat trees): the WinoGrande scan then
-sees words only, and OpenBookQA cuts at its option's first word (the code's cut when the options'
-subtrees open with their own bracket, its usual case).
+lin1 symbols that belong to the context (`JointSplit.cut`), the text conditioned on but not
+scored (masked on the encoder's token ids by `masked_tokens`), and the divisor. The encoder
+(`downstream.encoding.TextEncoder.encode(..., joint=)`) linearizes the trees once and assigns
+every token to the context part or the continuation by its lin1 unit (HellaSwag's masked tokens
+go to the context part). Terminal formats read no trees (`parsed=False`, flat trees): the
+WinoGrande scan then sees words only, and OpenBookQA cuts at its option's first word (the code's
+cut when the options' subtrees open with their own bracket, its usual case).
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ import itertools
 import os
 from typing import Callable, Sequence
 
+import numpy as np
+
+from slm_jax.downstream.obqa_graft import PTB_BRACKETS, graft, match_choice
+from slm_jax.kinds import PAUSE_CODE
 from slm_jax.splitting import default_splitter
 from slm_jax.trees import Tree
 
 RULES = ("winogrande", "hellaswag", "openbookqa")
-PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
-PUNCT_CHARS = set(".!?,;:")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +81,13 @@ class Joint:
 
 @dataclasses.dataclass(frozen=True)
 class JointSplit:
-  """One option's unit: its sentence trees, the lin1 symbols of the context part, the words
-  not scored (their lin1 symbol indices), the divisor, and what was counted (`multiword_gold`, `not_grafted`)."""
+  """One option's unit: its sentence trees, the lin1 symbols of the context part, the text
+  not scored (`masked_tokens` finds its tokens), the divisor, and what was counted
+  (`multiword_gold`, `not_grafted`, `multi_tree`, `bare_word`)."""
 
   trees: tuple[Tree, ...]
   cut: int
-  masked_units: tuple[int, ...] = ()  # lin1 symbol indices of the words not scored
+  masked: str = ""  # HellaSwag: " " + Ctx_b, conditioned on but not scored
   divisor: int = 0
   events: tuple[str, ...] = ()
 
@@ -184,98 +189,33 @@ def _replace_leaf(trees: list[Tree], index: int, words: Sequence[str]) -> list[T
 
 # --- HellaSwag --------------------------------------------------------------------------------------
 
-def _hellaswag(joint: Joint, trees: list[Tree]) -> JointSplit:
-  words = raw_words(joint.texts[0])
-  word_at = tg_symbols(trees, words)[1]
-  wanted, j, masked = raw_words(joint.masked), 0, []
-  for i, word in enumerate(words):  # the code's get_mask: a greedy in-order match
-    if j < len(wanted) and word == wanted[j]:
-      masked.append(word_at[i])
-      j += 1
-  return JointSplit(tuple(trees), 0, tuple(masked))
-
-
-# --- OpenBookQA -------------------------------------------------------------------------------------
-
-def match_choice(leaves: Sequence[str], choice: str) -> tuple[int, int] | None:
-  """(start, content end) of `choice` in `leaves` (`obqa_tree_clean.match_choice_in_leaves`):
-  searched backwards from the end without the trailing punctuation leaves, spaces removed,
-  trailing punctuation ignored, then case-insensitively."""
-  punct = 0
-  for leaf in reversed(leaves):
-    if leaf and all(c in PUNCT_CHARS for c in leaf):
-      punct += 1
-    else:
+def masked_tokens(tokens_T: np.ndarray, kinds_T: np.ndarray, wanted: Sequence[int]
+                  ) -> np.ndarray:
+  """bool [T]: the code's `get_mask` — for each id of `wanted` in order, the first token after
+  the previous match with that id (a pause token follows its token's mask, as the code pauses
+  the mask with the ids); an id not found ends the matching."""
+  real_T = kinds_T != PAUSE_CODE
+  real = np.flatnonzero(real_T)
+  ids = np.asarray(tokens_T)[real]
+  hit = np.zeros(len(ids), bool)
+  at = 0
+  for token in wanted:  # a few ids (the Ctx_b words), each found by one vectorized search
+    found = np.flatnonzero(ids[at:] == token)
+    if not len(found):
       break
-  end = len(leaves) - punct
-  want = choice.replace(" ", "")
-  for fold in (str, str.lower):
-    for start in range(end - 1, -1, -1):
-      got = "".join(PTB_BRACKETS.get(w, w) for w in leaves[start:end])
-      if fold(got) == fold(want) or fold(got.rstrip(".!?,;:")) == fold(want.rstrip(".!?,;:")):
-        return start, end
-  return None
+    hit[at + found[0]] = True
+    at += int(found[0]) + 1
+  last_real_T = np.maximum.accumulate(np.where(real_T, np.arange(len(real_T)), -1))
+  mask_T = np.zeros(len(real_T), bool)
+  mask_T[real] = hit
+  return mask_T[np.maximum(last_real_T, 0)] & (last_real_T >= 0)
 
 
-def _spans(tree: Tree) -> dict[tuple[int, ...], tuple[int, int]]:
-  """{tree position: (first leaf, end leaf)} of every phrase node."""
-  out = {}
-
-  def walk(node: Tree, path: tuple[int, ...], offset: int) -> int:
-    start = offset
-    for i, child in enumerate(node.children):
-      offset = offset + 1 if isinstance(child, str) else walk(child, path + (i,), offset)
-    out[path] = (start, offset)
-    return offset
-
-  walk(tree, (), 0)
-  return out
+def _hellaswag(joint: Joint, trees: list[Tree]) -> JointSplit:
+  return JointSplit(tuple(trees), 0, masked=joint.masked)
 
 
-def choice_node(tree: Tree, choice: str) -> tuple[int, ...] | None:
-  """The position of `choice`'s node in `tree`: the exact-span node nearest the root, else the
-  tightest containing node (`obqa_tree_clean.find_choice_in_line`, single-tree mode)."""
-  found = match_choice(tree.leaves(), choice)
-  if found is None:
-    return None
-  spans = _spans(tree)
-  exact = [p for p, s in spans.items() if s == found]
-  if exact:
-    return min(exact, key=len)
-  containing = [(p, s) for p, s in spans.items() if s[0] <= found[0] and s[1] >= found[1]]
-  return min(containing, key=lambda x: (x[1][1] - x[1][0], len(x[0])))[0]
-
-
-def _at(tree: Tree, path: tuple[int, ...]) -> Tree:
-  for i in path:
-    tree = tree.children[i]
-  return tree
-
-
-def _put(tree: Tree, path: tuple[int, ...], new: Tree) -> Tree:
-  if not path:
-    return new
-  children = list(tree.children)
-  children[path[0]] = _put(children[path[0]], path[1:], new)
-  return Tree(tree.label, tuple(children))
-
-
-def graft(lines: Sequence[list[Tree]], options: Sequence[str], gold: int
-          ) -> tuple[list[list[Tree]], list[bool]]:
-  """Every line with its option's subtree grafted into a copy of the gold line's last tree at the
-  gold option's node (`obqa_tree_clean.normalize_sample`), and whether each was grafted."""
-  gold_at = choice_node(lines[gold][-1], options[gold])
-  out, grafted = [], []
-  for line, option in zip(lines, options):
-    at = choice_node(line[-1], option) if gold_at is not None else None
-    if at is None:
-      out.append(list(line))
-      grafted.append(False)
-      continue
-    out.append(list(lines[gold][:-1]) + [_put(lines[gold][-1], gold_at, _at(line[-1], at))])
-    grafted.append(True)
-  return out, grafted
-
+# --- OpenBookQA ---------------------------------------------------------------------------------
 
 def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool) -> JointSplit:
   k = joint.option
@@ -287,7 +227,7 @@ def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: boo
       raise ValueError(f"option {joint.options[k]!r} not found in {joint.texts[k]!r}")
     cut = tg_symbols(lines[k], words)[1][found[0]]  # before the option's first word
     return JointSplit(tuple(lines[k]), cut, divisor=_chars(words[found[0]:]))
-  grafted, ok = graft(lines, joint.options, joint.gold)
+  grafted, events = graft(lines, joint.options, joint.gold)
   strings = []
   for line in grafted:
     words = [PTB_BRACKETS.get(w, w) for w in _leaves(line)]
@@ -298,8 +238,7 @@ def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: boo
   ends = list(itertools.accumulate(len(x) for x in symbols))
   cut = bisect.bisect_left(ends, cut_char) + 1 if cut_char else 0  # symbols ending by the cut
   after = [symbols[i][1:] for i in word_at if i >= cut]
-  return JointSplit(tuple(grafted[k]), cut, divisor=_chars(after),
-                    events=() if ok[k] else ("not_grafted",))
+  return JointSplit(tuple(grafted[k]), cut, divisor=_chars(after), events=events[k])
 
 
 def _chars(words: Sequence[str]) -> int:
@@ -319,5 +258,5 @@ def split(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool = Tr
   raise ValueError(f"unknown joint rule {joint.rule!r}; expected one of {', '.join(RULES)}")
 
 
-__all__ = ["Joint", "JointSplit", "RULES", "answer_word", "choice_node", "graft", "match_choice",
-           "raw_words", "split", "tg_symbols"]
+__all__ = ["Joint", "JointSplit", "RULES", "answer_word", "masked_tokens", "raw_words", "split",
+           "tg_symbols"]

@@ -30,15 +30,18 @@ Ties go to the first option, as the code's argmax (`scoring`).
 Joint parse units (`mc_joint`, each rule with its place in the code): WinoGrande parses the
 gold-filled sentence once and cuts it after the option's last word (its closing and opening
 brackets stay in the context), HellaSwag parses swag(Ctx_b + " " + ending) once and masks the
-Ctx_b words out of the score, OpenBookQA parses stem + " " + option + "." per option, grafts each
-option's subtree into the gold line's tree and cuts after the last bracket the lines share
+tokens of " " + Ctx_b out of the score (matched on token ids, as the code's `get_mask`),
+OpenBookQA parses stem + " " + option + "." per option, rebuilds each option's line on the gold
+line (`obqa_graft`, the code's graft, across sentences too) and cuts after the last bracket the
+lines share
 (`Prompt.joint`; the encoder reads the prompt's last two components from that unit, the divisor
 of OpenBookQA comes from the cut). A demonstration's joint unit is one component.
 
 Not reproduced (stated in the report's conventions): the code's template trees (its templates
-carry fixed brackets; here template text is parsed like the fields), its multi-sentence
-OpenBookQA grafts (such a line keeps its own parse, counted `not_grafted`), and the " \\n"
-newline terminals (the encoder reads newlines as whitespace).
+carry fixed brackets; here template text is parsed like the fields), and the " \\n" newline
+terminals (the encoder reads newlines as whitespace). OpenBookQA lines the code itself leaves as
+parsed are counted `not_grafted`; a word the code grafts as a sentence of its own is wrapped in
+its parent's label (`bare_word`, `obqa_graft`).
 """
 
 from __future__ import annotations
@@ -95,7 +98,9 @@ def divisor(text: str) -> int:
 # --- per-task pieces ------------------------------------------------------------------------------
 
 def swag(text: str) -> str:
-  """The paper code's HellaSwag cleaning (each step once, in this order)."""
+  """The cleaning the paper's HellaSwag lines went through before parsing (each step once, in
+  this order: `datatools/parse_input.py`'s `swag_preprocess`; `HellaSwag.preprocess` in
+  `downstream.py`, with two passes and no leading-dot step, is never called there)."""
   text = text.strip().replace(" [title]", ". ")
   text = re.sub(r"\[.*?\] ", "", text)
   text = re.sub(r"^\.+", "", text)
@@ -110,11 +115,14 @@ def _blank(example: TaskExample) -> tuple[str, str]:
 
 
 def _hellaswag_parts(example: TaskExample, option: int) -> tuple[str, str]:
-  """(head, rest) of a HellaSwag continuation: swag(Ctx_b + " " + ending) split after Ctx_b."""
+  """(head, rest) of a HellaSwag continuation: swag(Ctx_b + " " + ending) split after Ctx_b
+  (as written, or as the cleaning left it: "the man  walks" → "The man walks"); no head when
+  neither begins it. The head only names the unit's masked part: the code masks the tokens of
+  " " + Ctx_b as written (`mc_joint.masked_tokens`)."""
   ctx_b = example.field("ctx_b").capitalize()
   ending = example.options[option]
   full = swag(f"{ctx_b} {ending}") if ctx_b else swag(ending)
-  head = ctx_b.strip() if ctx_b.strip() and full.startswith(ctx_b.strip()) else ""
+  head = next((h for h in (ctx_b.strip(), swag(ctx_b)) if h and full.startswith(h)), "")
   return head, full[len(head):]
 
 
