@@ -8,12 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slm_jax.pushdown.cache import CHUNK_ROWS
+from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval.pushdown_beam import _Hypotheses, _push, beam_score_many
+from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration
+from slm_jax.pushdown.cache import CHUNK_ROWS
 from slm_jax.pushdown.inference import (attachment_sequences, beam_score, exhaustive_score,
                                         replay)
+from slm_jax.tokenizer import make_tokenizer
 from tests.test_pushdown_inference import _row
 from tests.test_pushdown_model import tiny_model
+from tests.test_pushdown_scoring import WORDS
 
 # Words per sentence of each row: 1–9 words, one to three sentences, widths 8 and 12 (buckets).
 ROWS = [[3], [1], [2, 2], [6], [4, 1, 2], [2], [5, 3], [1, 1]]
@@ -48,12 +52,13 @@ def test_batched_equals_one_row_at_a_time(model, beam, concurrent):
 
 
 def test_many_rows_a_step_on_a_wider_model():
-  """Steps of several hundred rows (the one-row steps: one chunk) on a model wide enough that
-  XLA:CPU's matmul kernels change with the row count: `cache.step`'s fixed chunks keep every
-  row's numbers the same bits."""
+  """Steps of several hundred rows (the one-row steps: one chunk) and rows of widths 8, 12 and
+  16 on a model wide enough that XLA:CPU's kernels change with the row count and the slot
+  count: `cache.step`'s fixed chunks and the search by width keep every row's numbers the same
+  bits (either alone fails here)."""
   wide = tiny_model(seed=6, n_layers=2, d_model=256, n_heads=4)
   wide.depth_embed[...] = wide.depth_embed[...] * 30
-  rows = rows_of([[7], [6], [5, 3], [4, 4], [3, 3, 2], [8]], seed=11)
+  rows = rows_of([[7], [6], [5, 3], [4, 4], [3, 3, 2], [8], [12], [6, 5]], seed=11)
   many = beam_score_many(wide, rows, beam=50, concurrent=6)
   assert sum(r.hypotheses for r in many) > 4 * CHUNK_ROWS
   for row, result in zip(rows, many):
@@ -86,6 +91,26 @@ def test_push_equals_the_stack(model):
       np.testing.assert_array_equal(hyps.depth[n], stack.depth)
       assert sorted(np.flatnonzero(hyps.open[n])) == sorted(last for _, last in stack.elements)
   assert [list(a[:len(kinds)]) for a in hyps.attach] == sequences
+
+
+def test_the_scorer_runs_the_batched_beam():
+  """`PushdownScorer.logprobs` (SG, BLiMP, doc-PPL) is the batched beam: per token the increments
+  of the one-row beam's prefix log-probabilities, bit for bit."""
+  tokenizer = make_tokenizer("word", words=WORDS)
+  model = tiny_model(seed=1, n_layers=1, vocab_size=tokenizer.vocab_size)
+  model.depth_embed[...] = model.depth_embed[...] * 30
+  scorer = PushdownScorer(model, tokenizer, scoring_configuration(CONFIGURATIONS["pushdown"]),
+                          beam=4, sentences_per_batch=2)
+  sentences = [["the", "cat", "sat", "on", "a", "mat"], ["dogs", "bark"],
+               ["the", "dogs", "sat", "."], ["a", "cat"]]
+  sequences = [scorer.terminal_sequence([words]) for words in sentences]
+  sequences.append(scorer.terminal_sequence(sentences[:2]))  # a document of two sentences
+  for sequence, lp in zip(sequences, scorer.logprobs(sequences)):
+    one = beam_score(model, sequence.tokens, sequence.kinds, sequence.sentence, beam=4)
+    np.testing.assert_array_equal(lp, np.diff(one.prefix_log_probs))
+  with pytest.raises(ValueError, match="sentences_per_batch must be"):
+    PushdownScorer(model, tokenizer, scoring_configuration(CONFIGURATIONS["pushdown"]),
+                   sentences_per_batch=0)
 
 
 def test_bad_input_is_named(model):

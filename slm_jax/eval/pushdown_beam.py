@@ -5,8 +5,11 @@ cache step and keeps each hypothesis as a `Stack`. Here `concurrent` rows (sente
 are in flight together in one key/value cache (`pushdown.cache`):
 
   rows       every hypothesis of every row in flight is a cache row, grouped by the row it
-             belongs to (in queue order), each group best first; row counts are padded to
-             `slm_jax.buckets` sizes and the cache slots to the bucket of the longest row
+             belongs to (in queue order), each group best first; row counts are whole chunks
+             of the cache step (`cache.rows_for`)
+  widths     rows are searched one width bucket at a time, longest first, each with the
+             cache slots `beam_score` gives it (`slm_jax.buckets` of its length): XLA:CPU's
+             attention over 12 slots and over 16 differs in the last bits
   a step     one `cache.step` per round over all hypothesis rows, each at its own row's query
              position t (the step takes a position per row)
   the stack  arrays instead of `Stack` objects: `open_NW` (token s is the last token of a stack
@@ -24,7 +27,7 @@ are in flight together in one key/value cache (`pushdown.cache`):
 
 The results equal `beam_score`'s bit for bit: the same per-token prefix log-probabilities, the
 same best attachments and final beam size (float64 reductions in the same order; the cache
-computes each row the same way whatever else a step feeds). tests/test_pushdown_beam.py compares
+computes each row the same way whatever else a step feeds, in chunks of a fixed row count). tests/test_pushdown_beam.py compares
 the two; benchmarks/pushdown_beam_bench.py measures them.
 """
 
@@ -44,26 +47,34 @@ from slm_jax.pushdown.inference import BEAM, BeamScore, check_row, opens_sentenc
 from slm_jax.pushdown.model import PushdownLM
 
 
-class _Queue:
-  """The rows to score, longest first, padded to one width W: tokens / kinds [R, W], whether
-  token t opens a sentence [R, W], lengths [R] and each row's index in the caller's list."""
+def _checked(rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  checked = []
+  for i, (tokens_T, kinds_T, sentence_T) in enumerate(rows):
+    tokens_T, kinds_T, sentence_T = (np.asarray(a) for a in (tokens_T, kinds_T, sentence_T))
+    try:
+      check_row(kinds_T, sentence_T)
+    except ValueError as error:
+      raise ValueError(f"row {i}: {error}") from None
+    if tokens_T.shape != kinds_T.shape:
+      raise ValueError(f"row {i}: pushdown scoring: tokens {tokens_T.shape} and kinds "
+                       f"{kinds_T.shape} differ in shape")
+    checked.append((tokens_T, kinds_T, sentence_T))
+  return checked
 
-  def __init__(self, rows):
-    checked = []
-    for i, (tokens_T, kinds_T, sentence_T) in enumerate(rows):
-      tokens_T, kinds_T, sentence_T = (np.asarray(a) for a in (tokens_T, kinds_T, sentence_T))
-      try:
-        check_row(kinds_T, sentence_T)
-      except ValueError as error:
-        raise ValueError(f"row {i}: {error}") from None
-      if tokens_T.shape != kinds_T.shape:
-        raise ValueError(f"row {i}: pushdown scoring: tokens {tokens_T.shape} and kinds "
-                         f"{kinds_T.shape} differ in shape")
-      checked.append((tokens_T, kinds_T, sentence_T))
+
+def _width(length: int) -> int:
+  return bucket(length, least=8)  # `beam_score`'s width rule
+
+
+class _Queue:
+  """Rows of one width W, longest first: tokens / kinds [R, W], whether token t opens a
+  sentence [R, W], lengths [R] and each row's index in the given list (`order`)."""
+
+  def __init__(self, checked):
     lengths = np.array([len(k) for _, k, _ in checked], np.int64)
-    self.order = np.argsort(-lengths, kind="stable")  # queue position → caller's index
+    self.order = np.argsort(-lengths, kind="stable")  # queue position → index in `checked`
     self.length = lengths[self.order]
-    self.width = bucket(int(self.length.max()), least=8)  # `beam_score`'s width rule
+    self.width = _width(int(self.length.max()))
     R, W = len(checked), self.width
     self.tokens, self.kinds = np.zeros((R, W), np.int32), np.zeros((R, W), np.int8)
     self.opens = np.zeros((R, W), bool)
@@ -133,9 +144,19 @@ def beam_score_many(model: PushdownLM, rows: Sequence[tuple], beam: int = BEAM,
     raise ValueError(f"pushdown scoring: beam must be ≥ 1, got {beam}")
   if concurrent < 1:
     raise ValueError(f"pushdown scoring: concurrent must be ≥ 1, got {concurrent}")
-  if not len(rows):
-    return []
-  queue = _Queue(rows)
+  checked = _checked(rows)
+  widths = np.array([_width(len(k)) for _, k, _ in checked], np.int64)
+  out: list[BeamScore | None] = [None] * len(checked)
+  for width in sorted(set(widths.tolist()), reverse=True):  # the cache's numbers depend on its
+    group = np.flatnonzero(widths == width)  # slot count: each row gets `beam_score`'s width
+    for i, result in zip(group, _search(model, _Queue([checked[i] for i in group]), beam,
+                                        concurrent)):
+      out[i] = result
+  return out
+
+
+def _search(model: PushdownLM, queue: _Queue, beam: int, concurrent: int) -> list[BeamScore]:
+  """The batched beam of the rows of one width (module docstring), in the queue's given order."""
   R, W = len(queue.length), queue.width
   t_R = np.zeros(R, np.int64)  # the query position of each row in flight
   first_word_R = np.zeros(R, np.int64)  # `Stack.sentence_start`
