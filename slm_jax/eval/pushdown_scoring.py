@@ -3,8 +3,9 @@
 SG, BLiMP and doc-PPL score a Pushdown run as a terminal model (`scoring_configuration`: its
 sentences are written in lin0, every token after BOS is a target) through `PushdownScorer`, a
 `Scorer` whose `logprobs` are the increments of the attachment beam's prefix log-probabilities
-(`inference.beam_score`, SPEC §14: beam 300): token t gets log p̃(x≤t) − log p̃(x<t), so a
-region's surprisal, a sentence's log-probability (their sum) and a document's follow the
+(SPEC §14: beam 300; `pushdown_beam.beam_score_many`: `sentences_per_batch` sequences advanced
+together, equal bit for bit to `inference.beam_score` one at a time): token t gets
+log p̃(x≤t) − log p̃(x<t), so a region's surprisal, a sentence's log-probability (their sum) and a document's follow the
 evaluators' own terminal-model code. The sentences of a document are the sentences of its
 sequence (`Sequence.sentence`): no word reduces with an earlier sentence.
 
@@ -36,7 +37,9 @@ from slm_jax.configurations import Configuration
 from slm_jax.eval.scorer import Scorer
 from slm_jax.kinds import EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence
-from slm_jax.pushdown.inference import BEAM, beam_score
+from slm_jax.eval.beam import SENTENCES_PER_BATCH
+from slm_jax.eval.pushdown_beam import beam_score_many
+from slm_jax.pushdown.inference import BEAM
 from slm_jax.pushdown.model import terminal_inputs
 
 
@@ -51,21 +54,24 @@ class PushdownScorer(Scorer):
   """`Scorer` of a `PushdownLM` whose per-token log-probabilities marginalize attachments."""
 
   def __init__(self, model, tokenizer, configuration: Configuration, *, beam: int = BEAM,
-               batch_size: int = 32, max_len: int | None = None):
+               batch_size: int = 32, max_len: int | None = None,
+               sentences_per_batch: int = SENTENCES_PER_BATCH):
     if configuration.linearization != "lin0":
       raise ValueError(f"PushdownScorer scores lin0 sequences; got configuration "
                        f"{configuration.name} in {configuration.linearization} (use "
                        "scoring_configuration)")
+    if sentences_per_batch < 1:
+      raise ValueError(f"PushdownScorer: sentences_per_batch must be ≥ 1, got "
+                       f"{sentences_per_batch}")
     super().__init__(model, tokenizer, configuration, batch_size=batch_size, max_len=max_len)
     self.beam = int(beam)
+    self.sentences_per_batch = int(sentences_per_batch)
 
   def logprobs(self, sequences: SequenceT[Sequence]) -> list[np.ndarray]:
-    out = []
-    for index, sequence in enumerate(sequences):
-      tokens, kinds = self._ids(sequence, index)
-      result = beam_score(self.model, tokens, kinds, np.asarray(sequence.sentence), self.beam)
-      out.append(np.diff(result.prefix_log_probs))
-    return out
+    rows = [(*self._ids(sequence, index), np.asarray(sequence.sentence))
+            for index, sequence in enumerate(sequences)]
+    results = beam_score_many(self.model, rows, self.beam, self.sentences_per_batch)
+    return [np.diff(result.prefix_log_probs) for result in results]
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

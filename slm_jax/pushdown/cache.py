@@ -4,12 +4,15 @@ A token's keys and values depend on the stack tape rows up to its own position o
 decoder is causal), so they stay valid while later attachments change the stack: a cache keeps
 every layer's keys and values and the final hidden states (the attachment head's keys read
 them), and only the stack-tape bias of the new query is computed from the hypothesis's current
-tape row. `step` feeds token t of every row (RoPE position t), writes its keys/values into slot
-t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and returns the
-log-probability of the next token and the attachment logits of that token — what one step of the
-attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass (`inference`
-tests it). The joint summary search (`downstream.pushdown_generate`) uses its two halves: `feed`
-(the same step, returning the full next-token log-softmax [N, V] and the new hidden state) and
+tape row. `step` feeds token t of every row (RoPE position t; or each row its own t, when
+the batched beam `eval.pushdown_beam` holds several rows' hypotheses), writes its keys/values
+into slot t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and
+returns the log-probability of the next token and the attachment logits of that token — what one
+step of the attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass
+(`inference` tests it). It computes `CHUNK_ROWS` rows at a time, so a row's numbers are the same
+bits however many rows a step holds (the one-row and the batched beam agree bit for bit).
+The joint summary search (`downstream.pushdown_generate`) uses its two halves: `feed` (the same
+step, returning the full next-token log-softmax [N, V] and the new hidden state) and
 `attachments` (the attachment logits of K candidate next tokens per row at once), after
 `prefill` has written a whole teacher-forced prompt row into the cache. `select` reorders the
 rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).
@@ -28,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from slm_jax.buckets import bucket
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.model.attention import attention_core
 from slm_jax.pushdown.model import PushdownLM
@@ -48,25 +52,38 @@ def empty(model: PushdownLM, rows: int, slots: int) -> Cache:
   return Cache(kv, kv, jnp.zeros((rows, slots, c.d_model), c.compute_dtype))
 
 
+def _write(into_NS, x_N1, t):
+  """`into_NS` with slot t of every row (t a scalar, or t[n] for row n) set to `x_N1`."""
+  x_N1 = x_N1.astype(into_NS.dtype)
+  if jnp.ndim(t) == 0:
+    return jax.lax.dynamic_update_slice_in_dim(into_NS, x_N1, t, axis=1)
+  return into_NS.at[jnp.arange(into_NS.shape[0]), t].set(x_N1[:, 0])
+
+
 def _feed(model: PushdownLM, cache: Cache, token_N, t, tape_NS):
-  """(cache, log-softmax of the next token [N, V], hidden state [N, D]) after feeding token t."""
+  """(cache, log-softmax of the next token [N, V], hidden state [N, D]) after feeding token t
+  (a scalar: every row at position t; or [N]: row n at position t[n], the batched beam's rows
+  of several sentences)."""
   rows, slots = cache.h.shape[:2]
   ones = jnp.ones((rows, 1), jnp.int32)
-  meta = RowMetadata(ones * TERMINAL_CODE, ones, ones * t, ones * 0, ones * slots)
-  visible_N11S = jnp.broadcast_to(jnp.arange(slots) <= t, (rows, 1, 1, slots))
+  t_N1 = t if jnp.ndim(t) == 0 else jnp.asarray(t)[:, None]
+  meta = RowMetadata(ones * TERMINAL_CODE, ones, ones * t_N1, ones * 0, ones * slots)
+  visible_N11S = jnp.broadcast_to((jnp.arange(slots) <= t_N1)[:, None, None]
+                                  if jnp.ndim(t) else jnp.arange(slots) <= t,
+                                  (rows, 1, 1, slots))
   keys, values = [], []
 
   def attend(layer, q_N1HK, k_N1GK, v_N1GK, meta_, attention):
     del meta_, attention  # one causal query per row: the mask is the slots written so far
-    k_NSGK = jax.lax.dynamic_update_slice_in_dim(cache.k[layer], k_N1GK, t, axis=1)
-    v_NSGK = jax.lax.dynamic_update_slice_in_dim(cache.v[layer], v_N1GK, t, axis=1)
+    k_NSGK = _write(cache.k[layer], k_N1GK, t)
+    v_NSGK = _write(cache.v[layer], v_N1GK, t)
     keys.append(k_NSGK)
     values.append(v_NSGK)
     bias = model.depth_bias(layer, q_N1HK, tape_NS[:, None])
     return attention_core(q_N1HK, k_NSGK, v_NSGK, visible_N11S, bias)
 
   h_N1D = model.decoder.hidden(model.decoder.embed(token_N[:, None]), meta, attend=attend)
-  h_NSD = jax.lax.dynamic_update_slice_in_dim(cache.h, h_N1D.astype(cache.h.dtype), t, axis=1)
+  h_NSD = _write(cache.h, h_N1D, t)
   logp_NV = jax.nn.log_softmax(model.decoder.logits(h_N1D)[:, 0].astype(jnp.float32), axis=-1)
   return Cache(jnp.stack(keys), jnp.stack(values), h_NSD), logp_NV, h_N1D[:, 0]
 
@@ -80,13 +97,53 @@ def _attachments(model: PushdownLM, h_ND, keys_NSD, next_NK, tape_NS):
   return model.attachment_logits(h_NKD, next_NK, tape_NKS, keys_BSD=keys_NSD)
 
 
-@nnx.jit
-def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
-  """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t."""
+CHUNK_ROWS = 64  # rows one step computes at a time (`step`): XLA:CPU picks its matmul kernels
+# by row count, so a row's numbers are the same bits in every call of one row count, not across
+# row counts (8 rows and 12 differ in the 7th digit); a search pads its rows with `rows_for`
+
+
+def rows_for(n: int) -> int:
+  """Cache rows for n hypotheses: whole chunks of `CHUNK_ROWS`, their count a bucket
+  (`slm_jax.buckets`, so few shapes compile)."""
+  return CHUNK_ROWS * bucket(-(-max(n, 1) // CHUNK_ROWS), least=1)
+
+
+def _step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
   cache, logp_NV, h_ND = _feed(model, cache, token_N, t, tape_NS)
   word_N = jnp.take_along_axis(logp_NV, next_N[:, None], axis=-1)[:, 0]
   reduce_N1S, shift_N1 = _attachments(model, h_ND, cache.h, next_N[:, None], tape_NS)
   return cache, word_N, reduce_N1S[:, 0], shift_N1[:, 0]
+
+
+@nnx.jit
+def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N, live=None):
+  """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t (a scalar,
+  or per row [N]). The rows are computed `CHUNK_ROWS` at a time (all of them when fewer), so a
+  row's numbers do not depend on how many rows a call holds (`rows_for` pads them to whole
+  chunks); `live`: only the chunks holding rows < live are computed (the others' outputs are 0,
+  their cache rows unchanged)."""
+  N = cache.h.shape[0]
+  C = min(CHUNK_ROWS, N)
+  if N % C:
+    raise ValueError(f"pushdown cache step: {N} rows are not whole chunks of {C} (pad them with "
+                     "cache.rows_for)")
+  S = cache.h.shape[1]
+  chunks = N // C if live is None else (live + C - 1) // C
+  per_row = jnp.ndim(t) > 0
+
+  def body(i, carry):
+    kv, word_N, reduce_NS, shift_N = carry
+    a = i * C
+    part = lambda x, axis=0: jax.lax.dynamic_slice_in_dim(x, a, C, axis)
+    put = lambda into, x, axis=0: jax.lax.dynamic_update_slice_in_dim(into, x, a, axis)
+    chunk, word, reduce, shift = _step(model, Cache(part(kv.k, 1), part(kv.v, 1), part(kv.h)),
+                                       part(token_N), part(t) if per_row else t, part(tape_NS),
+                                       part(next_N))
+    kv = Cache(put(kv.k, chunk.k, 1), put(kv.v, chunk.v, 1), put(kv.h, chunk.h))
+    return kv, put(word_N, word), put(reduce_NS, reduce), put(shift_N, shift)
+
+  zeros = (jnp.zeros(N, jnp.float32), jnp.zeros((N, S), jnp.float32), jnp.zeros(N, jnp.float32))
+  return jax.lax.fori_loop(0, chunks, body, (cache, *zeros))
 
 
 feed = nnx.jit(_feed)

@@ -22,8 +22,10 @@ Each step feeds one token per hypothesis through the key/value cache (`cache.ste
 values stay valid as the stack changes, only the new query's stack-tape bias reads the
 hypothesis's current tape row) and reorders the cache for the kept hypotheses (`cache.select`);
 `use_cache=False` runs the full forward pass over every prefix instead (the reference the cache
-is tested against). Rows and widths are padded to `slm_jax.buckets` sizes so steps reuse
-compilations. `slm_jax.eval.incremental`'s arena decoder is not used: its hook has masks, not a
+is tested against). Widths are padded to `slm_jax.buckets` sizes and rows to whole chunks of
+the cache step (`cache.rows_for`) so steps reuse compilations and a row's numbers do not depend
+on the row count. `eval.pushdown_beam.beam_score_many` runs this search for many rows at once
+(bit for bit the same results; this one-row search is its oracle). `slm_jax.eval.incremental`'s arena decoder is not used: its hook has masks, not a
 per-query bias, and its reselection copies arena paths the Pushdown stack does not need.
 """
 
@@ -62,7 +64,8 @@ class BeamScore:
 BEAM = 300  # SPEC §14: the attachment beam of SG, BLiMP and doc-PPL scoring
 
 
-def _check_row(kinds_T: np.ndarray, sentence_T: np.ndarray) -> None:
+def check_row(kinds_T: np.ndarray, sentence_T: np.ndarray) -> None:
+  """A row the attachment beam scores: BOS, then terminals and EOS (a one-line error if not)."""
   kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
   if kinds_T.ndim != 1 or sentence_T.shape != kinds_T.shape:
     raise ValueError(f"pushdown scoring: kinds and sentence must be one row of equal length, got "
@@ -75,7 +78,8 @@ def _check_row(kinds_T: np.ndarray, sentence_T: np.ndarray) -> None:
                      "after BOS a row holds terminals and EOS only")
 
 
-def _opens_sentence(kinds_T, sentence_T, t: int) -> bool:
+def opens_sentence(kinds_T, sentence_T, t: int) -> bool:
+  """Token t is its sentence's first word (nothing of its sentence is on the stack)."""
   return kinds_T[t] == TERMINAL_CODE and (t == 1 or sentence_T[t] != sentence_T[t - 1])
 
 
@@ -131,7 +135,7 @@ class _Cached:
 
   def __init__(self, model, tokens_T, kinds_T, width):
     self.model, self.tokens_T, self.width = model, tokens_T, width
-    self.cache = cache.empty(model, bucket(1, least=8), width)
+    self.cache = cache.empty(model, cache.rows_for(1), width)
 
   def __call__(self, t: int, hyps: list[_Hypothesis]):
     rows = self.cache.h.shape[0]
@@ -141,11 +145,11 @@ class _Cached:
     token = np.full(rows, self.tokens_T[t], np.int32)
     nxt = np.full(rows, self.tokens_T[t + 1], np.int32)
     self.cache, *out = cache.step(self.model, self.cache, jnp.asarray(token), jnp.int32(t),
-                                  jnp.asarray(tape), jnp.asarray(nxt))
+                                  jnp.asarray(tape), jnp.asarray(nxt), jnp.int32(len(hyps)))
     return out
 
   def keep(self, parents: list[int]) -> None:
-    rows = bucket(len(parents), least=8)
+    rows = cache.rows_for(len(parents))
     self.cache = cache.select(self.cache, jnp.asarray(parents + [0] * (rows - len(parents))))
 
 
@@ -155,7 +159,7 @@ def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = BEA
   sentence ordinal of every token in `sentence_T`). `use_cache=False` recomputes every prefix
   (the reference the cached decoding is tested against)."""
   tokens_T, kinds_T, sentence_T = (np.asarray(a) for a in (tokens_T, kinds_T, sentence_T))
-  _check_row(kinds_T, sentence_T)
+  check_row(kinds_T, sentence_T)
   if beam < 1:
     raise ValueError(f"pushdown scoring: beam must be ≥ 1, got {beam}")
   L = len(tokens_T)
@@ -169,7 +173,7 @@ def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = BEA
     word, reduce, shift = (np.asarray(a, np.float64) for a in engine(t, hyps))
     scores = np.array([h.score for h in hyps]) + word[:len(hyps)]
     prefix[t + 1] = float(np.logaddexp.reduce(scores))
-    opens = _opens_sentence(kinds_T, sentence_T, t + 1)
+    opens = opens_sentence(kinds_T, sentence_T, t + 1)
     candidates = []  # (score, hypothesis, attachment)
     for i, hyp in enumerate(hyps):
       if opens:
@@ -196,7 +200,7 @@ def attachment_sequences(kinds_T, sentence_T) -> list[list[int]]:
   """Every attachment sequence of a row (its first entry BOS's shift), by depth-first search
   over `Stack` states; exponential: for short rows (tests, checks)."""
   kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
-  _check_row(kinds_T, sentence_T)
+  check_row(kinds_T, sentence_T)
   L = len(kinds_T)
   out = []
 
@@ -205,7 +209,7 @@ def attachment_sequences(kinds_T, sentence_T) -> list[list[int]]:
     if e == L:
       out.append(attachments)
       return
-    if _opens_sentence(kinds_T, sentence_T, e):
+    if opens_sentence(kinds_T, sentence_T, e):
       stack.start_sentence()
     options = stack.options() if kinds_T[e] == TERMINAL_CODE else []
     for option in options + [e]:
@@ -233,7 +237,7 @@ def replay(kinds_T, sentence_T, attachments: Sequence[int], length: int | None =
   kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
   stack = Stack(len(kinds_T) if length is None else length)
   for e, option in enumerate(attachments):
-    if _opens_sentence(kinds_T, sentence_T, e):
+    if opens_sentence(kinds_T, sentence_T, e):
       stack.start_sentence()
     stack.push(e, int(option))
   return stack

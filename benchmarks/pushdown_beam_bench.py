@@ -1,0 +1,120 @@
+"""Pushdown attachment beam throughput: one row at a time (`inference.beam_score`) vs the batched
+beam (`eval.pushdown_beam.beam_score_many`), on the same sentences in the same process.
+
+  python benchmarks/pushdown_beam_bench.py [--sentences 8] [--sentences-per-batch 8] [--beam 300]
+                                           [--repeats 2] [--d-model 64 --layers 2 --heads 2]
+                                           [--min-words 6] [--max-words 12]
+
+A tiny `PushdownLM` with random weights (the depth embeddings scaled up, so attachments change
+the word scores; speed does not depend on training) scores embedded-treebank validation sentences
+of `--min-words`..`--max-words` words as PushdownScorer does (lin0 rows: BOS, words, EOS; SPEC
+§14 beam `--beam`). Both paths first run untimed on warm-up sentences and on the timed ones (every
+row- and width-bucket compiles), then alternate `--repeats` times. Prints a table per pass:
+words/s of each, their ratio, the max |Δ prefix log-prob| over every token and the count of
+sentences whose result differs in any way (prefix log-probs, best attachments, final beam size);
+both must be 0: the batched beam is exact, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slm_jax.benchtools import parser as make_parser, table  # noqa: E402
+from slm_jax.configurations import CONFIGURATIONS  # noqa: E402
+from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
+from slm_jax.eval.pushdown_beam import beam_score_many  # noqa: E402
+from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration  # noqa: E402
+from slm_jax.model import ModelConfig  # noqa: E402
+from slm_jax.model.decoder import param_count  # noqa: E402
+from slm_jax.pushdown.inference import beam_score  # noqa: E402
+from slm_jax.pushdown.model import PushdownLM  # noqa: E402
+from slm_jax.tokenizer import make_tokenizer  # noqa: E402
+
+
+def rows_of(scorer: PushdownScorer, sentences) -> list[tuple]:
+  """(tokens, kinds, sentence) of each sentence, as `PushdownScorer.logprobs` builds them."""
+  sequences = [scorer.terminal_sequence([words]) for words in sentences]
+  return [(np.asarray(s.tokens, np.int32), np.asarray(s.kinds, np.int32), np.asarray(s.sentence))
+          for s in sequences]
+
+
+def one_at_a_time(model, rows, beam):
+  return [beam_score(model, *row, beam=beam) for row in rows]
+
+
+def differences(alone, together) -> tuple[float, int]:
+  """(max |Δ prefix log-prob|, sentences whose results differ in any field)."""
+  delta = max(float(np.max(np.abs(a.prefix_log_probs - b.prefix_log_probs)))
+              for a, b in zip(alone, together))
+  differing = sum(int(not np.array_equal(a.prefix_log_probs, b.prefix_log_probs)
+                      or (a.log_prob, a.best, a.hypotheses) != (b.log_prob, b.best, b.hypotheses))
+                  for a, b in zip(alone, together))
+  return delta, differing
+
+
+def main() -> int:
+  parser = make_parser(__doc__)
+  parser.add_argument("--sentences", type=int, default=8)
+  parser.add_argument("--sentences-per-batch", type=int, default=8)
+  parser.add_argument("--beam", type=int, default=300)
+  parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--min-words", type=int, default=6)
+  parser.add_argument("--max-words", type=int, default=12)
+  parser.add_argument("--d-model", type=int, default=64)
+  parser.add_argument("--layers", type=int, default=2)
+  parser.add_argument("--heads", type=int, default=2)
+  args = parser.parse_args()
+
+  documents = embedded_corpus("train", 200, seed=0)
+  tokenizer = make_tokenizer("word", words=(w for d in documents for t in d for w in t.leaves()))
+  pool = [t.leaves() for d in embedded_corpus("validation", 100, seed=0) for t in d]
+  sentences = [s for s in pool if args.min_words <= len(s) <= args.max_words]
+  warmup, timed = sentences[:2], sentences[2:2 + args.sentences]
+  config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=args.d_model,
+                       n_layers=args.layers, n_heads=args.heads, compute_dtype=jnp.float32,
+                       attention_impl="xla", pushdown_depths=8)
+  model = PushdownLM(config, rngs=nnx.Rngs(0))
+  model.depth_embed[...] = model.depth_embed[...] * 30
+  scorer = PushdownScorer(model, tokenizer, scoring_configuration(CONFIGURATIONS["pushdown"]),
+                          beam=args.beam)
+  warm_rows, rows = rows_of(scorer, warmup), rows_of(scorer, timed)
+  words = sum(map(len, timed))
+  batched = lambda r: beam_score_many(model, r, args.beam, args.sentences_per_batch)
+  start = time.perf_counter()
+  for r in (warm_rows, rows):  # every bucket the timed passes ask for compiles here
+    one_at_a_time(model, r, args.beam)
+    batched(r)
+  print(f"PushdownLM d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size} "
+        f"({param_count(config) / 1e6:.2f}M decoder parameters), beam {args.beam}, backend "
+        f"{jax.default_backend()}; {len(timed)} sentences, {words} words "
+        f"({args.min_words}-{args.max_words} a sentence); batched: "
+        f"{args.sentences_per_batch} at a time; compile + warm-up "
+        f"{time.perf_counter() - start:.0f} s")
+  lines = []
+  for repeat in range(args.repeats):
+    start = time.perf_counter()
+    alone = one_at_a_time(model, rows, args.beam)
+    t_one = time.perf_counter() - start
+    start = time.perf_counter()
+    together = batched(rows)
+    t_many = time.perf_counter() - start
+    delta, differing = differences(alone, together)
+    lines.append([repeat + 1, f"{words / t_one:.1f}", f"{words / t_many:.1f}",
+                  f"{t_one / t_many:.2f}", f"{delta:.1e}", differing])
+  print(table(["pass", "one-row words/s", "batched words/s", "ratio", "max abs Δ log-prob",
+               "differing"], lines, right_align=True))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
