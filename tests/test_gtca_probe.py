@@ -122,3 +122,35 @@ def test_gtca_switch_probes_backbone_and_branch_from_the_cache(tmp_path, monkeyp
   assert base["train_loss"][2] != pytest.approx(gtca["train_loss"][2])  # the branch was read
   assert (out / structural_probe.PLOT_FILE).stat().st_size > 1000  # both curves in one figure
   assert "UUAS GTCA − backbone per layer" in capsys.readouterr().out
+
+
+def test_a_subword_backbone_finds_every_ptb_tree_the_cache_builder_stored(tmp_path):
+  """#34: `gtca.probe --gtca` over a BPE backbone (SmolLM2's GGUF) stopped at its first sentence
+  ("no span tree for example probe sentence …"): it keyed the cache on word-by-word pieces
+  ("There" without its space), the cache builder on the text tokenized whole. The probe's
+  sentence encoder is the builder's encoding, and each token's word is the one holding it."""
+  import numpy as np
+  from slm_jax.gtca import cache_builder, cache_records, parse_cache, probe_gtca, prompts
+  from tests.test_gtca_spans import tiny_tokenizer
+  folder = require_shared("ptb_sample") / "combined"
+  files = [str(folder / "wsj_0001.mrg"), str(folder / "wsj_0003.mrg")]
+  tok = prompts.TextTokenizer(tiny_tokenizer(), bos_id=0, name="tiny")
+  encode_sentence = probe_gtca.sentence_encoder(tok)
+  sentences = probe_trees.sentences_from_trees(probe_trees.read_trees(files),
+                                               probe.PUNCT_WORDS)
+  identity = {"tokenizer": tok.identity, "parser": "given"}
+  with parse_cache.ParseCache(tmp_path / "c.sqlite", identity, writable=True) as cache:
+    report = cache_builder.build_cache(cache_records.ptb_records(files), tok, cache,
+                                       prompts.PromptFormat(bos=True), None)
+    assert report.errors == 0, report.messages
+    trees = probe_gtca.cached_trees(cache, sentences, encode_sentence)
+  assert len(trees) == len({s.words for s in sentences}) > 10
+  for s in sentences[:8]:
+    ids_T, word_T = encode_sentence(s)
+    assert ids_T[0] == 0 and word_T[0] == -1 and trees[s.words].n_tokens == len(ids_T)
+    text = " ".join(s.words)
+    assert np.array_equal(np.unique(word_T[1:]), np.arange(len(s.words)))  # every word, in order
+    assert (np.diff(word_T[1:]) >= 0).all()
+    pieces = [tok.tokenizer.decode([int(i)]) for i in ids_T[1:]]
+    for w, word in enumerate(s.words):  # a word's tokens spell it (leading space aside)
+      assert "".join(p for p, at in zip(pieces, word_T[1:]) if at == w).strip() == word, text

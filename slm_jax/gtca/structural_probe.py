@@ -66,6 +66,9 @@ class ProbeBatch(NamedTuple):
 LayerSide = Callable  # side(layer, x_BTD) -> delta_BTD (slm_jax.model.decoder)
 
 
+SentenceEncoder = Callable[[Sentence], tuple[np.ndarray, np.ndarray]]  # → (ids [T], word [T])
+
+
 def encode(s: Sentence, encode_word: Callable[[str], Sequence[int]],
            bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
   """(token ids [T], word index of each token [T], -1 for BOS): piece-per-word encoding."""
@@ -104,11 +107,12 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
                  batch_size: int = 16, side: LayerSide | None = None,
                  side_for: Callable[[ProbeBatch], LayerSide] | None = None,
                  branch: tuple[Callable, Callable] | None = None,
-                 log: Callable[[str], None] | None = None) -> np.ndarray:
+                 log: Callable[[str], None] | None = None,
+                 encode_sentence: SentenceEncoder | None = None) -> np.ndarray:
   """float32 [L, M, D]: the kept words' vectors (mean of their pieces' states) of every sentence,
   concatenated in order (M = Σ n; `offsets(sentences)` locates each sentence), for `layers`
   (default all: 0 = embeddings, ℓ = after block ℓ). `side` / `side_for` / `branch`: module
-  docstring."""
+  docstring. `encode_sentence` (ids [T], word index [T]) replaces the piece-per-word `encode`."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
@@ -120,7 +124,8 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
   layers = tuple(range(n_layers + 1)) if layers is None else tuple(int(l) for l in layers)
   if not layers or min(layers) < 0 or max(layers) > n_layers:
     raise ValueError(f"layers {list(layers)} must be in [0, {n_layers}] (0 = embeddings)")
-  encoded = [encode(s, encode_word, bos_id) for s in sentences]
+  encoded = [encode_sentence(s) if encode_sentence else encode(s, encode_word, bos_id)
+             for s in sentences]
   vocab = model.config.vocab_size
   for i, (ids, _) in enumerate(encoded):
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):
@@ -372,7 +377,8 @@ def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int 
                 forward_batch: int = 16, seed: int = 0, side: LayerSide | None = None,
                 side_for: Callable[[ProbeBatch], LayerSide] | None = None,
                 branch: tuple[Callable, Callable] | None = None,
-                log: Callable[[str], None] | None = None, extra: dict | None = None) -> dict:
+                log: Callable[[str], None] | None = None, extra: dict | None = None,
+                encode_sentence: SentenceEncoder | None = None) -> dict:
   """The whole probe of one model: features of `train`/`test`, one probe per layer, UUAS and
   Spearman on `test`; writes `out/uuas.json` and `out/uuas.png` and returns the result."""
   log = log or (lambda line: None)
@@ -382,8 +388,7 @@ def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int 
       f"({sum(s.n for s in train)} / {sum(s.n for s in test)} probed words), "
       f"{n_layers} blocks, D={model.config.d_model}, layers {layer_ids}")
   features = dict(layers=layer_ids, batch_size=forward_batch, side=side, side_for=side_for,
-                  branch=branch,
-                  log=log)
+                  branch=branch, log=log, encode_sentence=encode_sentence)
   h_train = word_vectors(model, train, encode_word, bos_id, **features)
   h_test = word_vectors(model, test, encode_word, bos_id, **features)
   B_LKD, train_loss = train_probes(h_train, train, rank=rank, steps=steps, batch_size=batch_size,
