@@ -598,8 +598,8 @@ def test_train_evaluate_and_tables_on_real_sets(root, patched, tmp_path, capsys)
   assert build_cache(capsys, root, workdir, "cola", tmp_path / "cola4.sqlite",
                      "--options=4")[0] == 0
   with pytest.raises(parse_cache.StaleCacheError, match="--options=2, the run's option letters"):
-    evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",
-                   f"--cache={tmp_path / 'cola4.sqlite'}"])
+    evaluate.main([f"--run={run}", "--task=cola", f"--data_root={root}",  # eval_cola.json exists
+                   f"--cache={tmp_path / 'cola4.sqlite'}", "--force"])
 
 
 def test_a_cache_miss_stops_training_naming_the_example(root, patched, tmp_path, capsys):
