@@ -8,7 +8,7 @@ are in flight together in one key/value cache (`pushdown.cache`):
              belongs to (in queue order), each group best first; row counts are whole chunks
              of the cache step (`cache.rows_for`)
   widths     rows are searched one width bucket at a time, longest first, each with the
-             cache slots `beam_score` gives it (`slm_jax.buckets` of its length): XLA:CPU's
+             cache slots `beam_score` gives it (`inference.cache_width`): XLA:CPU's
              attention over 12 slots and over 16 differs in the last bits
   a step     one `cache.step` per round over all hypothesis rows, each at its own row's query
              position t (the step takes a position per row)
@@ -27,8 +27,8 @@ are in flight together in one key/value cache (`pushdown.cache`):
 
 The results equal `beam_score`'s bit for bit: the same per-token prefix log-probabilities, the
 same best attachments and final beam size (float64 reductions in the same order; the cache
-computes each row the same way whatever else a step feeds, in chunks of a fixed row count). tests/test_pushdown_beam.py compares
-the two; benchmarks/pushdown_beam_bench.py measures them.
+computes each row the same way whatever else a step feeds, in chunks of a fixed row count).
+tests/test_pushdown_beam.py compares the two; benchmarks/pushdown_beam_bench.py measures them.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from slm_jax.buckets import bucket
 from slm_jax.eval.beam import SENTENCES_PER_BATCH
 from slm_jax.eval.beam_batch import select_per_slot
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.pushdown import cache
-from slm_jax.pushdown.inference import BEAM, BeamScore, check_row, opens_sentence
+from slm_jax.pushdown.inference import (BEAM, BeamScore, cache_width, check_row,
+                                        opens_sentence)
 from slm_jax.pushdown.model import PushdownLM
 
 
@@ -62,10 +62,6 @@ def _checked(rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
   return checked
 
 
-def _width(length: int) -> int:
-  return bucket(length, least=8)  # `beam_score`'s width rule
-
-
 class _Queue:
   """Rows of one width W, longest first: tokens / kinds [R, W], whether token t opens a
   sentence [R, W], lengths [R] and each row's index in the given list (`order`)."""
@@ -74,7 +70,7 @@ class _Queue:
     lengths = np.array([len(k) for _, k, _ in checked], np.int64)
     self.order = np.argsort(-lengths, kind="stable")  # queue position → index in `checked`
     self.length = lengths[self.order]
-    self.width = _width(int(self.length.max()))
+    self.width = cache_width(int(self.length.max()))
     R, W = len(checked), self.width
     self.tokens, self.kinds = np.zeros((R, W), np.int32), np.zeros((R, W), np.int8)
     self.opens = np.zeros((R, W), bool)
@@ -145,7 +141,7 @@ def beam_score_many(model: PushdownLM, rows: Sequence[tuple], beam: int = BEAM,
   if concurrent < 1:
     raise ValueError(f"pushdown scoring: concurrent must be ≥ 1, got {concurrent}")
   checked = _checked(rows)
-  widths = np.array([_width(len(k)) for _, k, _ in checked], np.int64)
+  widths = np.array([cache_width(len(k)) for _, k, _ in checked], np.int64)
   out: list[BeamScore | None] = [None] * len(checked)
   for width in sorted(set(widths.tolist()), reverse=True):  # the cache's numbers depend on its
     group = np.flatnonzero(widths == width)  # slot count: each row gets `beam_score`'s width

@@ -5,9 +5,9 @@ sentences are written in lin0, every token after BOS is a target) through `Pushd
 `Scorer` whose `logprobs` are the increments of the attachment beam's prefix log-probabilities
 (SPEC §14: beam 300; `pushdown_beam.beam_score_many`: `sentences_per_batch` sequences advanced
 together, equal bit for bit to `inference.beam_score` one at a time): token t gets
-log p̃(x≤t) − log p̃(x<t), so a region's surprisal, a sentence's log-probability (their sum) and a document's follow the
-evaluators' own terminal-model code. The sentences of a document are the sentences of its
-sequence (`Sequence.sentence`): no word reduces with an earlier sentence.
+log p̃(x≤t) − log p̃(x<t), so a region's surprisal, a sentence's log-probability (their sum) and
+a document's follow the evaluators' own terminal-model code. The sentences of a document are the
+sentences of its sequence (`Sequence.sentence`): no word reduces with an earlier sentence.
 
 The downstream multiple-choice tasks and BoolQ (SPEC §11, §14) score a Pushdown run teacher-forced
 with *supplied* parser spans through `PushdownTeacherScorer`, a `Scorer` of the run's own

@@ -11,12 +11,13 @@ same probe on the frozen backbone and on a GTCA-trained run, both curves in one 
   --workdir=BACKBONE --options=N --bos` (N: the run's option letters) builds that cache (each
   tree's own words and brackets, read with the probe's normalization).
 - **Backbone**: the frozen backbone as its workdir loads it (no adapters, no branch).
-- Both read each sentence as the cache builder encoded it (`sentence_encoder`: the words joined
-  by one space, tokenized whole by the run's text tokenizer, BOS once — one id per word for a
+- Both read each sentence as the cache builder encoded it (`sentence_encoder`: the words joined by
+  one space, tokenized whole by the run's text tokenizer, BOS once — one id per word for a
   word-level backbone, the text's own pieces for a subword one), so the two curves see the same
-  inputs and every cached tree lines up with them. Writes OUT/backbone/uuas.json, OUT/gtca/uuas.json (each with its
-  own one-curve plot) and OUT/uuas.png with both curves; the trained curve is labelled with
-  the run's method (`GTCA`, `LoRA-only` — a LoRA-only run probes its adapters at α = 0, …).
+  inputs and every cached tree lines up with them. Writes OUT/backbone/uuas.json,
+  OUT/gtca/uuas.json (each with its own one-curve plot) and OUT/uuas.png with both curves; the
+  trained curve is labelled with the run's method (`GTCA`, `LoRA-only` — a LoRA-only run probes
+  its adapters at α = 0, …).
 
 """
 

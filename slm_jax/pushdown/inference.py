@@ -22,11 +22,12 @@ Each step feeds one token per hypothesis through the key/value cache (`cache.ste
 values stay valid as the stack changes, only the new query's stack-tape bias reads the
 hypothesis's current tape row) and reorders the cache for the kept hypotheses (`cache.select`);
 `use_cache=False` runs the full forward pass over every prefix instead (the reference the cache
-is tested against). Widths are padded to `slm_jax.buckets` sizes and rows to whole chunks of
-the cache step (`cache.rows_for`) so steps reuse compilations and a row's numbers do not depend
-on the row count. `eval.pushdown_beam.beam_score_many` runs this search for many rows at once
-(bit for bit the same results; this one-row search is its oracle). `slm_jax.eval.incremental`'s arena decoder is not used: its hook has masks, not a
-per-query bias, and its reselection copies arena paths the Pushdown stack does not need.
+is tested against). Widths are padded to `slm_jax.buckets` sizes (`cache_width`) and rows to
+whole chunks of the cache step (`cache.rows_for`) so steps reuse compilations and a row's
+numbers do not depend on the row count. `eval.pushdown_beam.beam_score_many` runs this search
+for many rows at once (bit for bit the same results; this one-row search is its oracle). `slm_jax.eval.incremental`'s
+arena decoder is not used: its hook has masks, not a per-query bias, and its reselection copies
+arena paths the Pushdown stack does not need.
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ class _Cached:
     self.cache = cache.select(self.cache, jnp.asarray(parents + [0] * (rows - len(parents))))
 
 
+def cache_width(length: int) -> int:
+  """Cache slots of a row of `length` tokens: its `slm_jax.buckets` size (few shapes compile;
+  a row's numbers depend on the slot count, so every search of a row uses this one)."""
+  return bucket(length, least=8)
+
+
 def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = BEAM,
                use_cache: bool = True) -> BeamScore:
   """Word-synchronous beam over attachments of one row (`tokens_T`: BOS, terminals, EOS; the
@@ -163,7 +170,7 @@ def beam_score(model: PushdownLM, tokens_T, kinds_T, sentence_T, beam: int = BEA
   if beam < 1:
     raise ValueError(f"pushdown scoring: beam must be ≥ 1, got {beam}")
   L = len(tokens_T)
-  width = bucket(L, least=8)
+  width = cache_width(L)
   engine = (_Cached if use_cache else _Recompute)(model, tokens_T, kinds_T, width)
   start = Stack(L)
   start.push(0, 0)
