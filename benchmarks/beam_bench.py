@@ -3,9 +3,17 @@ one-sentence search vs the batched search.
 
   python benchmarks/beam_bench.py [--config tgtree] [--sentences 4] [--beam 300] [--fast-track 30]
                                   [--recompute-sentences 1] [--d-model 128] [--layers 2]
+  python benchmarks/beam_bench.py --bound [--sentences 8] [--d-model 512 --layers 6 --heads 8]
   python benchmarks/beam_bench.py --batched [--sentences 16] [--sentences-per-batch 8]
                                   [--repeats 2] [--d-model 512 --layers 6 --heads 8]
                                   [--no-precompile]
+
+`--bound`: what the model's own work per fed row allows, whatever the search's bookkeeping: the
+rows a word feeds (`BeamResult.expansions`, the same in both searches), the dense forward pass of
+that many rows (one token each, no cache: a lower bound on a step's cost, timed at the batched
+search's row count), its FLOPs (XLA's cost analysis) and this machine's sustained float32 matmul
+rate; prints the words/s each bound allows and its ratio to the one-sentence search timed in the
+same process (a batched search can reach at most that ratio without feeding fewer rows).
 
 `--batched`: `BeamSearcher.search` one sentence after another (its own decoder of `capacity`
 rows, as the evaluator ran it before) against `search_many` (`eval.beam_batch`: the sentences
@@ -57,11 +65,12 @@ from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.eval.beam import BeamSearcher  # noqa: E402
 from slm_jax.eval.incremental import IncrementalDecoder  # noqa: E402
 from slm_jax.eval.recompute import RecomputeDecoder  # noqa: E402
-from slm_jax.kinds import Kind  # noqa: E402
+from slm_jax.kinds import TERMINAL_CODE, Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 from slm_jax.model.decoder import param_count  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
-from slm_jax.benchtools import parser as make_parser  # noqa: E402
+from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
+from slm_jax.structure import row_metadata  # noqa: E402
 
 
 def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[np.ndarray]]:
@@ -118,6 +127,54 @@ def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> 
         f"{many.decoder(slots).compactions}")
 
 
+def _flops(compiled) -> float:
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def bound_analysis(args, model, tokenizer, configuration, warmup, timed) -> None:
+  """Words/s the model's work per fed row allows vs the one-sentence search (module docstring)."""
+  one = BeamSearcher(model, tokenizer, configuration, batched=False, beam=args.beam,
+                     fast_track=args.fast_track)
+  decoder = one.decoder(max(one.slots(s) for s in [warmup] + timed))
+  decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
+  decoder.precompile()
+  one.search(warmup, complete=False)
+  start = time.perf_counter()
+  results = [one.search(words, complete=False) for words in timed]
+  one_wps = sum(map(len, timed)) / (time.perf_counter() - start)
+  rows_per_word = sum(r.expansions for r in results) / sum(map(len, timed))
+  N = args.sentences_per_batch * one.capacity  # the batched search's decoder rows
+  graphdef, state = nnx.split(model)
+  kinds_N1 = np.full((N, 1), TERMINAL_CODE, np.int32)
+  meta = row_metadata(kinds_N1, np.ones_like(kinds_N1))
+  tokens_N1 = jnp.zeros((N, 1), jnp.int32)
+  dense = jax.jit(lambda state_, tokens: nnx.merge(graphdef, state_)(tokens, meta))
+  flops_per_row = _flops(dense.lower(state, tokens_N1).compile()) / N
+  dense(state, tokens_N1)  # compile
+  dense_per_row = best_of(5, lambda: dense(state, tokens_N1))[0] / N
+  a = jnp.ones((2048, 512), jnp.float32)
+  b = jnp.ones((512, 2048), jnp.float32)
+  matmul = jax.jit(jnp.dot)
+  matmul(a, b)
+  peak = 2 * 2048 * 512 * 2048 / best_of(5, lambda: matmul(a, b))[0]
+  by_time = 1 / (rows_per_word * dense_per_row)
+  by_flops = peak / (rows_per_word * flops_per_row)
+  print(table(["quantity", "value"], [
+      ["one-sentence search (words/s, this run)", f"{one_wps:.2f}"],
+      ["rows fed per word", f"{rows_per_word:.0f}"],
+      [f"dense forward, {N} rows (µs/row)", f"{dense_per_row * 1e6:.2f}"],
+      ["FLOPs per row (XLA cost analysis)", f"{flops_per_row / 1e6:.3f} M"],
+      ["float32 matmul 2048x512x2048 (GFLOP/s)", f"{peak / 1e9:.1f}"],
+      ["bound: dense forward only (words/s; × one-sentence)",
+       f"{by_time:.1f} ({by_time / one_wps:.1f}x)"],
+      ["bound: FLOPs at the matmul rate (words/s; × one-sentence)",
+       f"{by_flops:.1f} ({by_flops / one_wps:.1f}x)"],
+      ["µs per row a 10x needs", f"{1e6 / (10 * one_wps * rows_per_word):.2f}"],
+  ]))
+
+
 def main() -> int:
   parser = make_parser(__doc__)
   parser.add_argument("--config", default="tgtree")
@@ -135,6 +192,8 @@ def main() -> int:
   parser.add_argument("--batched", action=argparse.BooleanOptionalAction, default=False,
                       help="one-sentence vs batched search (module docstring)")
   parser.add_argument("--sentences-per-batch", type=int, default=8)
+  parser.add_argument("--bound", action=argparse.BooleanOptionalAction, default=False,
+                      help="the words/s the model's work per fed row allows (module docstring)")
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--precompile", action=argparse.BooleanOptionalAction, default=True,
                       help="--batched: compile every shape variant first and warm up on other "
@@ -156,6 +215,9 @@ def main() -> int:
         f"model d={args.d_model} L={args.layers} H={args.heads} V={tokenizer.vocab_size} "
         f"({param_count(model.config) / 1e6:.1f}M parameters); "
         f"beam {args.beam} + fast track {args.fast_track}; backend {jax.default_backend()}")
+  if args.bound:
+    bound_analysis(args, model, tokenizer, configuration, warmup, timed)
+    return 0
   if args.batched:
     batched_comparison(args, model, tokenizer, configuration,
                        sentences[:args.sentences_per_batch],
