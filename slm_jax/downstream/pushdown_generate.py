@@ -26,6 +26,10 @@ Each step feeds the kept tokens of all rows at once (`cache.feed`, with each hyp
 stack-tape row) and scores the attachments of all rows' candidate pieces in one call
 (`cache.attachments`); reselection gathers cache rows (`cache.select`). `recompute=True` runs the
 full forward pass over every row instead (the reference the cache is tested against).
+
+The per-article rule on the host (candidates, pruning, finished hypotheses, early stop,
+counters, the result) is `ArticleSearch`; `downstream.pushdown_generate_batch` runs it for
+several articles sharing one cache (bit for bit this search, its oracle).
 """
 
 from __future__ import annotations
