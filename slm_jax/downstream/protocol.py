@@ -6,8 +6,9 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
   BLiMP and doc-PPL;
 - `scorer(run, batch_size)`: the teacher-forced scorer of the multiple-choice tasks and BoolQ;
 - `generated_positions(…)` / `generate(run, ids, kinds, …)`: the XSum summary search;
-  `generate_many(run, prompts, …)` the same for several prompts (tree schemes search them
-  together, `generate_batch`: the same summaries as one at a time).
+  `generate_many(run, prompts, …)` the same for several prompts (tree schemes and the Pushdown
+  reference search them together, `generate_batch` / `pushdown_generate_batch`: the same
+  summaries as one at a time).
 
 - **SLM configurations** (`Protocol`): `eval.scorer.Scorer` over the run's own linearization
   (every task scored) and `generate.generate` for XSum (`beam_generate` for terminal formats,
@@ -38,6 +39,7 @@ from slm_jax.configurations import Configuration
 from slm_jax.downstream.generate import Generation, generate, generated_positions
 from slm_jax.downstream.generate_batch import word_synchronous_generate_many
 from slm_jax.downstream.pushdown_generate import joint_generate
+from slm_jax.downstream.pushdown_generate_batch import joint_generate_many
 from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
                                             scoring_configuration)
 from slm_jax.eval.raw_text import RawTextScorer
@@ -118,9 +120,14 @@ class PushdownProtocol(Protocol):
     return joint_generate(run.model, run.tokenizer, ids, prompt_kinds=kinds, beam=beam,
                           max_tokens=max_tokens)
 
-  def generate_many(self, run: Any, prompts, **options) -> list[Generation]:
-    """`generate` of each prompt, one after another (the joint search is not batched)."""
-    return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
+  def generate_many(self, run: Any, prompts, *, beam: int, max_tokens: int, max_words: int,
+                    max_open: int | None) -> list[Generation]:
+    """`generate` of each prompt, the joint searches of several articles run together
+    (`pushdown_generate_batch`: the same summaries as one at a time)."""
+    del max_words, max_open
+    return joint_generate_many(run.model, run.tokenizer, [ids for ids, _ in prompts],
+                               prompt_kinds=[kinds for _, kinds in prompts], beam=beam,
+                               max_tokens=max_tokens)
 
 
 CHECKPOINT = "checkpoint"  # `Configuration.reference` of a pretrained checkpoint (raw text)

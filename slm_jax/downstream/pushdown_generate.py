@@ -26,6 +26,10 @@ Each step feeds the kept tokens of all rows at once (`cache.feed`, with each hyp
 stack-tape row) and scores the attachments of all rows' candidate pieces in one call
 (`cache.attachments`); reselection gathers cache rows (`cache.select`). `recompute=True` runs the
 full forward pass over every row instead (the reference the cache is tested against).
+
+The per-article rule on the host (candidates, pruning, finished hypotheses, early stop,
+counters, the result) is `ArticleSearch`; `downstream.pushdown_generate_batch` runs it for
+several articles sharing one cache (bit for bit this search, its oracle).
 """
 
 from __future__ import annotations
@@ -79,10 +83,12 @@ def compact_prompt(ids, kinds, room: int) -> CompactPrompt:
   return CompactPrompt(ids[source], kinds[source], tape, stack)
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
-def _top_pieces(logp_NV, allowed_V, k: int):
-  """The k most probable allowed next tokens of every row: log p, ids [N, k]."""
-  return jax.lax.top_k(jnp.where(allowed_V[None], logp_NV, -jnp.inf), k)
+@functools.partial(jax.jit, static_argnums=(4,))
+def top_pieces(logp_NV, base_V, eos_N, eos, k: int):
+  """The k most probable allowed next tokens of every row: log p, ids [N, k]; allowed are the
+  `base_V` tokens, and EOS in the rows where `eos_N`."""
+  allowed_NV = base_V[None] | ((jnp.arange(logp_NV.shape[-1]) == eos)[None] & eos_N[:, None])
+  return jax.lax.top_k(jnp.where(allowed_NV, logp_NV, -jnp.inf), k)
 
 
 @nnx.jit
@@ -94,20 +100,27 @@ def _forward_at(model: PushdownLM, tokens_NS, meta, tape_NSS, t):
   return logp_NV, h_NSD[:, t], h_NSD
 
 
+def prefilled(model: PushdownLM, prompt: CompactPrompt, slots: int):
+  """(one cache row of `slots` slots holding the prompt, the next-token log-softmax [1, V] and
+  hidden state [1, D] after it, its last stack-tape row [1, slots]): `cache.prefill`."""
+  P = len(prompt.tokens)
+  tokens, kinds, tape = _padded(prompt, 1, slots)
+  meta = row_metadata(kinds, (kinds != 0).astype(np.int32))
+  one, logp_1V, h_1D = cache.prefill(model, jnp.asarray(tokens), meta, jnp.asarray(tape),
+                                     jnp.int32(P - 1), slots=slots)
+  return one, logp_1V, h_1D, tape[:, P - 1]
+
+
 class _Cached:
   """Rows of the key/value cache: the prompt prefilled once, one token per row per step."""
 
   def __init__(self, model: PushdownLM, prompt: CompactPrompt, rows: int, slots: int):
-    P = len(prompt.tokens)
-    tokens, kinds, tape = _padded(prompt, 1, slots)
-    meta = row_metadata(kinds, (kinds != 0).astype(np.int32))
-    one, logp_1V, h_1D = cache.prefill(model, jnp.asarray(tokens), meta, jnp.asarray(tape),
-                                       jnp.int32(P - 1), slots=slots)
-    self.model, self.t = model, P - 1
+    one, logp_1V, h_1D, tape_1S = prefilled(model, prompt, slots)
+    self.model, self.t = model, len(prompt.tokens) - 1
     self.cache = cache.select(one, jnp.zeros(rows, jnp.int32))
     self.logp = jnp.broadcast_to(logp_1V, (rows, logp_1V.shape[-1]))
     self.h = jnp.broadcast_to(h_1D, (rows, h_1D.shape[-1]))
-    self.tape = jnp.asarray(np.repeat(tape[:, P - 1], rows, axis=0))
+    self.tape = jnp.asarray(np.repeat(tape_1S, rows, axis=0))
 
   def attachments(self, pieces_NK):
     return cache.attachments(self.model, self.h, self.cache.h, pieces_NK, self.tape)
@@ -178,65 +191,113 @@ def _candidates(hyps, logp_Nk, pieces_Nk, reduce_NkS, shift_Nk, e: int, eos: int
   return [np.concatenate(parts) for parts in zip(*out)]
 
 
-def joint_generate(model: PushdownLM, tokenizer: Tokenizer, prompt_tokens, *, prompt_kinds=None,
-                   beam: int = BEAM, max_tokens: int = MAX_TOKENS, min_tokens: int = 0,
-                   length_penalty: float = 0.0, recompute: bool = False) -> Generation:
-  """The joint beam over summary pieces and attachments after a lin1 prompt (module docstring)."""
+def check_settings(beam: int, max_tokens: int, min_tokens: int) -> None:
   if beam < 1 or max_tokens < 1 or not 0 <= min_tokens < max_tokens:
-    raise ValueError(f"need beam >= 1, max_tokens >= 1, 0 <= min_tokens < max_tokens; got "
-                     f"{beam}, {max_tokens}, {min_tokens}")
-  ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
-  prompt = compact_prompt(ids, kinds, room=max_tokens)
-  P = len(prompt.tokens)
-  slots = bucket(P + max_tokens, LENGTH_BUCKET)
-  engine = (_Recompute if recompute else _Cached)(model, prompt, beam, slots)
+    raise ValueError(f"pushdown generation: need beam >= 1, max_tokens >= 1, 0 <= min_tokens < "
+                     f"max_tokens; got {beam}, {max_tokens}, {min_tokens}")
+
+
+def cache_slots(prompt: CompactPrompt, max_tokens: int) -> int:
+  """Cache slots of an article's search: its prompt and `max_tokens` summary tokens, bucketed."""
+  return bucket(len(prompt.tokens) + max_tokens, LENGTH_BUCKET)
+
+
+def base_pieces(model: PushdownLM, tokenizer: Tokenizer) -> np.ndarray:
+  """[V] bool: the pieces a summary may take besides EOS (the tokenizer's base pieces)."""
   allowed = np.zeros(model.config.vocab_size, bool)
   allowed[:tokenizer.base_size] = True
-  eos, k = tokenizer.eos_id, min(beam, tokenizer.base_size + 1)
-  hyps = [_Hypothesis(0.0, prompt.stack, [], [])]
-  done: list[tuple[list[int], list[int], float, int, bool]] = []  # ids, attachments, lp, n, end
-  steps = positions = 0
-  for t in range(max_tokens):
-    positions = t + 1
-    allowed[eos] = t >= min_tokens
-    logp, pieces = (np.asarray(a) for a in _top_pieces(engine.logp, jnp.asarray(allowed), k))
-    reduce, shift = (np.asarray(a, np.float64) for a in engine.attachments(jnp.asarray(pieces)))
-    score, parent, piece, attach = _candidates(hyps, logp.astype(np.float64), pieces, reduce,
-                                               shift, P + t, eos)
+  return allowed
+
+
+class ArticleSearch:
+  """One article's joint beam on the host (module docstring): its hypotheses, finished
+  hypotheses and counters; `choose` takes one step's device outputs for its `beam` cache rows."""
+
+  def __init__(self, prompt: CompactPrompt, tokenizer: Tokenizer, *, beam: int, max_tokens: int,
+               min_tokens: int, length_penalty: float, slots: int):
+    self.P, self.slots, self.tokenizer = len(prompt.tokens), slots, tokenizer
+    self.beam, self.max_tokens, self.min_tokens = beam, max_tokens, min_tokens
+    self.length_penalty = length_penalty
+    self.t = 0  # the step: summary tokens chosen so far by every live hypothesis
+    self.hyps = [_Hypothesis(0.0, prompt.stack, [], [])]
+    self.done: list[tuple[list[int], list[int], float, int, bool]] = []  # ids, attach, lp, n, end
+    self.steps = self.positions = 0
+
+  @property
+  def eos_allowed(self) -> bool:
+    return self.t >= self.min_tokens
+
+  def choose(self, logp_Nk, pieces_Nk, reduce_NkS, shift_Nk):
+    """Step t's pruning from its rows' next-piece log-probs and ids [beam, k] and attachment
+    logits; → (parent rows, tokens [beam], tape [beam, slots]) to feed at position P + t (rows
+    past the kept ones: row 0, token 0), or None when the search has ended."""
+    t, P, beam, eos = self.t, self.P, self.beam, self.tokenizer.eos_id
+    self.positions = t + 1
+    score, parent, piece, attach = _candidates(self.hyps, logp_Nk.astype(np.float64), pieces_Nk,
+                                               reduce_NkS, shift_Nk, P + t, eos)
     order = np.argsort(-score, kind="stable")
     order = order[np.isfinite(score[order])]
     for r in order[:beam][piece[order[:beam]] == eos]:
-      hyp = hyps[parent[r]]
-      done.append((hyp.ids, hyp.attachments, float(score[r]), t + 1, True))
+      hyp = self.hyps[parent[r]]
+      self.done.append((hyp.ids, hyp.attachments, float(score[r]), t + 1, True))
     keep = order[piece[order] != eos][:beam]
-    if t == max_tokens - 1 or not len(keep):
+    if t == self.max_tokens - 1 or not len(keep):
       for r in keep:  # stopped at the limit: kept, marked unfinished
-        hyp = hyps[parent[r]]
-        done.append((hyp.ids + [int(piece[r])], hyp.attachments + [int(attach[r])],
-                     float(score[r]), t + 1, False))
-      break
-    extended, tape = [], np.zeros((beam, slots), np.int32)
+        hyp = self.hyps[parent[r]]
+        self.done.append((hyp.ids + [int(piece[r])], hyp.attachments + [int(attach[r])],
+                          float(score[r]), t + 1, False))
+      return None
+    extended, tape = [], np.zeros((beam, self.slots), np.int32)
     for j, r in enumerate(keep):
-      hyp = hyps[parent[r]]
+      hyp = self.hyps[parent[r]]
       stack = hyp.stack.copy()
       stack.push(P + t, int(attach[r]))
       tape[j, :stack.length] = stack.depth
       extended.append(_Hypothesis(float(score[r]), stack, hyp.ids + [int(piece[r])],
                                   hyp.attachments + [int(attach[r])]))
-    hyps = extended
+    self.hyps = extended
     parents, tokens = np.zeros(beam, np.int32), np.zeros(beam, np.int32)
     parents[:len(keep)], tokens[:len(keep)] = parent[keep], piece[keep]
-    engine.advance(parents, tokens, tape)
-    steps += 1
-    if search_done([d[2] for d in done], [d[3] for d in done], [h.score for h in hyps], t + 1,
-                   beam, length_penalty):
-      break
-  if not done:  # nothing finite to choose (cannot happen with finite log-probs)
-    return Generation(np.zeros(0, np.int64), np.zeros(0, np.int8), "", -np.inf, False, 0, steps,
-                      positions, attachments=np.zeros(0, np.int64))
-  order, ranked = best_first([d[2] for d in done], [d[3] for d in done], length_penalty)
-  best_ids, best_attach, logprob, _, finished = done[order[0]]
-  best_ids = np.asarray(best_ids, np.int64)
-  return Generation(best_ids, np.full(len(best_ids), TERMINAL_CODE, np.int8),
-                    detokenize(tokenizer, best_ids), logprob, finished, len(best_ids), steps,
-                    positions, ranked[order].tolist(), np.asarray(best_attach, np.int64))
+    self.steps += 1
+    self.t += 1
+    if search_done([d[2] for d in self.done], [d[3] for d in self.done],
+                   [h.score for h in self.hyps], t + 1, beam, self.length_penalty):
+      return None  # the exact early stop: nothing live can rank among the best `beam`
+    return parents, tokens, tape
+
+  def result(self) -> Generation:
+    done, tokenizer = self.done, self.tokenizer
+    if not done:  # nothing finite to choose (cannot happen with finite log-probs)
+      return Generation(np.zeros(0, np.int64), np.zeros(0, np.int8), "", -np.inf, False, 0,
+                        self.steps, self.positions, attachments=np.zeros(0, np.int64))
+    order, ranked = best_first([d[2] for d in done], [d[3] for d in done], self.length_penalty)
+    best_ids, best_attach, logprob, _, finished = done[order[0]]
+    best_ids = np.asarray(best_ids, np.int64)
+    return Generation(best_ids, np.full(len(best_ids), TERMINAL_CODE, np.int8),
+                      detokenize(tokenizer, best_ids), logprob, finished, len(best_ids),
+                      self.steps, self.positions, ranked[order].tolist(),
+                      np.asarray(best_attach, np.int64))
+
+
+def joint_generate(model: PushdownLM, tokenizer: Tokenizer, prompt_tokens, *, prompt_kinds=None,
+                   beam: int = BEAM, max_tokens: int = MAX_TOKENS, min_tokens: int = 0,
+                   length_penalty: float = 0.0, recompute: bool = False) -> Generation:
+  """The joint beam over summary pieces and attachments after a lin1 prompt (module docstring)."""
+  check_settings(beam, max_tokens, min_tokens)
+  ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
+  prompt = compact_prompt(ids, kinds, room=max_tokens)
+  slots = cache_slots(prompt, max_tokens)
+  engine = (_Recompute if recompute else _Cached)(model, prompt, beam, slots)
+  base = jnp.asarray(base_pieces(model, tokenizer))
+  k = min(beam, tokenizer.base_size + 1)
+  search = ArticleSearch(prompt, tokenizer, beam=beam, max_tokens=max_tokens,
+                         min_tokens=min_tokens, length_penalty=length_penalty, slots=slots)
+  while True:
+    eos_N = jnp.full(beam, search.eos_allowed)
+    logp, pieces = (np.asarray(a) for a in top_pieces(engine.logp, base, eos_N,
+                                                      tokenizer.eos_id, k))
+    reduce, shift = (np.asarray(a, np.float64) for a in engine.attachments(jnp.asarray(pieces)))
+    fed = search.choose(logp, pieces, reduce, shift)
+    if fed is None:
+      return search.result()
+    engine.advance(*fed)

@@ -10,12 +10,16 @@ into slot t, attends over slots ≤ t with the bias of `tape_NS` (the depths aft
 returns the log-probability of the next token and the attachment logits of that token — what one
 step of the attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass
 (`inference` tests it). It computes `CHUNK_ROWS` rows at a time, so a row's numbers are the same
-bits however many rows a step holds (the one-row and the batched beam agree bit for bit).
+bits however many rows a step holds (the one-row and the batched beam agree bit for bit); the
+chunk loop is `in_chunks`, the one such loop.
 The joint summary search (`downstream.pushdown_generate`) uses its two halves: `feed` (the same
 step, returning the full next-token log-softmax [N, V] and the new hidden state) and
 `attachments` (the attachment logits of K candidate next tokens per row at once), after
 `prefill` has written a whole teacher-forced prompt row into the cache. `select` reorders the
 rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).
+`feed_chunks` / `attachments_chunks` are the two halves over several articles' rows at once (each
+row at its own position), computed one article's `beam` rows per chunk (`in_chunks`), so each
+row's numbers are those of its article's search alone (`downstream.pushdown_generate_batch`).
 
 The model's own blocks, norms and head run: the cache is the `attend` hook, as
 `slm_jax.eval.incremental` is for the other configurations (whose masks, not biases, carry the
@@ -115,6 +119,39 @@ def _step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
   return cache, word_N, reduce_N1S[:, 0], shift_N1[:, 0]
 
 
+def in_chunks(fn, C: int, live, cache: Cache | None, *rows):
+  """`fn(cache of C rows or None, *rows' C rows) → (that cache or None, outputs [C, …])` over the
+  rows of `cache` and `rows` (arrays [N, …]; a 0-d one is given whole to every chunk), C at a
+  time in one loop, so every row is computed in a call of C rows however many rows there are
+  (module docstring); → (cache, outputs [N, …]). `live`: only the chunks holding rows < live are
+  computed (the others' outputs are 0, their cache rows unchanged); None: all."""
+  N = rows[0].shape[0]
+  if N % C:
+    raise ValueError(f"pushdown cache: {N} rows are not whole chunks of {C} (pad them with "
+                     "cache.rows_for)")
+  chunks = N // C if live is None else (live + C - 1) // C
+
+  def part(a, x, axis=0):
+    return jax.lax.dynamic_slice_in_dim(x, a, C, axis) if jnp.ndim(x) else x
+
+  def call(a, kv):
+    kv = None if kv is None else Cache(part(a, kv.k, 1), part(a, kv.v, 1), part(a, kv.h))
+    return fn(kv, *(part(a, x) for x in rows))
+
+  def body(i, carry):
+    kv, outputs = carry
+    a = i * C
+    put = lambda into, x, axis=0: jax.lax.dynamic_update_slice_in_dim(into, x, a, axis)
+    chunk, *out = call(a, kv)
+    if kv is not None:
+      kv = Cache(put(kv.k, chunk.k, 1), put(kv.v, chunk.v, 1), put(kv.h, chunk.h))
+    return kv, tuple(put(into, x) for into, x in zip(outputs, out))
+
+  shapes = jax.eval_shape(lambda: call(0, cache)[1:])
+  zeros = tuple(jnp.zeros((N, *s.shape[1:]), s.dtype) for s in shapes)
+  return jax.lax.fori_loop(0, chunks, body, (cache, zeros))
+
+
 @nnx.jit
 def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N, live=None):
   """(cache, log p(next_N | …) [N], reduce [N, S], shift [N]) after feeding token t (a scalar,
@@ -122,28 +159,32 @@ def step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N, live=None
   row's numbers do not depend on how many rows a call holds (`rows_for` pads them to whole
   chunks); `live`: only the chunks holding rows < live are computed (the others' outputs are 0,
   their cache rows unchanged)."""
-  N = cache.h.shape[0]
-  C = min(CHUNK_ROWS, N)
-  if N % C:
-    raise ValueError(f"pushdown cache step: {N} rows are not whole chunks of {C} (pad them with "
-                     "cache.rows_for)")
-  S = cache.h.shape[1]
-  chunks = N // C if live is None else (live + C - 1) // C
-  per_row = jnp.ndim(t) > 0
+  C = min(CHUNK_ROWS, cache.h.shape[0])
+  cache, out = in_chunks(functools.partial(_step, model), C, live, cache, token_N, t, tape_NS,
+                         next_N)
+  return (cache, *out)
 
-  def body(i, carry):
-    kv, word_N, reduce_NS, shift_N = carry
-    a = i * C
-    part = lambda x, axis=0: jax.lax.dynamic_slice_in_dim(x, a, C, axis)
-    put = lambda into, x, axis=0: jax.lax.dynamic_update_slice_in_dim(into, x, a, axis)
-    chunk, word, reduce, shift = _step(model, Cache(part(kv.k, 1), part(kv.v, 1), part(kv.h)),
-                                       part(token_N), part(t) if per_row else t, part(tape_NS),
-                                       part(next_N))
-    kv = Cache(put(kv.k, chunk.k, 1), put(kv.v, chunk.v, 1), put(kv.h, chunk.h))
-    return kv, put(word_N, word), put(reduce_NS, reduce), put(shift_N, shift)
 
-  zeros = (jnp.zeros(N, jnp.float32), jnp.zeros((N, S), jnp.float32), jnp.zeros(N, jnp.float32))
-  return jax.lax.fori_loop(0, chunks, body, (cache, *zeros))
+@functools.partial(nnx.jit, static_argnames=("chunk",))
+def feed_chunks(model: PushdownLM, cache: Cache, token_N, t_N, tape_NS, *, chunk: int,
+                live=None):
+  """`feed` of every row at its own position t_N, `chunk` rows at a time (`in_chunks`; the joint
+  summary search of several articles, one article's `chunk` hypothesis rows a chunk, computes each
+  row as `feed` of that article's rows alone does); → (cache, logp [N, V], h [N, D])."""
+  cache, out = in_chunks(functools.partial(_feed, model), chunk, live, cache, token_N, t_N,
+                         tape_NS)
+  return (cache, *out)
+
+
+@functools.partial(nnx.jit, static_argnames=("chunk",))
+def attachments_chunks(model: PushdownLM, h_ND, keys_NSD, next_NK, tape_NS, *, chunk: int,
+                       live=None):
+  """`attachments` of every row, `chunk` rows at a time (`in_chunks`, as `feed_chunks`)."""
+  def fn(_, h_CD, keys_CSD, next_CK, tape_CS):
+    return (None, *_attachments(model, h_CD, keys_CSD, next_CK, tape_CS))
+
+  _, out = in_chunks(fn, chunk, live, None, h_ND, keys_NSD, next_NK, tape_NS)
+  return out
 
 
 feed = nnx.jit(_feed)
