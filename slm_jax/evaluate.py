@@ -96,7 +96,7 @@ from slm_jax.downstream.example import MC_TASKS
 from slm_jax.downstream.generate import BEAM as GEN_BEAM
 from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
 from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
-from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN
+from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
 from slm_jax.evaluation.inputs import TASKS
@@ -162,6 +162,11 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--max_len_factor", type=float, default=MAX_LEN_FACTOR,
                  help="length cap max(factor·L, --min_len), L = terminal tokens")
   p.add_argument("--min_len", type=int, default=MIN_LEN, help="smallest length cap")
+  p.add_argument("--sentences_per_batch", type=int, default=SENTENCES_PER_BATCH,
+                 help="sentences a batched beam search (SG, beam proposals, the Pushdown "
+                 "attachment beam) advances together: a speed and memory setting, the results "
+                 "do not depend on it; fewer are taken where their key/value arena would pass "
+                 "half of the device's memory (logged)")
   p.add_argument("--beam_score_cnt2", type=cli.boolean, default=True,
                  help="score CNT2 inside the beam where it is a target (TGTree; false: the "
                  "paper's code, which never scores it)")
@@ -211,6 +216,7 @@ def parse_args(argv: Sequence[str] | None):
     p.error(f"--tasks is empty; expected some of {', '.join(TASKS)}")
   for flag, least in (("max_items", 1), ("proposals", 1), ("beam", 1), ("sub_beam", 1),
                       ("fast_track", 0), ("min_len", 1), ("batch_size", 1),
+                      ("sentences_per_batch", 1),
                       ("docppl_documents", 1), ("max_context", 0), ("bootstrap_resamples", 1),
                       ("gen_beam", 1), ("gen_max_tokens", 1), ("gen_max_words", 1)):
     value = getattr(args, flag)

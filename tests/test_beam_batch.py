@@ -6,6 +6,7 @@ and a decoder whose rows hold fewer sentences than asked."""
 from __future__ import annotations
 
 import functools
+import logging
 
 import hypothesis
 import hypothesis.strategies as st
@@ -17,7 +18,7 @@ from flax import nnx
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval.beam import BeamSearcher
 from slm_jax.eval.beam_batch import select_per_slot
-from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
 from slm_jax.eval.proposals import BeamProposals
 from slm_jax.eval.scorer import Scorer
 from slm_jax.eval.syntaxgym import evaluate_syntaxgym
@@ -130,6 +131,39 @@ def test_a_given_decoder_bounds_the_sentences_in_flight():
     assert_same(a, b)
   with pytest.raises(ValueError, match="at least one word"):
     fixed.search_many([["cats"], []])
+
+
+def test_arena_bytes_is_what_a_decoder_allocates():
+  model = model_for("tgtree")
+  decoder = IncrementalDecoder(model, CONFIGURATIONS["tgtree"], max_len=48, batch=70)
+  decoder.start([TOKENIZER.bos_id], [int(Kind.BOS)])
+  allocated = sum(a.nbytes for a in decoder.cache.k + decoder.cache.v)
+  assert arena_bytes(model.config, 70, 48) == allocated > 0
+
+
+def test_a_memory_budget_bounds_the_sentences_in_flight(caplog):
+  """Fewer sentences in flight where their arena would pass the budget (logged once), the
+  same results; a budget below one sentence still searches one at a time."""
+  name = "tgtree"
+  model = model_for(name)
+  options = dict(beam=5, fast_track=1, labels=("S", "NP"))
+  free = BeamSearcher(model, TOKENIZER, CONFIGURATIONS[name], sentences_per_batch=6, **options)
+  max_len = 64
+  three = arena_bytes(model.config, 3 * free.capacity, max_len)
+  four = arena_bytes(model.config, 4 * free.capacity, max_len)
+  bounded = BeamSearcher(model, TOKENIZER, CONFIGURATIONS[name], sentences_per_batch=6,
+                         memory_budget=(three + four) // 2, decoder_len=max_len, **options)
+  with caplog.at_level(logging.WARNING, logger="slm_jax.eval.beam"):
+    assert bounded.in_flight(max_len, 6) == 3
+    assert bounded.in_flight(max_len, 6) == 3
+  assert len(caplog.records) == 1 and "3 sentences in flight, not 6" in caplog.text
+  for a, b in zip(free.search_many(SENTENCES, batched=False), bounded.search_many(SENTENCES)):
+    assert_same(a, b)
+  assert bounded.decoder(0).batch == 3 * bounded.capacity
+  assert free.in_flight(max_len, 6) == 6  # the default budget: half of this machine's memory
+  tight = BeamSearcher(model, TOKENIZER, CONFIGURATIONS[name], sentences_per_batch=6,
+                       memory_budget=1, **options)
+  assert tight.in_flight(max_len, 6) == 1
 
 
 def test_syntaxgym_and_beam_proposals_take_the_batched_search(tmp_path):

@@ -3,10 +3,17 @@ them; every table says which protocol, format and proposal sources produced it."
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from slm_jax import evaluate
+from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.downstream.protocol import protocol
+from slm_jax.eval.beam import SENTENCES_PER_BATCH
 from slm_jax.downstream import report as downstream_report
 from slm_jax.eval import report
-from slm_jax.evaluation import protocols, summary
+from slm_jax.evaluation import protocols, sources, summary
+from slm_jax.tokenizer import make_tokenizer
 
 COMMON = ["--workdir=w", "--out=o"]
 
@@ -44,3 +51,27 @@ def test_tables_say_protocol_format_and_proposal_sources():
   assert "the paper code's format" in mc and "ties go to the first option" in mc
   olmes = dict(results, conventions=dict(conv, downstream_mc_format="olmes"))
   assert "OLMES cloze" in downstream_report.conventions_line(olmes, ["piqa"])
+
+
+@dataclasses.dataclass
+class _Run:
+  model: Any
+  tokenizer: Any
+  configuration: Any
+
+
+def test_sentences_per_batch_reaches_every_batched_search_and_no_identity():
+  """`--sentences_per_batch` goes to the word-synchronous searches (SG, beam proposals) and the
+  Pushdown attachment beam; the results do not depend on it, so a result's identity (the SG
+  partial-results key: `beam_options`) leaves it out."""
+  from tests.test_pushdown_model import tiny_model  # pylint: disable=g-import-not-at-top
+  args = evaluate.parse_args(COMMON + ["--sentences_per_batch=3"])
+  assert sources.search_options(args) == dict(sources.beam_options(args), sentences_per_batch=3)
+  assert "sentences_per_batch" not in sources.beam_options(args)
+  assert evaluate.parse_args(COMMON).sentences_per_batch == SENTENCES_PER_BATCH
+  pushdown = CONFIGURATIONS["pushdown"]
+  tokenizer = make_tokenizer("word", words=["cats", "sleep"])
+  run = _Run(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, pushdown)
+  _, scorer = protocol(pushdown).evaluation_scorer(run, batch_size=4, beam=5,
+                                                   sentences_per_batch=args.sentences_per_batch)
+  assert (scorer.beam, scorer.sentences_per_batch) == (5, 3)

@@ -43,9 +43,12 @@ all pieces, is what enters the pool); for word-level vocabularies the two are th
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from typing import Any, Sequence as SequenceT
 
+import jax
 import numpy as np
 
 from slm_jax.buckets import bucket
@@ -54,7 +57,7 @@ from slm_jax.eval.beam_batch import BatchedSearch, select_per_slot
 from slm_jax.eval.beam_feed import feed_expansions
 from slm_jax.eval.beam_result import BeamResult, Completed
 from slm_jax.eval.grammaticality import Grammar, GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
 from slm_jax.eval.scorer import LENGTH_BUCKET, Scorer, logsumexp
 from slm_jax.kinds import Kind
 from slm_jax.model.decoder import Decoder
@@ -66,6 +69,17 @@ FAST_TRACK = 30  # hypotheses that emit the word immediately, added to the sub-b
 MAX_LEN_FACTOR = 6  # the length cap is max(MAX_LEN_FACTOR·L, MIN_LEN)
 MIN_LEN = 10
 SENTENCES_PER_BATCH = 8  # sentences a batched search advances together (`search_many`)
+MEMORY_SHARE = 0.5  # of the device's memory a batched search's key/value arena may take
+GIB = 2 ** 30
+_LOG = logging.getLogger(__name__)
+
+
+def memory_budget() -> int:
+  """Bytes a batched search's key/value arena may take: `MEMORY_SHARE` of the default device's
+  memory (its allocator's limit; the CPU reports none: the host's physical memory)."""
+  stats = jax.devices()[0].memory_stats() or {}
+  total = stats.get("bytes_limit") or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  return int(MEMORY_SHARE * total)
 
 
 class BeamSearcher:
@@ -86,7 +100,7 @@ class BeamSearcher:
                max_open: int | None = None, labels: SequenceT[str] | None = None,
                score_cnt2: bool = True, decoder_cls=IncrementalDecoder,
                decoder_len: int | None = None, sentences_per_batch: int = SENTENCES_PER_BATCH,
-               batched: bool = True):
+               batched: bool = True, memory_budget: int | None = None):
     if isinstance(model, Scorer):
       model = model.model
     if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1) or (
@@ -117,7 +131,9 @@ class BeamSearcher:
     self.decoder_len = decoder_len
     self.sentences_per_batch = int(sentences_per_batch)
     self.batched = bool(batched)  # search_many's default: batched, or one `search` at a time
+    self.memory_budget = memory_budget  # bytes (None: `memory_budget()` when first needed)
     self._decoder = None
+    self._reported: set[int] = set()
 
   def decoder(self, max_len: int, rows: int | None = None):
     """A decoder with at least `max_len` cache slots and `rows` rows (default `capacity`, one
@@ -142,6 +158,32 @@ class BeamSearcher:
     self._decoder = None
     self._decoder = self.decoder_cls(self.model, self.configuration, max_len=max_len, batch=rows)
     return self._decoder
+
+  def in_flight(self, max_len: int, wanted: int) -> int:
+    """How many sentences a batched search over `max_len` cache slots advances together:
+    `wanted`, or fewer (at least 1) where the decoder of that many sentences' rows would start
+    with a key/value arena (`incremental.arena_bytes`) larger than `memory_budget`: the 1B
+    configurations at b = 300 need 24.6 GiB of float32 arena per sentence in flight at 128 cache
+    slots (8 sentences: 197 GiB). A reduction is logged (once per count). A decoder given to the constructor, or another decoder class, is used as
+    it is."""
+    if self._fixed is not None or self.decoder_cls is not IncrementalDecoder or wanted <= 1:
+      return wanted
+    live = self._decoder
+    max_len = max(max_len, self.decoder_len or 0, live.max_len if live is not None else 0)
+    if live is not None and live.max_len >= max_len and live.batch >= wanted * self.capacity:
+      return wanted  # the live decoder holds them: nothing new is allocated
+    budget = memory_budget() if self.memory_budget is None else int(self.memory_budget)
+    size = lambda n: arena_bytes(self.model.config, n * self.capacity, max_len)
+    fits = wanted
+    while fits > 1 and size(fits) > budget:
+      fits -= 1
+    if fits < wanted and fits not in self._reported:
+      self._reported.add(fits)
+      _LOG.warning("beam search: %d sentences in flight, not %d: their key/value arena would "
+                   "take %.1f GiB, over the budget of %.1f GiB (%.0f%% of the device's memory; "
+                   "one sentence: %.1f GiB)", fits, wanted, size(wanted) / GIB, budget / GIB,
+                   100 * MEMORY_SHARE, size(1) / GIB)
+    return fits
 
   def cap(self, terminal_tokens: int) -> int:
     return int(max(math.ceil(self.max_len_factor * terminal_tokens), self.min_len))

@@ -155,7 +155,7 @@ class BatchedSearch(SlotRows):
       self.decoder = None
       return
     capacity = searcher.capacity
-    wanted = max(1, min(int(concurrent), len(self.queue)))
+    wanted = searcher.in_flight(max(slots), max(1, min(int(concurrent), len(self.queue))))
     self.decoder = searcher.decoder(max(slots), rows=wanted * capacity)
     self.slots = min(wanted, self.decoder.batch // capacity)
     n = self.decoder.batch

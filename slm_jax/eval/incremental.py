@@ -69,6 +69,7 @@ MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past
 # the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
 MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
+ARENA_FACTOR = 1.25  # arena slots per row slot a decoder starts with (compaction makes room)
 COMPACT_FRACTION = 4  # a compaction moves at least arena / COMPACT_FRACTION slots (one variant)
 
 
@@ -308,6 +309,23 @@ def _distinct_indices(index: np.ndarray, n: int) -> bool:
   return int(np.bincount(index, minlength=n).max()) <= 1
 
 
+def step_width(batch: int) -> int:
+  """The most rows one step of a `batch`-row decoder computes (padding included)."""
+  return min(bucket(batch, ROW_BUCKET, max(batch, ROW_BUCKET)), MAX_STEP_ROWS)
+
+
+def arena_slots(batch: int, max_len: int, arena_factor: float = ARENA_FACTOR) -> int:
+  """Slots of the arena an `IncrementalDecoder(batch=, max_len=)` starts with: `arena_factor`
+  slots per row slot, and room for a prefix and two steps at least."""
+  return int(max(arena_factor * batch * max_len, max_len + 2 * step_width(batch)))
+
+
+def arena_bytes(config, batch: int, max_len: int, arena_factor: float = ARENA_FACTOR) -> int:
+  """Bytes of that arena's keys and values (every layer, the model config's compute dtype)."""
+  slot = 2 * config.n_layers * config.n_kv_heads * config.head_dim
+  return arena_slots(batch, max_len, arena_factor) * slot * jnp.dtype(config.compute_dtype).itemsize
+
+
 class IncrementalDecoder:
   """KV-cache decoder of `batch` hypotheses of up to `max_len` tokens (see module docstring).
 
@@ -325,7 +343,7 @@ class IncrementalDecoder:
   """
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
-               arena_factor: float = 1.25, slot_bucket: int = SLOT_BUCKET):
+               arena_factor: float = ARENA_FACTOR, slot_bucket: int = SLOT_BUCKET):
     check_attention(model, configuration)
     if arena_factor <= 0 or slot_bucket < 1:
       raise ValueError(f"need arena_factor > 0 and slot_bucket >= 1, got {arena_factor}, "
@@ -339,10 +357,8 @@ class IncrementalDecoder:
     self.slot_bucket = int(slot_bucket)
     # The most rows one step computes (padding included), and the arena: room for a prefix and
     # a few steps at least; a compaction (or, rarely, growth) makes more room when needed.
-    self.step_width = min(bucket(self.batch, ROW_BUCKET, max(self.batch, ROW_BUCKET)),
-                          MAX_STEP_ROWS)
-    self.arena = int(max(arena_factor * self.batch * self.max_len,
-                         self.max_len + 2 * self.step_width))
+    self.step_width = step_width(self.batch)
+    self.arena = arena_slots(self.batch, self.max_len, arena_factor)
     self.graphdef, self.params = split_model(model)
     self.groups = tuple(int(g) for g in configuration.attention.groups)  # head-group codes
     self.cache: DecoderCache | None = None

@@ -36,7 +36,7 @@ from slm_jax.evaluation.checkpoints import load_checkpoint_run
 from slm_jax.evaluation.inputs import (DOWNSTREAM_TASKS, check_beam_runs, check_file_coverage,
                                        check_inputs, syntaxgym_dir)
 from slm_jax.evaluation.sources import (beam_options, beam_source, blimp_source, docppl_data,
-                                        source_stats)
+                                        search_options, source_stats)
 from slm_jax.evaluation.summary import bootstrap_all, conventions, log, notes, sg_summary
 
 
@@ -165,7 +165,8 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
     trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
   reference = trained.configuration.reference  # "pushdown": the architectural reference, SPEC §14
   evaluation = protocol(trained.configuration)
-  run, scorer = evaluation.evaluation_scorer(trained, batch_size=args.batch_size, beam=args.beam)
+  run, scorer = evaluation.evaluation_scorer(trained, batch_size=args.batch_size, beam=args.beam,
+                                             sentences_per_batch=args.sentences_per_batch)
   raw = isinstance(scorer, RawTextScorer)  # a pretrained checkpoint: raw text (SPEC §13)
   conf = run.configuration
   entry: dict[str, Any] = {"checkpoint" if checkpoint else "workdir": str(workdir),
@@ -197,7 +198,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
         sg_dir=str(data["sg_dir"]), **beam_options(args)))
     if kept.note:
       log(f"  {kept.note}")
-    options = dict(split_region=region_units) if raw else beam_options(args)
+    options = dict(split_region=region_units) if raw else search_options(args)
     sg = evaluate_syntaxgym(scorer.prefix_fn if raw else scorer, data["sg_dir"],
                             max_items=args.max_items, suites=args.sg_suites,
                             tree_scoring=args.tree_scoring,

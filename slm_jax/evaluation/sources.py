@@ -29,6 +29,12 @@ def beam_options(args) -> dict[str, Any]:
               score_cnt2=args.beam_score_cnt2)
 
 
+def search_options(args) -> dict[str, Any]:
+  """`beam_options` and how many sentences a batched search advances together (a speed and
+  memory setting: the results do not depend on it, so it is not part of a result's identity)."""
+  return dict(beam_options(args), sentences_per_batch=args.sentences_per_batch)
+
+
 def blimp_source(arg: str, k: int, seed: int) -> ProposalSource | None:
   """The BLiMP source shared by all runs; None for `beam` (built per run by `beam_source`)."""
   if arg == "beam":
@@ -128,7 +134,7 @@ def beam_source(run, scorer, args) -> ProposalSource | None:
   if not run.configuration.scheme.scored_with_structure:
     return None
   beam = BeamProposals.for_model(scorer, run.tokenizer, run.configuration, k=args.proposals,
-                                 **beam_options(args))
+                                 **search_options(args))
   return FallbackProposals(beam, FlatProposals())
 
 
