@@ -151,13 +151,18 @@ class BeamSearcher:
         raise ValueError(f"decoder max_len={self._fixed.max_len} < {max_len} needed")
       return self._fixed
     live = self._decoder
-    if live is not None and live.max_len >= max_len and live.batch >= rows:
+    if self._live_holds(max_len, rows):
       return live
     if live is not None:  # one cache alive at a time, as large as every use so far
       max_len, rows = max(max_len, live.max_len), max(rows, live.batch)
     self._decoder = None
     self._decoder = self.decoder_cls(self.model, self.configuration, max_len=max_len, batch=rows)
     return self._decoder
+
+  def _live_holds(self, max_len: int, rows: int) -> bool:
+    """Whether the live decoder has `max_len` slots and `rows` rows (`decoder` reuses it)."""
+    live = self._decoder
+    return live is not None and live.max_len >= max_len and live.batch >= rows
 
   def in_flight(self, max_len: int, wanted: int) -> int:
     """How many sentences a batched search over `max_len` cache slots advances together:
@@ -168,10 +173,10 @@ class BeamSearcher:
     it is."""
     if self._fixed is not None or self.decoder_cls is not IncrementalDecoder or wanted <= 1:
       return wanted
+    if self._live_holds(max(max_len, self.decoder_len or 0), wanted * self.capacity):
+      return wanted  # the live decoder holds them: nothing new is allocated
     live = self._decoder
     max_len = max(max_len, self.decoder_len or 0, live.max_len if live is not None else 0)
-    if live is not None and live.max_len >= max_len and live.batch >= wanted * self.capacity:
-      return wanted  # the live decoder holds them: nothing new is allocated
     budget = memory_budget() if self.memory_budget is None else int(self.memory_budget)
     size = lambda n: arena_bytes(self.model.config, n * self.capacity, max_len)
     fits = wanted
