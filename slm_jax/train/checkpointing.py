@@ -14,7 +14,7 @@ naming the parameters that differ; it is not "unreadable" and is never moved asi
 A failed save (a full disk, a lost mount) is one `CheckpointError` line naming the folder, and a
 Ctrl-C inside a save is the one `interrupted` line of `cli.run` (exit 130): Orbax's own error
 records are cut to their first line (`quiet_orbax_errors`, no tracebacks) and, once the failure
-is reported, dropped; `wait` and `close` after it do not raise it again. The step being saved is
+is reported, dropped, as are TensorStore writes completing into Orbax's closed event loop; `wait` and `close` after it do not raise it again. The step being saved is
 left as Orbax's uncommitted temporary folder, which a resume ignores: the last complete step is
 restored.
 
@@ -28,7 +28,8 @@ import dataclasses
 import json
 import logging
 import pathlib
-from typing import Any
+import sys
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -74,12 +75,36 @@ class _OrbaxErrors(logging.Filter):
 _ORBAX_ERRORS = _OrbaxErrors()
 
 
+def _is_late_completion(unraisable: Any) -> bool:
+  """A write that finished after its save was abandoned: TensorStore's I/O threads hand each
+  completed write to the asyncio loop that awaited it, and after a failed save Orbax has closed
+  that loop. The error surfaces from C as an unraisable exception, outside any Python thread."""
+  error, tb = unraisable.exc_value, unraisable.exc_traceback
+  return (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+          and tb is not None and tb.tb_frame.f_code.co_name == "call_soon_threadsafe")
+
+
+def _late_completion_hook(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
+  def hook(unraisable):
+    if not _is_late_completion(unraisable):
+      return previous(unraisable)
+    if not _OrbaxErrors.silenced:  # before the failure's own line: one line, as Orbax's records
+      sys.stderr.write("warning: a checkpoint write finished after its save had failed "
+                       "(RuntimeError: Event loop is closed)\n")
+    return None
+  hook.late_completions = True
+  return hook
+
+
 def quiet_orbax_errors(silence: bool = False) -> None:
-  """Installs the filter of Orbax's error records (once); `silence` drops them from now on (the
-  failure they describe was reported in one line)."""
+  """Installs the filter of Orbax's error records (once) and the `sys.unraisablehook` that turns
+  a late write completion into one line; `silence` drops both from now on (the failure they
+  describe was reported in one line)."""
   logger = logging.getLogger("absl")
   if _ORBAX_ERRORS not in logger.filters:
     logger.addFilter(_ORBAX_ERRORS)
+  if not getattr(sys.unraisablehook, "late_completions", False):
+    sys.unraisablehook = _late_completion_hook(sys.unraisablehook)
   _OrbaxErrors.silenced = _OrbaxErrors.silenced or silence
 
 
