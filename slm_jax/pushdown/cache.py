@@ -112,6 +112,13 @@ def rows_for(n: int) -> int:
   return CHUNK_ROWS * bucket(-(-max(n, 1) // CHUNK_ROWS), least=1)
 
 
+def nbytes(config, rows: int, slots: int) -> int:
+  """Bytes of `empty(model, rows, slots)` (`config` the model's): every layer's keys and values
+  and the final hidden states, in the compute dtype."""
+  per_slot = 2 * config.n_layers * config.n_kv_heads * config.head_dim + config.d_model
+  return int(rows) * int(slots) * per_slot * jnp.dtype(config.compute_dtype).itemsize
+
+
 def _step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
   cache, logp_NV, h_ND = _feed(model, cache, token_N, t, tape_NS)
   word_N = jnp.take_along_axis(logp_NV, next_N[:, None], axis=-1)[:, 0]
