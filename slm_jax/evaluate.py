@@ -5,7 +5,7 @@
   python -m slm_jax.evaluate --workdir=RUN ... --tasks=mc,xsum,boolq --downstream_dir=DIR
       [--mc_tasks=arc_easy,piqa,...] [--tree_source=parser|parser:DIR|flat|file:PATH]
       [--xsum_finetuned=OUT ...] [--boolq_finetuned=OUT ...] [--gen_beam=6]
-      [--gen_max_tokens=150] [--gen_max_words=75] --out=DIR
+      [--gen_max_tokens=150] [--gen_max_words=75] [--articles_per_batch=8] --out=DIR
       [--max_items=N] [--proposals=300] [--blimp_dir=DIR] [--syntaxgym_dir=DIR]
       [--docppl_ptb=PATH ...] [--docppl_proposals=auto|grammar|gold|beam|parser[:DIR]|FILE]
       [--blimp_proposals=auto|grammar|flat|beam|parser[:DIR]|FILE] [--sg_suites=hu31|paper32|a,b]
@@ -96,6 +96,7 @@ from slm_jax.downstream.example import MC_TASKS
 from slm_jax.downstream.generate import BEAM as GEN_BEAM
 from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
 from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
+from slm_jax.downstream.generate_batch import CONCURRENT as ARTICLES_PER_BATCH
 from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
@@ -194,6 +195,11 @@ def parse_args(argv: Sequence[str] | None):
                  help="XSum summary tokens (terminal and pause models)")
   p.add_argument("--gen_max_words", type=int, default=GEN_MAX_WORDS,
                  help="XSum summary words (tree models, word-synchronous)")
+  p.add_argument("--articles_per_batch", type=int, default=ARTICLES_PER_BATCH,
+                 help="XSum articles whose summary searches run together (tree models and the "
+                 "Pushdown reference): a speed and memory setting, the summaries do not depend "
+                 "on it; fewer are taken where their cache would pass half of the device's "
+                 "memory (logged)")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                  help="compute dtype of the evaluated model (paper: FP32)")
   p.add_argument("--batch_size", type=int, default=32, help="scorer batch size")
@@ -216,7 +222,7 @@ def parse_args(argv: Sequence[str] | None):
     p.error(f"--tasks is empty; expected some of {', '.join(TASKS)}")
   for flag, least in (("max_items", 1), ("proposals", 1), ("beam", 1), ("sub_beam", 1),
                       ("fast_track", 0), ("min_len", 1), ("batch_size", 1),
-                      ("sentences_per_batch", 1),
+                      ("sentences_per_batch", 1), ("articles_per_batch", 1),
                       ("docppl_documents", 1), ("max_context", 0), ("bootstrap_resamples", 1),
                       ("gen_beam", 1), ("gen_max_tokens", 1), ("gen_max_words", 1)):
     value = getattr(args, flag)

@@ -78,7 +78,8 @@ def test_all_tasks_fine_tuning_generation_tables_and_chart(setup):
   # A second run over the same folder resumes: every item and summary is read back, none redone.
   lines = {p: p.read_text() for p in (out / "downstream").rglob("*.jsonl")}
   assert len(lines) == 2 * (len(MC_TASKS) + 2 + 2)
-  assert _evaluate(root, data, runs, finetuned, out) == 0
+  # (--articles_per_batch is speed and memory only: not part of what the summaries record)
+  assert _evaluate(root, data, runs, finetuned, out, "--articles_per_batch=1") == 0
   assert {p: p.read_text() for p in lines} == lines
   again = json.loads((out / "results.json").read_text())["models"][0]["downstream"]["mc"]
   untimed = lambda mc: {t: {k: v for k, v in e.items() if k != "seconds"} for t, e in mc.items()}

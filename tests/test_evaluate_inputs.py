@@ -34,7 +34,8 @@ def snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("flag", ["--max_items=-1", "--max-items=0", "--tasks=", "--tasks=,",
                                   "--proposals=0", "--beam=0", "--batch_size=0",
-                                  "--max_len_factor=0", "--sentences_per_batch=0"])
+                                  "--max_len_factor=0", "--sentences_per_batch=0",
+                                  "--articles_per_batch=0"])
 def test_bad_numbers_and_empty_tasks_are_usage_errors(flag, tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_info:
     evaluate.parse_args([f"--workdir={tmp_path}", f"--out={tmp_path / 'o'}", flag])

@@ -49,11 +49,43 @@ def test_batched_generation_equals_one_article_at_a_time(name, options, concurre
   assert all(np.isfinite(a.logprob) for a in alone)
 
 
+def test_a_small_memory_budget_takes_fewer_articles_and_changes_no_summary(caplog):
+  """Past the memory budget fewer articles share the decoder (here one at a time, said once);
+  the summaries stay those of the default."""
+  prompts = [prompt_for("tgtree", article) for article in ARTICLES[:3]]
+  model, configuration = cached_model("tgtree"), CONFIGURATIONS["tgtree"]
+  options = dict(beam=2, max_words=3, prompt_kinds=[kinds for _, kinds in prompts])
+  ids = [i for i, _ in prompts]
+  free = word_synchronous_generate_many(model, TOKENIZER, configuration, ids, **options)
+  assert not caplog.records
+  tight = word_synchronous_generate_many(model, TOKENIZER, configuration, ids, memory_budget=1,
+                                         **options)
+  assert "1 articles in flight, not 3" in caplog.text
+  for a, b in zip(free, tight, strict=True):
+    same(a, b)
+
+
+def test_the_protocol_hands_on_the_articles_per_batch(monkeypatch):
+  from slm_jax.downstream import protocol as protocol_lib  # pylint: disable=g-import-not-at-top
+  seen = []
+  monkeypatch.setattr(protocol_lib, "word_synchronous_generate_many",
+                      lambda *a, **k: seen.append(k["concurrent"]) or [])
+  run = types.SimpleNamespace(model=None, tokenizer=TOKENIZER,
+                              configuration=CONFIGURATIONS["tgtree"])
+  options = dict(beam=2, max_tokens=5, max_words=3, max_open=2)
+  protocol(run.configuration).generate_many(run, [], concurrent=3, **options)
+  protocol(run.configuration).generate_many(run, [], **options)
+  assert seen == [3, 8]
+
+
 def test_options_are_checked_and_kinds_must_match():
   ids, kinds = prompt_for("tgtree")
   with pytest.raises(ValueError, match="2 prompts but 1 prompt_kinds"):
     word_synchronous_generate_many(cached_model("tgtree"), TOKENIZER, CONFIGURATIONS["tgtree"],
                                    [ids, ids], prompt_kinds=[kinds])
+  with pytest.raises(ValueError, match="concurrent must be >= 1, got 0"):
+    word_synchronous_generate_many(cached_model("tgtree"), TOKENIZER, CONFIGURATIONS["tgtree"],
+                                   [ids, ids], prompt_kinds=[kinds, kinds], concurrent=0)
   with pytest.raises(ValueError, match="no word-synchronous search"):
     word_synchronous_generate_many(cached_model("terminal"), TOKENIZER,
                                    CONFIGURATIONS["terminal"], [ids, ids], prompt_kinds=[kinds, kinds])

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.eval import pushdown_beam
 from slm_jax.eval.pushdown_beam import _Hypotheses, _push, beam_score_many, in_flight
 from slm_jax.pushdown import cache
 from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration
@@ -70,14 +69,14 @@ def test_many_rows_a_step_on_a_wider_model():
 def test_rows_in_flight_fit_the_memory_budget(model, caplog):
   """The rule: `concurrent` rows' hypotheses' cache, twice (a step writes a new one while the
   old one lives), within the budget; never fewer than one row; a reduction says why."""
-  one = pushdown_beam.CACHE_COPIES * cache.nbytes(model.config, cache.rows_for(7), 16)
+  one = cache.peak_bytes(model.config, cache.rows_for(7), 16)
   assert one == 2 * 64 * 16 * (2 * 2 * model.config.n_kv_heads * model.config.head_dim
                                + model.config.d_model) * 4  # float32, 2 layers, 64-row chunks
   assert in_flight(model, 7, 16, 8, budget=10 ** 12) == 8
   assert not caplog.records
   # b = 50: 1..8 rows in flight hold 64, 128, 192, 256, 256, 384, 384, 512 cache rows
   fits = in_flight(model, 50, 16, 8, budget=3 * one)
-  assert fits == 3 and "3 rows of 16 slots in flight, not 8" in caplog.text
+  assert fits == 3 and "3 pushdown beam rows of 16 slots in flight, not 8" in caplog.text
   assert in_flight(model, 50, 16, 8, budget=4 * one) == 5  # 5 rows fit in 4 × 64 rows too
   assert in_flight(model, 50, 16, 8, budget=1) == 1  # one row even over the budget
 

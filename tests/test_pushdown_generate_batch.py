@@ -68,6 +68,17 @@ def test_batched_generation_equals_one_article_at_a_time(setup, options, concurr
   assert any(len(a.ranked) > 1 for a in alone)
 
 
+def test_a_small_memory_budget_takes_fewer_articles_and_changes_no_summary(setup, caplog):
+  tokenizer, model, prompts = setup
+  free = joint_generate_many(model, tokenizer, prompts, max_tokens=MAX_TOKENS, beam=2)
+  assert not caplog.records
+  tight = joint_generate_many(model, tokenizer, prompts, max_tokens=MAX_TOKENS, beam=2,
+                              memory_budget=1)
+  assert "1 articles of 16 slots in flight, not 4" in caplog.text  # the other width holds one
+  for a, b in zip(free, tight, strict=True):
+    same(a, b)
+
+
 def test_the_protocol_generates_several_summaries_as_one_at_a_time(setup):
   tokenizer, model, prompts = setup
   run = types.SimpleNamespace(model=model, tokenizer=tokenizer,

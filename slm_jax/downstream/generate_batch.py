@@ -23,6 +23,9 @@ about what a step of 64 rows does and the per-round host work dominates.
            article took part in) — the decoder computes every row the same way whatever else a
            step feeds (`eval.incremental`); tests/test_generate_batch.py compares the two.
 
+Fewer articles are in flight where their decoder's key/value arena (`incremental.arena_bytes`)
+would pass the searches' memory budget (`eval.beam.fit_in_memory`, logged).
+
 `recompute=True` (the `RecomputeDecoder` baseline has no per-row prompts) runs the articles one
 after another.
 """
@@ -40,9 +43,10 @@ from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_WORDS, Generation, 
                                          prompt_arrays,
                                          tree_candidates, tree_generation, tree_search_setup,
                                          word_synchronous_generate)
+from slm_jax.eval.beam import fit_in_memory
 from slm_jax.eval.beam_batch import SlotRows, select_per_slot
 from slm_jax.eval.grammaticality import GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
 from slm_jax.eval.scorer import LENGTH_BUCKET
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.model.decoder import Decoder
@@ -57,10 +61,13 @@ def word_synchronous_generate_many(model: Decoder, tokenizer: Tokenizer,
                                    max_words: int = MAX_WORDS, max_open: int | None = MAX_OPEN,
                                    max_tokens: int | None = None, fast_track: int = 0,
                                    labels=None, length_penalty: float = 0.0,
-                                   recompute: bool = False,
-                                   concurrent: int = CONCURRENT) -> list[Generation]:
+                                   recompute: bool = False, concurrent: int = CONCURRENT,
+                                   memory_budget: int | None = None) -> list[Generation]:
   """`word_synchronous_generate` of every prompt (a `linearize.Sequence`, or ids with
-  `prompt_kinds[i]`), results in the input order (module docstring)."""
+  `prompt_kinds[i]`), `concurrent` articles together (fewer where their arena would pass
+  `memory_budget` bytes), results in the input order (module docstring)."""
+  if concurrent < 1:
+    raise ValueError(f"generation: concurrent must be >= 1, got {concurrent}")
   options = dict(beam=beam, max_words=max_words, max_open=max_open, max_tokens=max_tokens,
                  fast_track=fast_track, labels=labels, length_penalty=length_penalty)
   kinds = list(prompt_kinds) if prompt_kinds is not None else [None] * len(prompts)
@@ -72,14 +79,14 @@ def word_synchronous_generate_many(model: Decoder, tokenizer: Tokenizer,
             for p, k in zip(prompts, kinds)]
   arrays = [prompt_arrays(tokenizer, p, k) for p, k in zip(prompts, kinds)]
   return _BatchedGeneration(model, tokenizer, configuration, arrays, concurrent,
-                            **options).run()
+                            memory_budget=memory_budget, **options).run()
 
 
 class _BatchedGeneration(SlotRows):
   """The batched search of the module docstring over prompts (ids, kinds)."""
 
   def __init__(self, model, tokenizer, configuration, prompts, concurrent, *, beam, max_words,
-               max_open, max_tokens, fast_track, labels, length_penalty):
+               max_open, max_tokens, fast_track, labels, length_penalty, memory_budget=None):
     self.grammar, self.cap = tree_search_setup(
         tokenizer, configuration, beam=beam, max_words=max_words, fast_track=fast_track,
         max_open=max_open, labels=labels, max_tokens=max_tokens)
@@ -89,11 +96,12 @@ class _BatchedGeneration(SlotRows):
     self.classes = jnp.asarray(piece_classes(tokenizer))
     self.top = min(max(beam, fast_track), tokenizer.base_size)
     width = 2 * beam + fast_track  # one article's rows (word_synchronous_generate's n)
-    K = self.slots = min(int(concurrent), len(prompts))
     longest = max(len(ids) for ids, _ in prompts)
-    self.decoder = IncrementalDecoder(model, configuration,
-                                      max_len=bucket(longest + self.cap, LENGTH_BUCKET),
-                                      batch=K * width)
+    max_len = bucket(longest + self.cap, LENGTH_BUCKET)
+    K = self.slots = fit_in_memory(lambda n: arena_bytes(model.config, n * width, max_len),
+                                   min(int(concurrent), len(prompts)), "articles",
+                                   budget=memory_budget)
+    self.decoder = IncrementalDecoder(model, configuration, max_len=max_len, batch=K * width)
     n = self.decoder.batch
     self.state = GrammarState.initial(n, self.cap + 2)
     self.score, self.words = np.zeros(n), np.zeros(n, np.int64)

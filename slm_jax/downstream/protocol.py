@@ -37,7 +37,7 @@ from typing import Any
 
 from slm_jax.configurations import Configuration
 from slm_jax.downstream.generate import Generation, generate, generated_positions
-from slm_jax.downstream.generate_batch import word_synchronous_generate_many
+from slm_jax.downstream.generate_batch import CONCURRENT, word_synchronous_generate_many
 from slm_jax.downstream.pushdown_generate import joint_generate
 from slm_jax.downstream.pushdown_generate_batch import joint_generate_many
 from slm_jax.eval.beam import SENTENCES_PER_BATCH
@@ -80,15 +80,17 @@ class Protocol:
     return generate(run.model, run.tokenizer, run.configuration, ids, prompt_kinds=kinds,
                     beam=beam, **limits)
 
-  def generate_many(self, run: Any, prompts, **options) -> list[Generation]:
+  def generate_many(self, run: Any, prompts, *, concurrent: int = CONCURRENT,
+                    **options) -> list[Generation]:
     """The summaries of several encoded prompts [(ids, kinds)] (`generate`'s options): tree
-    schemes' word-synchronous searches run together (`generate_batch`), others one by one."""
+    schemes' word-synchronous searches run together, `concurrent` at a time (`generate_batch`),
+    others one by one."""
     if run.configuration.scheme.has_brackets:
       return word_synchronous_generate_many(
           run.model, run.tokenizer, run.configuration, [ids for ids, _ in prompts],
           prompt_kinds=[kinds for _, kinds in prompts], beam=options["beam"],
           max_words=options["max_words"], max_open=options["max_open"],
-          max_tokens=options["max_tokens"])
+          max_tokens=options["max_tokens"], concurrent=concurrent)
     return [self.generate(run, ids, kinds, **options) for ids, kinds in prompts]
 
 
@@ -125,13 +127,13 @@ class PushdownProtocol(Protocol):
                           max_tokens=max_tokens)
 
   def generate_many(self, run: Any, prompts, *, beam: int, max_tokens: int, max_words: int,
-                    max_open: int | None) -> list[Generation]:
-    """`generate` of each prompt, the joint searches of several articles run together
+                    max_open: int | None, concurrent: int = CONCURRENT) -> list[Generation]:
+    """`generate` of each prompt, the joint searches of `concurrent` articles run together
     (`pushdown_generate_batch`: the same summaries as one at a time)."""
     del max_words, max_open
     return joint_generate_many(run.model, run.tokenizer, [ids for ids, _ in prompts],
                                prompt_kinds=[kinds for _, kinds in prompts], beam=beam,
-                               max_tokens=max_tokens)
+                               max_tokens=max_tokens, concurrent=concurrent)
 
 
 CHECKPOINT = "checkpoint"  # `Configuration.reference` of a pretrained checkpoint (raw text)

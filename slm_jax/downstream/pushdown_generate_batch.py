@@ -43,6 +43,7 @@ from slm_jax.downstream.generate import BEAM, MAX_TOKENS, Generation, prompt_arr
 from slm_jax.downstream.pushdown_generate import (ArticleSearch, CompactPrompt, base_pieces,
                                                   cache_slots, check_settings, compact_prompt,
                                                   joint_generate, prefilled, top_pieces)
+from slm_jax.eval.beam import fit_in_memory
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.model import PushdownLM
 from slm_jax.tokenizer import Tokenizer
@@ -54,9 +55,12 @@ def joint_generate_many(model: PushdownLM, tokenizer: Tokenizer, prompts: Sequen
                         prompt_kinds: Sequence | None = None, beam: int = BEAM,
                         max_tokens: int = MAX_TOKENS, min_tokens: int = 0,
                         length_penalty: float = 0.0, recompute: bool = False,
-                        concurrent: int = CONCURRENT) -> list[Generation]:
+                        concurrent: int = CONCURRENT,
+                        memory_budget: int | None = None) -> list[Generation]:
   """`joint_generate` of every prompt (a `linearize.Sequence`, or ids with `prompt_kinds[i]`),
-  `concurrent` articles searched together (module docstring); results in the input order."""
+  `concurrent` articles searched together (module docstring; fewer where their cache,
+  `cache.peak_bytes`, would pass `memory_budget` bytes: `eval.beam.fit_in_memory`); results
+  in the input order."""
   check_settings(beam, max_tokens, min_tokens)
   if concurrent < 1:
     raise ValueError(f"pushdown generation: concurrent must be >= 1, got {concurrent}")
@@ -79,7 +83,10 @@ def joint_generate_many(model: PushdownLM, tokenizer: Tokenizer, prompts: Sequen
   out: list[Generation | None] = [None] * len(compact)
   for width in sorted(set(widths.tolist()), reverse=True):
     group = np.flatnonzero(widths == width)
-    found = _Lanes(model, tokenizer, [compact[i] for i in group], int(width), concurrent,
+    lanes = fit_in_memory(lambda n: cache.peak_bytes(model.config, n * beam, int(width)),
+                          min(concurrent, len(group)), f"articles of {width} slots",
+                          budget=memory_budget)
+    found = _Lanes(model, tokenizer, [compact[i] for i in group], int(width), lanes,
                    **options).run()
     for i, result in zip(group, found):
       out[i] = result

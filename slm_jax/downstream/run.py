@@ -67,6 +67,8 @@ class DownstreamOptions:
   max_open: int = MAX_OPEN
   progress: bool = True
   mc_format: str = "paper"  # paper (`paper_format`, SPEC §11's default) | olmes (`prompts`)
+  articles_per_batch: int = CONCURRENT  # XSum articles searched together (speed and memory
+  # only: the summaries do not depend on it)
 
   def __post_init__(self):
     unknown = [t for t in self.mc_tasks if t not in MC_TASKS]
@@ -182,12 +184,14 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
   report = (cli.Progress(f"xsum {path.stem}", len(examples), unit="summaries", done=len(records))
             if options.progress else None)
   with open(path, "a", encoding="utf-8") as sink:
-    for first in range(len(records), len(examples), CONCURRENT):
-      chunk = range(first, min(first + CONCURRENT, len(examples)))
+    per_batch = options.articles_per_batch
+    for first in range(len(records), len(examples), per_batch):
+      chunk = range(first, min(first + per_batch, len(examples)))
       prompts = [_prompt(encoder, examples[i].question, room) for i in chunk]
       found = search.generate_many(run, [(ids, kinds) for ids, kinds, _ in prompts],
                                    beam=options.beam, max_tokens=options.max_tokens,
-                                   max_words=options.max_words, max_open=options.max_open)
+                                   max_words=options.max_words, max_open=options.max_open,
+                                   concurrent=per_batch)
       for i, (ids, _, truncated), summary in zip(chunk, prompts, found):
         record = {"index": i, "source": examples[i].source, "prediction": summary.text,
                   "reference": examples[i].options[0], "logprob": summary.logprob,

@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Sequence as SequenceT
+from typing import Any, Callable, Sequence as SequenceT
 
 import jax
 import numpy as np
@@ -80,6 +80,29 @@ def memory_budget() -> int:
   stats = jax.devices()[0].memory_stats() or {}
   total = stats.get("bytes_limit") or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   return int(MEMORY_SHARE * total)
+
+
+def fit_in_memory(size: Callable[[int], int], wanted: int, what: str, *,
+                  budget: int | None = None, reported: set[int] | None = None) -> int:
+  """The one memory rule of the batched searches: how many of `wanted` items (sentences, rows,
+  articles) go in flight together, `wanted` or fewer (at least 1) where their cache `size(n)`
+  (bytes) would pass `budget` (default `memory_budget()`). A reduction is logged, naming `what`
+  ("sentences", "articles", …), once per count when `reported` (the counts said) is given."""
+  budget = memory_budget() if budget is None else int(budget)
+  fits = max(1, int(wanted))
+  while fits > 1 and size(fits) > budget:
+    fits -= 1
+  if fits < wanted and (reported is None or fits not in reported):
+    if reported is not None:
+      reported.add(fits)
+    _LOG.warning("%d %s in flight, not %d: their cache would take %s, over the budget of %s "
+                 "(%.0f%% of the device's memory; one: %s)", fits, what, wanted,
+                 _gib(size(wanted)), _gib(budget), 100 * MEMORY_SHARE, _gib(size(1)))
+  return fits
+
+
+def _gib(size: int) -> str:
+  return f"{size / GIB:.1f} GiB" if size >= GIB // 10 else f"{size / 2 ** 20:.2f} MiB"
 
 
 class BeamSearcher:
@@ -169,26 +192,17 @@ class BeamSearcher:
     `wanted`, or fewer (at least 1) where the decoder of that many sentences' rows would start
     with a key/value arena (`incremental.arena_bytes`) larger than `memory_budget`: the 1B
     configurations at b = 300 need 24.6 GiB of float32 arena per sentence in flight at 128 cache
-    slots (8 sentences: 197 GiB). A reduction is logged (once per count). A decoder given to the constructor, or another decoder class, is used as
-    it is."""
+    slots (8 sentences: 197 GiB). `fit_in_memory` is the rule; a reduction is logged once per
+    count. A decoder given to the constructor, or another decoder class, is used as it is."""
     if self._fixed is not None or self.decoder_cls is not IncrementalDecoder or wanted <= 1:
       return wanted
     if self._live_holds(max(max_len, self.decoder_len or 0), wanted * self.capacity):
       return wanted  # the live decoder holds them: nothing new is allocated
     live = self._decoder
     max_len = max(max_len, self.decoder_len or 0, live.max_len if live is not None else 0)
-    budget = memory_budget() if self.memory_budget is None else int(self.memory_budget)
-    size = lambda n: arena_bytes(self.model.config, n * self.capacity, max_len)
-    fits = wanted
-    while fits > 1 and size(fits) > budget:
-      fits -= 1
-    if fits < wanted and fits not in self._reported:
-      self._reported.add(fits)
-      _LOG.warning("beam search: %d sentences in flight, not %d: their key/value arena would "
-                   "take %.1f GiB, over the budget of %.1f GiB (%.0f%% of the device's memory; "
-                   "one sentence: %.1f GiB)", fits, wanted, size(wanted) / GIB, budget / GIB,
-                   100 * MEMORY_SHARE, size(1) / GIB)
-    return fits
+    return fit_in_memory(lambda n: arena_bytes(self.model.config, n * self.capacity, max_len),
+                         wanted, "sentences", budget=self.memory_budget,
+                         reported=self._reported)
 
   def cap(self, terminal_tokens: int) -> int:
     return int(max(math.ceil(self.max_len_factor * terminal_tokens), self.min_len))

@@ -25,8 +25,8 @@ are in flight together in one key/value cache (`pushdown.cache`):
   refill     a row whose last query was scored is finished (its hypotheses dropped) and the
              next row of the queue (longest first) takes its place in the next step
   memory     fewer rows are in flight (at least one) where `concurrent` rows' `beam`
-             hypotheses would need a cache, and the copy a step or a reselection writes, over
-             the searches' memory budget (`beam.memory_budget`): at b = 300 the 1B model's
+             hypotheses would need a cache (`cache.peak_bytes`: with the copy a step or a
+             reselection writes) over the searches' memory budget (`beam.memory_budget`): at b = 300 the 1B model's
              float32 cache of one 64-slot sentence is 6.2 GiB, of one 1,024-token document
              99 GiB (`in_flight`, logged)
 
@@ -38,23 +38,18 @@ tests/test_pushdown_beam.py compares the two; benchmarks/pushdown_beam_bench.py 
 
 from __future__ import annotations
 
-import logging
 from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
-from slm_jax.eval import beam as beam_lib
-from slm_jax.eval.beam import GIB, MEMORY_SHARE, SENTENCES_PER_BATCH
+from slm_jax.eval.beam import SENTENCES_PER_BATCH, fit_in_memory
 from slm_jax.eval.beam_batch import select_per_slot
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.inference import (BEAM, BeamScore, cache_width, check_row,
                                         opens_sentence)
 from slm_jax.pushdown.model import PushdownLM
-
-_LOG = logging.getLogger(__name__)
-CACHE_COPIES = 2  # a step and a reselection write a new cache while the old one is alive
 
 
 def _checked(rows) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -144,19 +139,10 @@ def _push(hyps: _Hypotheses, e_N: np.ndarray, shift_N: np.ndarray, s_N: np.ndarr
 def in_flight(model: PushdownLM, beam: int, width: int, wanted: int,
               budget: int | None = None) -> int:
   """How many rows of `width` cache slots the batched beam advances together: `wanted`, or
-  fewer (at least 1) where their hypotheses' cache (`CACHE_COPIES` of it) would pass `budget`
-  bytes (default `beam.memory_budget()`); a reduction is logged."""
-  budget = beam_lib.memory_budget() if budget is None else int(budget)
-  size = lambda n: CACHE_COPIES * cache.nbytes(model.config, cache.rows_for(n * beam), width)
-  fits = max(1, int(wanted))
-  while fits > 1 and size(fits) > budget:
-    fits -= 1
-  if fits < wanted:
-    _LOG.warning("pushdown beam: %d rows of %d slots in flight, not %d: their cache would take "
-                 "%.1f GiB, over the budget of %.1f GiB (%.0f%% of the device's memory; one "
-                 "row: %.1f GiB)", fits, width, wanted, size(wanted) / GIB, budget / GIB,
-                 100 * MEMORY_SHARE, size(1) / GIB)
-  return fits
+  fewer (at least 1) where their hypotheses' cache (`cache.peak_bytes`) would pass `budget`
+  bytes (`beam.fit_in_memory`, the searches' one memory rule)."""
+  size = lambda n: cache.peak_bytes(model.config, cache.rows_for(n * beam), width)
+  return fit_in_memory(size, wanted, f"pushdown beam rows of {width} slots", budget=budget)
 
 
 def beam_score_many(model: PushdownLM, rows: Sequence[tuple], beam: int = BEAM,

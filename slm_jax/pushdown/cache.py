@@ -119,6 +119,15 @@ def nbytes(config, rows: int, slots: int) -> int:
   return int(rows) * int(slots) * per_slot * jnp.dtype(config.compute_dtype).itemsize
 
 
+COPIES_AT_PEAK = 2  # a step (`step`, `feed_chunks`) and a reselection (`select`) write a new
+# cache while the old one is alive
+
+
+def peak_bytes(config, rows: int, slots: int) -> int:
+  """The memory a search holding a cache of `rows` rows and `slots` slots needs at its peak."""
+  return COPIES_AT_PEAK * nbytes(config, rows, slots)
+
+
 def _step(model: PushdownLM, cache: Cache, token_N, t, tape_NS, next_N):
   cache, logp_NV, h_ND = _feed(model, cache, token_N, t, tape_NS)
   word_N = jnp.take_along_axis(logp_NV, next_N[:, None], axis=-1)[:, 0]
