@@ -125,6 +125,16 @@ def test_winogrande_context_holds_the_option_and_demonstrations_precede(tmp_path
   assert record["shots"] == 1 and summary["accuracy"] == float(record["correct"])
 
 
+def test_the_summary_counts_joint_units_in_the_paper_format_only(tmp_path):
+  scorer, source = scorer_for("tree"), make_tree_source("flat")
+  paper = evaluate_task(scorer, "winogrande", WINO[1:], None, tmp_path / "paper", source,
+                        progress=False, mc_format="paper")
+  assert isinstance(paper["joint_units"], dict) and "raw_text" not in paper
+  olmes = evaluate_task(scorer, "winogrande", WINO[1:], None, tmp_path / "olmes", source,
+                        progress=False)
+  assert "joint_units" not in olmes and "raw_text" not in olmes
+
+
 class Killed(RuntimeError):
   pass
 

@@ -195,6 +195,11 @@ class TextEncoder:
     self._pieces: dict = {}  # text -> _Piece; mc_joint.Joint -> (piece, parts, divisor, events)
     self.joint_stats: collections.Counter = collections.Counter()  # mc_joint events
 
+  def summary_counters(self, joint_format: bool) -> dict:
+    """What a task's summary reports of this encoding: the joint parse units' events (`paper`
+    format, whose prompts carry them)."""
+    return {"joint_units": dict(self.joint_stats)} if joint_format else {}
+
   def prefetch(self, texts: Iterable[str]) -> None:
     """Parses the sentences of `texts` in batched calls (tree models; a no-op otherwise)."""
     if self.tree_source is not None:

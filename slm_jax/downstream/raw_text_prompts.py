@@ -42,6 +42,12 @@ class RawTextEncoder:
     self.add_bos = bool(tokenizer.add_bos) and tokenizer.bos_id is not None
     self.stats: dict[str, int] = {"straddling_tokens": 0}
 
+  def summary_counters(self, joint_format: bool) -> dict:
+    """What a task's summary reports of this encoding: tokens straddling two components (any
+    format: raw text has no joint parse units)."""
+    del joint_format
+    return {"raw_text": dict(self.stats)}
+
   def encode(self, components: SequenceT[str], joint: Any = None) -> Encoded:
     """The prompt's ids (prefix first when there is one) and each token's component (−1: the
     prefix). `joint` (the paper format's joint parse unit, `downstream.mc_joint`) is not read:

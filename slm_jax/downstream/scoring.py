@@ -306,10 +306,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   summary = summarize(task, [done[i] for i in sorted(done)])
   summary.update(scored_now=len(todo), resumed=len(records),
                  tree_stats=dict(tree_source.stats) if encoder.with_trees else {},
-                 **({"joint_units": dict(encoder.joint_stats)}
-                    if paper and isinstance(encoder, TextEncoder) else {}),
-                 **({"raw_text": dict(encoder.stats)}
-                    if isinstance(encoder, RawTextEncoder) else {}))
+                 **encoder.summary_counters(joint_format=paper))
   (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
   return summary
 
