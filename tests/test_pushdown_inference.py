@@ -7,7 +7,7 @@ import pytest
 
 from slm_jax.kinds import Kind
 from slm_jax.pushdown.inference import (attachment_sequences, beam_score, exhaustive_score,
-                                        joint_log_prob)
+                                        joint_log_prob, opens_sentence, sentence_openings)
 from tests.test_pushdown_model import VOCAB, tiny_model
 
 CATALAN = {1: 1, 2: 2, 3: 5, 4: 14}
@@ -30,6 +30,14 @@ def model():
   return model
 
 
+@pytest.mark.parametrize("sentences", [[1], [3], [2, 1], [1, 1, 1], [4, 2, 3]])
+def test_sentence_openings_are_opens_sentence_at_every_token(sentences):
+  _, kinds, sentence = _row(sentences)
+  loop = [opens_sentence(kinds, sentence, t) for t in range(len(kinds))]
+  assert sentence_openings(kinds, sentence).tolist() == loop
+  assert sum(loop) == len(sentences)
+
+
 def test_attachment_sequences_are_the_binary_forests():
   """A sentence of n words has Catalan(n) forests (every sequence of shifts and reduces); two
   sentences multiply, since no word reduces with an earlier sentence."""
@@ -42,7 +50,7 @@ def test_attachment_sequences_are_the_binary_forests():
 
 @pytest.mark.parametrize("sentences", [[3], pytest.param([4], marks=pytest.mark.slow), [2, 2]])
 def test_a_wide_beam_equals_exhaustive_enumeration(model, sentences):
-  tokens, kinds, sentence = _row(sentences)
+  _, kinds, sentence = _row(sentences)
   count = len(attachment_sequences(kinds, sentence))
   exact = exhaustive_score(model, tokens, kinds, sentence)
   wide = beam_score(model, tokens, kinds, sentence, beam=count)

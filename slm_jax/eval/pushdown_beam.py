@@ -48,7 +48,7 @@ from slm_jax.eval.beam_batch import select_per_slot
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.inference import (BEAM, BeamScore, cache_width, check_row,
-                                        opens_sentence)
+                                        sentence_openings)
 from slm_jax.pushdown.model import PushdownLM
 
 
@@ -83,7 +83,7 @@ class _Queue:
       tokens_T, kinds_T, sentence_T = checked[i]
       L = len(kinds_T)
       self.tokens[q, :L], self.kinds[q, :L] = tokens_T, kinds_T
-      self.opens[q, :L] = [opens_sentence(kinds_T, sentence_T, t) for t in range(L)]
+      self.opens[q, :L] = sentence_openings(kinds_T, sentence_T)
 
 
 class _Hypotheses:

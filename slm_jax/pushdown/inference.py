@@ -84,6 +84,15 @@ def opens_sentence(kinds_T, sentence_T, t: int) -> bool:
   return kinds_T[t] == TERMINAL_CODE and (t == 1 or sentence_T[t] != sentence_T[t - 1])
 
 
+def sentence_openings(kinds_T, sentence_T) -> np.ndarray:
+  """bool [T]: `opens_sentence` of every token of a row (`check_row`'s: BOS first) at once."""
+  kinds_T, sentence_T = np.asarray(kinds_T), np.asarray(sentence_T)
+  changed_T = np.zeros(len(kinds_T), bool)
+  changed_T[1:] = sentence_T[1:] != sentence_T[:-1]
+  changed_T[1:2] = True  # the first token after BOS
+  return (kinds_T == TERMINAL_CODE) & changed_T
+
+
 @nnx.jit
 def _step(model: PushdownLM, tokens_NT, meta, tape_NTS, next_N, t):
   """Log p(x_t+1) per row, and the attachment logits (reduce [N, S], shift [N]) at query t."""
