@@ -50,7 +50,7 @@ def test_attachment_sequences_are_the_binary_forests():
 
 @pytest.mark.parametrize("sentences", [[3], pytest.param([4], marks=pytest.mark.slow), [2, 2]])
 def test_a_wide_beam_equals_exhaustive_enumeration(model, sentences):
-  _, kinds, sentence = _row(sentences)
+  tokens, kinds, sentence = _row(sentences)
   count = len(attachment_sequences(kinds, sentence))
   exact = exhaustive_score(model, tokens, kinds, sentence)
   wide = beam_score(model, tokens, kinds, sentence, beam=count)
