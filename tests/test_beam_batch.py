@@ -156,7 +156,7 @@ def test_a_memory_budget_bounds_the_sentences_in_flight(caplog):
   with caplog.at_level(logging.WARNING, logger="slm_jax.eval.beam"):
     assert bounded.in_flight(max_len, 6) == 3
     assert bounded.in_flight(max_len, 6) == 3
-  assert len(caplog.records) == 1 and "3 sentences in flight, not 6" in caplog.text
+  assert len(caplog.records) == 1 and "sentences in flight: 3, not 6" in caplog.text
   for a, b in zip(free.search_many(SENTENCES, batched=False), bounded.search_many(SENTENCES)):
     assert_same(a, b)
   assert bounded.decoder(0).batch == 3 * bounded.capacity

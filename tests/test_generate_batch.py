@@ -60,7 +60,7 @@ def test_a_small_memory_budget_takes_fewer_articles_and_changes_no_summary(caplo
   assert not caplog.records
   tight = word_synchronous_generate_many(model, TOKENIZER, configuration, ids, memory_budget=1,
                                          **options)
-  assert "1 articles in flight, not 3" in caplog.text
+  assert "articles in flight: 1, not 3" in caplog.text
   for a, b in zip(free, tight, strict=True):
     same(a, b)
 

@@ -76,7 +76,7 @@ def test_rows_in_flight_fit_the_memory_budget(model, caplog):
   assert not caplog.records
   # b = 50: 1..8 rows in flight hold 64, 128, 192, 256, 256, 384, 384, 512 cache rows
   fits = in_flight(model, 50, 16, 8, budget=3 * one)
-  assert fits == 3 and "3 pushdown beam rows of 16 slots in flight, not 8" in caplog.text
+  assert fits == 3 and "pushdown beam rows of 16 slots in flight: 3, not 8" in caplog.text
   assert in_flight(model, 50, 16, 8, budget=4 * one) == 5  # 5 rows fit in 4 × 64 rows too
   assert in_flight(model, 50, 16, 8, budget=1) == 1  # one row even over the budget
 

@@ -74,7 +74,7 @@ def test_a_small_memory_budget_takes_fewer_articles_and_changes_no_summary(setup
   assert not caplog.records
   tight = joint_generate_many(model, tokenizer, prompts, max_tokens=MAX_TOKENS, beam=2,
                               memory_budget=1)
-  assert "1 articles of 16 slots in flight, not 4" in caplog.text  # the other width holds one
+  assert "articles of 16 slots in flight: 1, not 4" in caplog.text  # the other width holds one
   for a, b in zip(free, tight, strict=True):
     same(a, b)
 

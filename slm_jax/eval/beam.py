@@ -95,8 +95,8 @@ def fit_in_memory(size: Callable[[int], int], wanted: int, what: str, *,
   if fits < wanted and (reported is None or fits not in reported):
     if reported is not None:
       reported.add(fits)
-    _LOG.warning("%d %s in flight, not %d: their cache would take %s, over the budget of %s "
-                 "(%.0f%% of the device's memory; one: %s)", fits, what, wanted,
+    _LOG.warning("%s in flight: %d, not %d: their cache would take %s, over the budget of %s "
+                 "(%.0f%% of the device's memory; one: %s)", what, fits, wanted,
                  _gib(size(wanted)), _gib(budget), 100 * MEMORY_SHARE, _gib(size(1)))
   return fits
 
