@@ -78,6 +78,14 @@ def test_the_protocol_hands_on_the_articles_per_batch(monkeypatch):
   assert seen == [3, 8]
 
 
+def test_downstream_options_refuse_no_articles_per_batch():
+  import pathlib  # pylint: disable=g-import-not-at-top
+  from slm_jax.downstream.run import DownstreamOptions  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="articles_per_batch must be >= 1, got 0"):
+    DownstreamOptions(pathlib.Path("."), articles_per_batch=0)
+  assert DownstreamOptions(pathlib.Path(".")).articles_per_batch == 8
+
+
 def test_options_are_checked_and_kinds_must_match():
   ids, kinds = prompt_for("tgtree")
   with pytest.raises(ValueError, match="2 prompts but 1 prompt_kinds"):

@@ -73,7 +73,9 @@ def _log(logs: pathlib.Path, run: int, index: int) -> str:
 def _committed_steps(workdir: pathlib.Path) -> list[int]:
   """The checkpoint steps Orbax has committed (their folders renamed from the temporary name)."""
   folder = workdir / "checkpoints"
-  return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.exists() else []
+  if not folder.exists():
+    return []
+  return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
 
 def _wait_all(processes, logs: pathlib.Path, run: int, timeout: float = 300) -> None:

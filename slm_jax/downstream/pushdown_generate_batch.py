@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from slm_jax.downstream.generate import BEAM, MAX_TOKENS, Generation, prompt_arrays
+from slm_jax.downstream.generate_batch import CONCURRENT  # articles searched together
 from slm_jax.downstream.pushdown_generate import (ArticleSearch, CompactPrompt, base_pieces,
                                                   cache_slots, check_settings, compact_prompt,
                                                   joint_generate, prefilled, top_pieces)
@@ -47,8 +48,6 @@ from slm_jax.eval.beam import fit_in_memory
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.model import PushdownLM
 from slm_jax.tokenizer import Tokenizer
-
-CONCURRENT = 8  # articles searched together
 
 
 def joint_generate_many(model: PushdownLM, tokenizer: Tokenizer, prompts: Sequence, *,

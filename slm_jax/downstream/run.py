@@ -71,6 +71,8 @@ class DownstreamOptions:
   # only: the summaries do not depend on it)
 
   def __post_init__(self):
+    if self.articles_per_batch < 1:
+      raise ValueError(f"articles_per_batch must be >= 1, got {self.articles_per_batch}")
     unknown = [t for t in self.mc_tasks if t not in MC_TASKS]
     if unknown:
       raise ValueError(f"unknown multiple-choice task(s) {', '.join(unknown)}; expected some "

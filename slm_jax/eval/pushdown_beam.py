@@ -26,9 +26,9 @@ are in flight together in one key/value cache (`pushdown.cache`):
              next row of the queue (longest first) takes its place in the next step
   memory     fewer rows are in flight (at least one) where `concurrent` rows' `beam`
              hypotheses would need a cache (`cache.peak_bytes`: with the copy a step or a
-             reselection writes) over the searches' memory budget (`beam.memory_budget`): at b = 300 the 1B model's
-             float32 cache of one 64-slot sentence is 6.2 GiB, of one 1,024-token document
-             99 GiB (`in_flight`, logged)
+             reselection writes) over the searches' memory budget (`beam.fit_in_memory`): at
+             b = 300 the 1B model's float32 cache of one 64-slot sentence is 6.2 GiB, of one
+             1,024-token document 99 GiB (`in_flight`, logged)
 
 The results equal `beam_score`'s bit for bit: the same per-token prefix log-probabilities, the
 same best attachments and final beam size (float64 reductions in the same order; the cache

@@ -80,7 +80,8 @@ def check_row(kinds_T: np.ndarray, sentence_T: np.ndarray) -> None:
 
 
 def opens_sentence(kinds_T, sentence_T, t: int) -> bool:
-  """Token t is its sentence's first word (nothing of its sentence is on the stack)."""
+  """Token t is its sentence's first word (nothing of its sentence is on the stack): the
+  one-token form the oracle searches read as they go; `sentence_openings` is the whole row."""
   return kinds_T[t] == TERMINAL_CODE and (t == 1 or sentence_T[t] != sentence_T[t - 1])
 
 

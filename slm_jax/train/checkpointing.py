@@ -14,9 +14,9 @@ naming the parameters that differ; it is not "unreadable" and is never moved asi
 A failed save (a full disk, a lost mount) is one `CheckpointError` line naming the folder, and a
 Ctrl-C inside a save is the one `interrupted` line of `cli.run` (exit 130): Orbax's own error
 records are cut to their first line (`quiet_orbax_errors`, no tracebacks) and, once the failure
-is reported, dropped, as are TensorStore writes completing into Orbax's closed event loop; `wait` and `close` after it do not raise it again. The step being saved is
-left as Orbax's uncommitted temporary folder, which a resume ignores: the last complete step is
-restored.
+is reported, dropped, as are TensorStore writes completing into Orbax's closed event loop;
+`wait` and `close` after it do not raise it again. The step being saved is left as Orbax's
+uncommitted temporary folder, which a resume ignores: the last complete step is restored.
 
 Multi-process runs: every host's data iterator state is kept (`data_extra` / `host_data`), since
 each host reads its own share of the data and Orbax writes the JSON items from process 0 only.
