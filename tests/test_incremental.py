@@ -4,16 +4,20 @@ and rows copied / reordered mid-way (beam reselection)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from slm_jax.buckets import bucket
 from slm_jax.configurations import resolve
 from slm_jax.data.encode import encode_document
+from slm_jax.eval import incremental
 from slm_jax.eval.incremental import IncrementalDecoder
 from slm_jax.eval.recompute import RecomputeDecoder
 from slm_jax.eval.scorer import Scorer
+from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
 from slm_jax.trees import Tree
@@ -214,3 +218,76 @@ def test_kv_cache_decodes_olmo2_blocks():
   assert max(np.abs(a - b).max() for a, b in zip(reference, other)) > 1e-3  # post-norm matters
   decoder = IncrementalDecoder(model, configuration, max_len=32, batch=3)
   assert decode_and_compare(decoder, sequences, reference, prefix=2, shuffle_at=5) < TOL
+
+
+def _grown_decoder(chunk_rows: int, rows: int = 48, seed: int = 0):
+  """A tg decoder whose rows hold 1..40 tokens (cache widths 16 to 48), and a snapshot to
+  restore it from: (decoder, restore(), next token and kind of every row)."""
+  configuration = resolve(linearization="lin2", attention="tg")
+  config = ModelConfig(vocab_size=TOKENIZER.vocab_size, d_model=64, n_layers=2, n_heads=4,
+                       n_kv_heads=2, compute_dtype=jnp.float32, init_std=0.3, attention="tg")
+  model = Decoder(config, rngs=nnx.Rngs(seed))
+  decoder = IncrementalDecoder(model, configuration, max_len=64, batch=rows,
+                               chunk_rows=chunk_rows)
+  rng = np.random.default_rng(seed)
+  decoder.start([TOKENIZER.bos_id], [int(Kind.BOS)])
+  lengths = rng.integers(1, 40, rows)
+  words = rng.integers(TOKENIZER.vocab_size - 9, TOKENIZER.vocab_size, (41, rows))
+  for t in range(40):
+    fed = np.flatnonzero(lengths > t)
+    decoder.step_rows(fed, words[t, fed], np.full(len(fed), int(Kind.TERMINAL)))
+  cache, logprobs = jax.tree.map(jnp.copy, decoder.cache), jnp.copy(decoder.logprobs)
+  free, held = decoder.free, decoder.lengths.copy()
+
+  def restore():
+    decoder.cache, decoder._logprobs = jax.tree.map(jnp.copy, cache), jnp.copy(logprobs)
+    decoder.free, decoder.lengths = free, held.copy()
+
+  return decoder, restore, words[40], np.full(rows, int(Kind.TERMINAL))
+
+
+def test_a_row_gets_the_same_bits_in_any_step_composition():
+  """Issue #46: a step computes its rows in fixed chunks of rows of one cache width, so a row's
+  log-probabilities are the same bits whichever rows share the step — alone, with rows of other
+  widths, with every row, in another order, with a row count that leaves more padding. The
+  chunk here is 8 rows, where XLA:CPU's kernels do change with the row count (the control: the
+  same rows computed unchunked, 3 vs 27 at once, differ), as a GPU's do at any count."""
+  decoder, restore, tokens, kinds = _grown_decoder(chunk_rows=8)
+  target = np.asarray([3, 17, 30])
+  others = np.setdiff1d(np.arange(decoder.batch), target)
+  assert len({bucket(int(n) + 1, 16, 64) for n in decoder.lengths[target]}) > 1
+
+  def fed(rows):
+    restore()
+    decoder.step_rows(rows, tokens[rows], kinds[rows])
+    return np.asarray(decoder.logprobs)[target]
+
+  alone = fed(target)
+  for rows in (np.r_[target, others[:5]], np.r_[others[::-1], target], np.r_[others[:13], target],
+               np.r_[others[:20:3], target[::-1], others[20:]]):
+    np.testing.assert_array_equal(fed(rows), alone)
+  # The control: the unchunked step (`_step_chunk` of all rows at once) changes the bits.
+  restore()
+  width, model = 64, nnx.merge(decoder.graphdef.graphdef, decoder.params)
+  step = jax.jit(lambda cache, lp, fed_3M: incremental._step_chunk(
+      model, decoder.groups, width, cache, lp, fed_3M, np.int32(decoder.free)))
+  outputs = []
+  for rows in (target, np.r_[target, others[:24]]):
+    fed_3M = np.stack([rows, tokens[rows], kinds[rows]]).astype(np.int32)
+    restore()
+    outputs.append(np.asarray(step(decoder.cache, decoder.logprobs, fed_3M)[1])[target])
+  assert np.abs(outputs[0] - outputs[1]).max() > 0
+
+
+def test_chunk_layout_groups_rows_by_their_own_width():
+  """Rows are placed in chunks of their own cache width (the least width above their length),
+  in their order within a width, each width's rows padded to whole chunks; padding rows (index
+  n) are placed nowhere."""
+  n, widths = 10, (16, 24, 32, 48, 64)
+  rows = jnp.asarray([5, 9, 2, n, n, 7, 1], jnp.int32)
+  lengths = jnp.asarray([3, 20, 15, 0, 0, 40, 16], jnp.int32)  # widths 16, 24, 16, -, -, 48, 24
+  source, first, chunks = incremental.chunk_layout(rows, lengths, n, widths, chunk=2)
+  np.testing.assert_array_equal(first, [0, 1, 2, 2, 3])
+  np.testing.assert_array_equal(chunks, [1, 1, 0, 1, 0])
+  np.testing.assert_array_equal(source[:6], [0, 2, 1, 6, 5, 7])  # 7: padding (index R)
+  assert (np.asarray(source[6:]) == 7).all() and len(source) % 2 == 0

@@ -21,11 +21,15 @@ if that is not room enough. `release(rows)` marks rows unused (their slots are
 dropped at the next compaction); `start_rows(rows, prefix)` starts rows on a prefix of their own
 while the others keep decoding (a batched beam refills the rows of a finished sentence).
 
-Row counts: a step computes at least `ROW_BUCKET` = 64 rows (padding included) and at most
-`MAX_STEP_ROWS` (larger feeds are split). XLA:CPU picks its matmul kernels by row count, and in
-that range every row's log-probabilities are the same bits whatever else the step feeds, so a
-search that batches many sentences into one step (`eval.beam_batch`) equals the one-sentence
-search bit for bit (tests/test_beam_batch.py checks it).
+Fixed chunks: a step computes its rows in chunks of `ROW_CHUNK` = 64 rows (the Pushdown cache's
+rule, `pushdown.cache.in_chunks`), each chunk's rows of one cache width, the least slot bucket
+above the row's own length (`chunk_layout`): one loop per width inside one compiled call. XLA
+picks its kernels by shape (on CPU below 64 rows, on a GPU's TF32 matmuls at any row count), so
+a row computed among rows of other lengths, or in a call of another row count, could round
+differently; in a chunk of its own width it gets the same bits whatever else a step feeds, and a
+search that batches many sentences into one step (`eval.beam_batch`) or runs its rounds in one
+compiled loop (`eval.beam_loop`) equals the one-sentence search bit for bit
+(tests/test_incremental.py, tests/test_beam_batch.py, tests/test_beam_loop.py check it).
 
 The model runs its own forward pass (`Decoder.__call__`: embedding, blocks, final norm, head);
 this module plugs into its per-layer attention hook only: each layer hands over the new tokens'
@@ -42,8 +46,8 @@ own closing); a CNT2 gets pop = i + 1. A mask only compares pop[j] with the quer
 gives. The new query's mask comes from `structure.attends` (the one predicate) with the
 configuration's head-group codes, so every attention type (causal, tg, tg_nomask, tg_nomask_aug,
 hybrids) is decoded the way it was trained.
-All functions are jitted once per (graphdef, N, S, row bucket, slot bucket) and vectorized over
-hypotheses; the arena offset of a step is a traced scalar (no recompiles).
+All functions are jitted once per (graphdef, N, S) (a row copy also per row bucket) and vectorized
+over hypotheses; the arena offset and the rows of a step are traced (no recompiles).
 """
 
 from __future__ import annotations
@@ -64,9 +68,9 @@ from slm_jax.model.attention import attention_core, xla_attention
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import RowMetadata, TokenMeta, attends, row_metadata
 
-ROW_BUCKET = 64  # fewest rows a step computes (module docstring: per-row results stay the same)
-MAX_STEP_ROWS = 512  # most rows one step computes (larger feeds are split: past ~512 rows
-# the gathered keys and values no longer fit the CPU caches and a row costs 3-4x more)
+ROW_CHUNK = 64  # rows one chunk of a step computes (module docstring: a row's bits never depend
+# on the other rows of a step; 64 rows' gathered keys and values also fit the CPU caches)
+ROW_BUCKET = ROW_CHUNK  # fewest rows `RecomputeDecoder` computes
 MOVE_BUCKET = 32  # fewest rows a copy moves
 SLOT_BUCKET = 16  # fewest cache slots a step reads
 ARENA_FACTOR = 1.25  # arena slots per row slot a decoder starts with (compaction makes room)
@@ -197,15 +201,13 @@ def _update_structure(kind_MS, pop_MS, pos_M, kinds_M, active_M, inf: int):
   return kind_MS, pop_MS
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 3), donate_argnums=(4, 5))
-def _step_rows(graphdef, params, groups: tuple, width: int, cache: DecoderCache, logprobs_NV,
-               fed_3M, base):
+def _step_chunk(model, groups: tuple, width: int, cache: DecoderCache, logprobs_NV, fed_3M,
+                base):
   """Appends token fed_3M[1, m] (kind fed_3M[2, m]) to row fed_3M[0, m] (index N = padding,
-  ignored); the M new keys/values take arena slots [base, base + M). Cache updated in place.
+  ignored); the M new keys/values take arena slots [base, base + M) (the live rows come first).
 
   Only row slots [0, width) are read (width > every fed row's length).
   """
-  model = nnx.merge(graphdef.graphdef, params)
   rows_M, tokens_M, kinds_M = fed_3M[0], fed_3M[1], fed_3M[2]
   N, S = cache.kind.shape
   M = rows_M.shape[0]
@@ -238,6 +240,63 @@ def _step_rows(graphdef, params, groups: tuple, width: int, cache: DecoderCache,
                        meta_rows(cache.kind, kind_MS), meta_rows(cache.pop, pop_MS),
                        drop(cache.length, pos_M + 1))
   return cache, drop(logprobs_NV, lp)
+
+
+def chunk_layout(rows_R, lengths_R, n: int, widths: tuple, chunk: int = ROW_CHUNK):
+  """Where each fed row is computed: rows_R (index n = padding) grouped by their own slot width
+  (the least of `widths` above the row's length), in their order within a group, each group
+  padded to whole chunks of `chunk` rows → (fed index of each layout position [L] (R: padding),
+  first chunk of each width [W], chunks of each width [W]); L = whole chunks for R rows in every
+  group. A row's chunk holds `chunk` rows of its own width whatever else is fed (module
+  docstring: the numbers of a row never depend on the other rows of a step)."""
+  R, W = rows_R.shape[0], len(widths)
+  live_R = rows_R < n
+  group_R = jnp.where(live_R, jnp.searchsorted(jnp.asarray(widths, jnp.int32),
+                                               lengths_R + 1), W)
+  member_RW = group_R[:, None] == jnp.arange(W)[None, :]
+  count_W = jnp.sum(member_RW, axis=0, dtype=jnp.int32)
+  chunks_W = (count_W + chunk - 1) // chunk
+  first_W = jnp.cumsum(chunks_W) - chunks_W
+  rank_R = jnp.take_along_axis(jnp.cumsum(member_RW, axis=0, dtype=jnp.int32),
+                               jnp.minimum(group_R, W - 1)[:, None], axis=1)[:, 0] - 1
+  L = (-(-R // chunk) + W) * chunk
+  position_R = jnp.where(live_R, first_W[jnp.minimum(group_R, W - 1)] * chunk + rank_R, L)
+  source_L = jnp.full((L,), R, jnp.int32).at[position_R].set(
+      jnp.arange(R, dtype=jnp.int32), mode="drop")
+  return source_L, first_W, chunks_W
+
+
+def step_fed(model, groups: tuple, widths: tuple, cache: DecoderCache, logprobs_NV, fed_3R,
+             base, chunk: int = ROW_CHUNK):
+  """Feeds fed_3R (rows, token ids, kinds; row index N = padding) as `_step_chunk` calls of
+  `chunk` rows each (`chunk_layout`); the live rows take arena slots [base, base + live) in
+  layout order. Traceable: `step_rows`' jitted call and the compiled word loop
+  (`eval.beam_loop`) share it. → (cache, logprobs_NV)."""
+  N = cache.length.shape[0]
+  rows_R = fed_3R[0]
+  lengths_R = cache.length[jnp.minimum(rows_R, N - 1)]
+  source_L, first_W, chunks_W = chunk_layout(rows_R, lengths_R, N, widths, chunk)
+  padding = jnp.asarray([[N], [0], [0]], fed_3R.dtype)
+  layout_3L = jnp.concatenate([fed_3R, padding], axis=1)[:, source_L]
+  live_C = jnp.sum((layout_3L[0] < N).reshape(-1, chunk), axis=1, dtype=jnp.int32)
+  base_C = base + jnp.cumsum(live_C, dtype=jnp.int32) - live_C
+  for w, width in enumerate(widths):
+
+    def body(i, carry, width=width):
+      fed_3M = jax.lax.dynamic_slice_in_dim(layout_3L, i * chunk, chunk, axis=1)
+      return _step_chunk(model, groups, width, *carry, fed_3M, base_C[i])
+
+    cache, logprobs_NV = jax.lax.fori_loop(first_W[w], first_W[w] + chunks_W[w], body,
+                                           (cache, logprobs_NV))
+  return cache, logprobs_NV
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4), donate_argnums=(5, 6))
+def _step_rows(graphdef, params, groups: tuple, widths: tuple, chunk: int, cache: DecoderCache,
+               logprobs_NV, fed_3R, base):
+  """`step_fed` of the model (one compiled variant per decoder: every row count, every width)."""
+  model = nnx.merge(graphdef.graphdef, params)
+  return step_fed(model, groups, widths, cache, logprobs_NV, fed_3R, base, chunk)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1, 2))
@@ -310,8 +369,9 @@ def _distinct_indices(index: np.ndarray, n: int) -> bool:
 
 
 def step_width(batch: int) -> int:
-  """The most rows one step of a `batch`-row decoder computes (padding included)."""
-  return min(bucket(batch, ROW_BUCKET, max(batch, ROW_BUCKET)), MAX_STEP_ROWS)
+  """The most arena slots one step of a `batch`-row decoder writes: a slot per row, and the
+  padding rows of its last chunk (written over by the next step)."""
+  return batch + ROW_CHUNK
 
 
 def arena_slots(batch: int, max_len: int, arena_factor: float = ARENA_FACTOR) -> int:
@@ -343,11 +403,12 @@ class IncrementalDecoder:
   """
 
   def __init__(self, model: Decoder, configuration: Configuration, *, max_len: int, batch: int,
-               arena_factor: float = ARENA_FACTOR, slot_bucket: int = SLOT_BUCKET):
+               arena_factor: float = ARENA_FACTOR, slot_bucket: int = SLOT_BUCKET,
+               chunk_rows: int = ROW_CHUNK):
     check_attention(model, configuration)
-    if arena_factor <= 0 or slot_bucket < 1:
-      raise ValueError(f"need arena_factor > 0 and slot_bucket >= 1, got {arena_factor}, "
-                       f"{slot_bucket}")
+    if arena_factor <= 0 or slot_bucket < 1 or chunk_rows < 1:
+      raise ValueError(f"need arena_factor > 0, slot_bucket >= 1 and chunk_rows >= 1, got "
+                       f"{arena_factor}, {slot_bucket}, {chunk_rows}")
     self.model = model
     self.configuration = configuration
     self.max_len = int(max_len)
@@ -355,10 +416,13 @@ class IncrementalDecoder:
     # Fewest cache slots a step reads: larger = fewer compiled variants (slot_bucket >= max_len:
     # one per function, for short runs such as live metrics), more attention work per step.
     self.slot_bucket = int(slot_bucket)
-    # The most rows one step computes (padding included), and the arena: room for a prefix and
+    self.widths = tuple(buckets(self.max_len, self.slot_bucket))  # the cache widths a step reads
+    self.chunk_rows = int(chunk_rows)  # rows a step computes at once (module docstring)
+    # The most arena slots one step writes (`step_width`), and the arena: room for a prefix and
     # a few steps at least; a compaction (or, rarely, growth) makes more room when needed.
-    self.step_width = step_width(self.batch)
-    self.arena = arena_slots(self.batch, self.max_len, arena_factor)
+    self.step_width = self.batch + self.chunk_rows
+    self.arena = max(arena_slots(self.batch, self.max_len, arena_factor),
+                     self.max_len + 2 * self.step_width)
     self.graphdef, self.params = split_model(model)
     self.groups = tuple(int(g) for g in configuration.attention.groups)  # head-group codes
     self.cache: DecoderCache | None = None
@@ -430,8 +494,8 @@ class IncrementalDecoder:
     self.lengths[np.asarray(rows, np.int64)] = 0
 
   def step_rows(self, rows, token_ids, kinds) -> None:
-    """Appends token_ids[m] (kind kinds[m]) to row rows[m]; rows distinct. At most
-    `MAX_STEP_ROWS` rows go into one device call (module docstring)."""
+    """Appends token_ids[m] (kind kinds[m]) to row rows[m]; rows distinct. One device call,
+    computed in chunks of `ROW_CHUNK` rows of one cache width each (module docstring)."""
     self._check_started()
     rows = np.asarray(rows, np.int64)
     token_ids, kinds = np.asarray(token_ids), np.asarray(kinds)
@@ -445,21 +509,14 @@ class IncrementalDecoder:
     if full.any():
       raise ValueError(f"step: row {int(rows[full][0])} already holds max_len={self.max_len} "
                        "tokens")
-    for begin in range(0, m, MAX_STEP_ROWS):
-      part = slice(begin, begin + MAX_STEP_ROWS)
-      self._step(rows[part], token_ids[part], kinds[part], int(lengths[part].max()))
-
-  def _step(self, rows, token_ids, kinds, longest: int) -> None:
-    m = len(rows)
-    width = bucket(m, ROW_BUCKET, max(self.batch, ROW_BUCKET))
-    slots = bucket(longest + 1, self.slot_bucket, self.max_len)
-    self._make_room(width)
-    fed = np.zeros((3, width), np.int32)
-    fed[0, m:] = self.batch  # padding rows: writes dropped
+    self._make_room(m + self.chunk_rows)
+    fed = np.zeros((3, self.batch), np.int32)
+    fed[0, m:] = self.batch  # padding rows: no chunk computes them
     fed[0, :m], fed[1, :m], fed[2, :m] = rows, token_ids, kinds
-    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
-                                            self.cache, self._logprobs, fed, np.int32(self.free))
-    self.free += m  # the padding rows' slots [free + m, free + width) are written over next
+    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, self.widths,
+                                            self.chunk_rows, self.cache, self._logprobs, fed,
+                                            np.int32(self.free))
+    self.free += m  # the last chunk's padding slots [free + m, …) are written over next
     self.lengths[rows] += 1
 
   def _make_room(self, width: int) -> None:
@@ -524,22 +581,19 @@ class IncrementalDecoder:
     self.compactions += 1
 
   def precompile(self) -> int:
-    """Compiles every (row bucket, slot bucket) variant now, and the compaction (after `start`;
-    changes nothing a row decodes: the step rows are padding, their arena slots past the used
-    ones, and a compaction keeps every row's keys); returns how many.
+    """Compiles the step (one variant: every row count and width), the row copies and the
+    compaction now (after `start`; changes nothing a row decodes: the step rows are padding, and
+    a compaction keeps every row's keys); returns how many variants.
     Benchmarks call it so no timing includes a compile."""
     self._check_started()
     self._compact_arena()
     self._make_room(self.step_width)
-    count = 1
-    for width in buckets(self.step_width, ROW_BUCKET):
-      fed = np.zeros((3, width), np.int32)
-      fed[0] = self.batch
-      for slots in buckets(self.max_len, self.slot_bucket):
-        base = np.int32(self.free)
-        self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, slots,
-                                                self.cache, self._logprobs, fed, base)
-        count += 1
+    fed = np.zeros((3, self.batch), np.int32)
+    fed[0] = self.batch  # padding only: no chunk runs
+    self.cache, self._logprobs = _step_rows(self.graphdef, self.params, self.groups, self.widths,
+                                            self.chunk_rows, self.cache, self._logprobs, fed,
+                                            np.int32(self.free))
+    count = 2
     for width in buckets(self.batch, MOVE_BUCKET):
       moves = np.full((2, width), self.batch, np.int32)
       self.cache, self._logprobs = _copy_rows(self.max_len, self.cache, self._logprobs, moves)
