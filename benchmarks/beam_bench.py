@@ -7,6 +7,23 @@ one-sentence search vs the batched search.
   python benchmarks/beam_bench.py --batched [--sentences 16] [--sentences-per-batch 8]
                                   [--repeats 2] [--d-model 512 --layers 6 --heads 8]
                                   [--no-precompile]
+  python benchmarks/beam_bench.py --profile [--sentences 8] [--sentences-per-batch 8]
+  python benchmarks/beam_bench.py --loop [--sentences 16] [--repeats 2] [--project 1b]
+                                  [--project-layers 2] [--sg-words 38478]
+
+`--profile`: where a word's time goes, for the one-sentence and the batched search: every
+decoder call timed to completion (`step_rows`, `gather`, `copy_rows`, `start_rows`, arena
+compactions; calls per word, ms per word) and the rest, the host's bookkeeping (candidate
+validity, selection, row placement, pool merges), per word and per expansion round (a round =
+one `gather` of the frontier's candidate log-probs; the decoder steps a round feeds follow it).
+Blocking after every call removes the overlap of host work with asynchronous device work, so
+the device share is an upper bound (beam_profile.py).
+
+`--loop`: as `--batched`, the batched search with its rounds on the host (`eval.beam_batch`)
+against the same search with each word's rounds in one compiled loop (`eval.beam_loop`); both
+should give the same results bit for bit. `--project SCALE`: then the compiled loop on a model
+of that scale's widths with `--project-layers` layers and on the small model, and the full
+model's projected seconds per word and SyntaxGym device-hours (beam_profile.py).
 
 `--bound`: what the model's own work per fed row allows, whatever the search's bookkeeping: the
 rows a word feeds (`BeamResult.expansions`, the same in both searches), the dense forward pass of
@@ -71,6 +88,7 @@ from slm_jax.model.decoder import param_count  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
 from slm_jax.structure import row_metadata  # noqa: E402
+from beam_profile import SG_WORDS, profile, projection  # noqa: E402  (this script's folder)
 
 
 def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[np.ndarray]]:
@@ -85,35 +103,45 @@ def run(searcher: BeamSearcher, sentences) -> tuple[list[float], int, int, list[
 
 
 def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> None:
-  """One-sentence vs batched search on the same sentences (module docstring)."""
-  options = dict(beam=args.beam, fast_track=args.fast_track)
-  one = BeamSearcher(model, tokenizer, configuration, batched=False, **options)
-  many = BeamSearcher(model, tokenizer, configuration,
-                      sentences_per_batch=args.sentences_per_batch, **options)
-  slots = max(one.slots(s) for s in warmup + timed)
+  """Two searches on the same sentences (module docstring): one-sentence vs batched, or with
+  `--loop` the batched search's host rounds vs its compiled word loop."""
+  options = dict(beam=args.beam, fast_track=args.fast_track,
+                 sentences_per_batch=args.sentences_per_batch)
+  rows = args.sentences_per_batch * BeamSearcher(model, tokenizer, configuration,
+                                                 **options).capacity
+  if args.loop:
+    names = ("host rounds", "compiled loop")
+    first = BeamSearcher(model, tokenizer, configuration, **options)
+    second = BeamSearcher(model, tokenizer, configuration, compiled=True, **options)
+    batches = (rows, rows)
+  else:
+    names = ("one-sentence", "batched")
+    first = BeamSearcher(model, tokenizer, configuration, batched=False, **options)
+    second = BeamSearcher(model, tokenizer, configuration, **options)
+    batches = (None, rows)
+  slots = max(first.slots(s) for s in warmup + timed)
   compiled = []
-  for searcher, rows in ((one, None), (many, args.sentences_per_batch * many.capacity)):
-    decoder = searcher.decoder(slots, rows=rows)
+  for searcher, batch in zip((first, second), batches):
+    decoder = searcher.decoder(slots, rows=batch)
     decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
     start = time.perf_counter()
     variants = decoder.precompile() if args.precompile else 0
-    # Host-side warm-up (and the prefix variants); without precompiling, the timed sentences
-    # themselves: a search of the same sentences asks for the same shapes again.
+    # Host-side warm-up (and the prefix variants, the compiled loop); without precompiling, the
+    # timed sentences themselves: a search of the same sentences asks for the same shapes again.
     searcher.search_many(warmup if args.precompile else timed, complete=False)
     compiled.append(f"{variants} variants + warm-up in {time.perf_counter() - start:.0f} s")
   words = sum(map(len, timed))
-  print(f"{len(timed)} sentences, {words} words; one-sentence: {compiled[0]}; batched "
-        f"({args.sentences_per_batch} at a time, {many.decoder(slots).batch} rows): "
+  print(f"{len(timed)} sentences, {words} words; {names[0]}: {compiled[0]}; {names[1]} "
+        f"({args.sentences_per_batch} at a time, {second.decoder(slots).batch} rows): "
         f"{compiled[1]}")
-  print(f"{'repeat':>6} {'one w/s':>8} {'batched w/s':>11} {'ratio':>6} {'max |Δ|':>9} "
-        f"{'differing':>9}")
+  lines = []
   for repeat in range(args.repeats):
     start = time.perf_counter()
-    alone = one.search_many(timed, complete=False)
-    t_one = time.perf_counter() - start
+    alone = first.search_many(timed, complete=False)
+    t_first = time.perf_counter() - start
     start = time.perf_counter()
-    together = many.search_many(timed, complete=False)
-    t_many = time.perf_counter() - start
+    together = second.search_many(timed, complete=False)
+    t_second = time.perf_counter() - start
     delta = max(float(np.max(np.abs(a.prefix_logprobs - b.prefix_logprobs)))
                 for a, b in zip(alone, together))
     differing = sum(int(x != y) for a, b in zip(alone, together)
@@ -121,10 +149,12 @@ def batched_comparison(args, model, tokenizer, configuration, warmup, timed) -> 
     differing += sum(int(np.sum((a.beam_sizes != b.beam_sizes) | (
         a.terminal_prefix_logprobs != b.terminal_prefix_logprobs)))
                      for a, b in zip(alone, together))
-    print(f"{repeat + 1:>6} {words / t_one:>8.2f} {words / t_many:>11.2f} "
-          f"{t_one / t_many:>6.2f} {delta:>9.2e} {differing:>9}")
-  print(f"arena compactions: one-sentence {one.decoder(slots).compactions}, batched "
-        f"{many.decoder(slots).compactions}")
+    lines.append([repeat + 1, f"{words / t_first:.2f}", f"{words / t_second:.2f}",
+                  f"{t_first / t_second:.2f}", f"{delta:.2e}", differing])
+  print(table(["repeat", f"{names[0]} words/s", f"{names[1]} words/s", "ratio", "max |Δ|",
+               "differing words"], lines))
+  print(f"arena compactions: {names[0]} {first.decoder(slots).compactions}, {names[1]} "
+        f"{second.decoder(slots).compactions}")
 
 
 def _flops(compiled) -> float:
@@ -192,8 +222,18 @@ def main() -> int:
   parser.add_argument("--batched", action=argparse.BooleanOptionalAction, default=False,
                       help="one-sentence vs batched search (module docstring)")
   parser.add_argument("--sentences-per-batch", type=int, default=8)
+  parser.add_argument("--loop", action=argparse.BooleanOptionalAction, default=False,
+                      help="the batched search's host rounds vs its compiled word loop")
+  parser.add_argument("--project", default=None,
+                      help="--loop: project the compiled loop to this scale (e.g. 1b)")
+  parser.add_argument("--project-layers", type=int, default=2,
+                      help="--project: layers of the measured model of that scale's widths")
+  parser.add_argument("--sg-words", type=int, default=SG_WORDS,
+                      help="--project: words of the SyntaxGym evaluation projected")
   parser.add_argument("--bound", action=argparse.BooleanOptionalAction, default=False,
                       help="the words/s the model's work per fed row allows (module docstring)")
+  parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=False,
+                      help="where a word's time goes: device calls vs host (module docstring)")
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--precompile", action=argparse.BooleanOptionalAction, default=True,
                       help="--batched: compile every shape variant first and warm up on other "
@@ -218,10 +258,17 @@ def main() -> int:
   if args.bound:
     bound_analysis(args, model, tokenizer, configuration, warmup, timed)
     return 0
-  if args.batched:
+  if args.profile:
+    profile(args, model, tokenizer, configuration, sentences[:args.sentences_per_batch],
+            sentences[args.sentences_per_batch:][:args.sentences])
+    return 0
+  if args.batched or args.loop:
     batched_comparison(args, model, tokenizer, configuration,
                        sentences[:args.sentences_per_batch],
                        sentences[args.sentences_per_batch:][:args.sentences])
+    if args.project:
+      projection(args, model, tokenizer, configuration, sentences[:args.sentences_per_batch],
+                 sentences[args.sentences_per_batch:][:args.sentences])
     return 0
   options = dict(beam=args.beam, fast_track=args.fast_track)
   rows = []

@@ -55,6 +55,7 @@ from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
 from slm_jax.eval.beam_batch import BatchedSearch, select_per_slot
 from slm_jax.eval.beam_feed import feed_expansions
+from slm_jax.eval.beam_loop import LoopSearch, WordLoop
 from slm_jax.eval.beam_result import BeamResult, Completed
 from slm_jax.eval.grammaticality import Grammar, GrammarState
 from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
@@ -123,7 +124,8 @@ class BeamSearcher:
                max_open: int | None = None, labels: SequenceT[str] | None = None,
                score_cnt2: bool = True, decoder_cls=IncrementalDecoder,
                decoder_len: int | None = None, sentences_per_batch: int = SENTENCES_PER_BATCH,
-               batched: bool = True, memory_budget: int | None = None):
+               batched: bool = True, memory_budget: int | None = None,
+               compiled: bool = False):
     if isinstance(model, Scorer):
       model = model.model
     if beam < 1 or fast_track < 0 or (word_beam is not None and word_beam < 1) or (
@@ -154,6 +156,8 @@ class BeamSearcher:
     self.decoder_len = decoder_len
     self.sentences_per_batch = int(sentences_per_batch)
     self.batched = bool(batched)  # search_many's default: batched, or one `search` at a time
+    self.compiled = bool(compiled)  # the batched search's rounds in one compiled loop
+    self._word_loop = None
     self.memory_budget = memory_budget  # bytes (None: `memory_budget()` when first needed)
     self._decoder = None
     self._reported: set[int] = set()
@@ -326,8 +330,18 @@ class BeamSearcher:
         ids, kinds = (None, None) if prefixes is None else prefixes[i]
         yield i, self.search(words, complete=complete, prefix_ids=ids, prefix_kinds=kinds)
       return
-    yield from BatchedSearch(self, sentences, complete=complete, prefixes=prefixes,
-                             concurrent=self.sentences_per_batch)
+    search = LoopSearch if self.compiled else BatchedSearch
+    yield from search(self, sentences, complete=complete, prefixes=prefixes,
+                      concurrent=self.sentences_per_batch)
+
+  def word_loop(self, decoder, slots: int, widest: int) -> WordLoop:
+    """The compiled word loop (`eval.beam_loop`) for `slots` sentences in `decoder`, words of up
+    to `widest` pieces (bucketed): one kept, so later searches reuse its compiled functions."""
+    widest = bucket(widest, 1)
+    loop = self._word_loop
+    if loop is None or loop.decoder is not decoder or loop.K != slots or loop.widest < widest:
+      loop = self._word_loop = WordLoop(self, decoder, slots, widest)
+    return loop
 
   @staticmethod
   def _place(source, pool, n, decoder, hist, hist_kind) -> np.ndarray:

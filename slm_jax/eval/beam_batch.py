@@ -126,38 +126,12 @@ class BatchedSearch(SlotRows):
 
   def __init__(self, searcher: "BeamSearcher", sentences: SequenceT[SequenceT[str]], *,
                complete: bool = True, prefixes=None, concurrent: int = 8):
-    tok = searcher.tokenizer
     self.searcher, self.grammar, self.complete = searcher, searcher.grammar, bool(complete)
-    queue = []
-    for i, words in enumerate(sentences):
-      words = list(words)
-      if not words:
-        raise ValueError(f"beam search needs at least one word (sentence {i} is empty)")
-      if prefixes is None:
-        ids, kinds = [tok.bos_id], [int(Kind.BOS)]
-      else:
-        ids, kinds = prefixes[i]
-      pieces = [tuple(tok.encode_word(w)) for w in words]
-      cap = searcher.cap(sum(map(len, pieces)))
-      result = BeamResult(
-          words=words, prefix_logprobs=np.full(len(words), -np.inf),
-          sentence_logprob=-math.inf if complete else math.nan,
-          terminal_prefix_logprobs=np.full(len(words), -np.inf),
-          sentence_terminal_logprob=-math.inf if complete else math.nan, best=[],
-          best_complete=None, beam_sizes=np.zeros(len(words), np.int64), cap=cap, steps=0,
-          expansions=0)
-      queue.append(_Sentence(i, words, pieces, cap, np.asarray(ids), np.asarray(kinds), result,
-                             remaining=sum(map(len, pieces))))
-    # Longest first (cache slots asked), so the sentences in flight have similar lengths.
-    slots = [bucket_slots(searcher, s) for s in queue]
-    self.queue = [queue[i] for i in sorted(range(len(queue)), key=lambda i: -slots[i])]
-    if not self.queue:
-      self.decoder = None
+    self.queue, self.decoder, self.slots = sentence_queue(searcher, sentences, complete, prefixes,
+                                                          concurrent)
+    if self.decoder is None:
       return
-    capacity = searcher.capacity
-    wanted = searcher.in_flight(max(slots), max(1, min(int(concurrent), len(self.queue))))
-    self.decoder = searcher.decoder(max(slots), rows=wanted * capacity)
-    self.slots = min(wanted, self.decoder.batch // capacity)
+    queue = self.queue
     n = self.decoder.batch
     depth = max(s.cap for s in queue) + 2
     self.state = GrammarState.initial(n, depth)
@@ -242,31 +216,12 @@ class BatchedSearch(SlotRows):
   def _end_word(self, slot: int) -> None:
     """The slot's pool is its beam after the word: record it, then start the next word (the
     pool becomes the frontier) or finish the sentence."""
-    sentence, out, searcher = self.held[slot], self.held[slot].result, self.searcher
+    sentence, out = self.held[slot], self.held[slot].result
     mine = self.pool_slot == slot
     pool = self.pool_rows[mine]
     self.pool_rows, self.pool_slot = self.pool_rows[~mine], self.pool_slot[~mine]
-    score, term = self.score, self.term
-    done = False
-    if sentence.w == len(sentence.words):
-      out.sentence_logprob = logsumexp(score[pool])
-      if len(pool):
-        out.sentence_terminal_logprob = float(term[pool].max())
-        out.best_complete = searcher._symbols(self.hist, self.hist_kind, pool)
-        out.complete = searcher._completed(self.hist, self.hist_kind, score, term, pool)
-      done = True
-    else:
-      w = sentence.w
-      sentence.remaining -= len(sentence.pieces[w])
-      out.beam_sizes[w] = len(pool)
-      if not len(pool):
-        done = True
-      else:
-        out.prefix_logprobs[w] = logsumexp(score[pool])
-        out.terminal_prefix_logprobs[w] = float(term[pool].max())
-        out.best.append(searcher._symbols(self.hist, self.hist_kind, pool))
-        sentence.w += 1
-        done = sentence.w == len(sentence.words) + int(self.complete)
+    done = record_word(self.searcher, sentence, self.complete, self.score[pool],
+                       self.term[pool], self.hist[pool], self.hist_kind[pool])
     if done:
       out.steps, out.expansions, out.pruned = (int(a[slot]) for a in (self.steps,
                                                                      self.expansions,
@@ -332,6 +287,67 @@ class BatchedSearch(SlotRows):
     columns = np.arange(cand.shape[1]) == self.grammar.word_slot
     return select_per_slot(cand, front_slot, self.searcher.beam, self.searcher.fast_track,
                            columns)
+
+
+def sentence_queue(searcher: "BeamSearcher", sentences, complete: bool, prefixes,
+                   concurrent: int):
+  """The batched searches' set-up: (the sentences as `_Sentence`s, longest first, so those in
+  flight have similar lengths; the decoder; how many sentences it advances together), the
+  decoder None for no sentences. `prefixes[i]` = (ids, kinds) before sentence i (default BOS)."""
+  tok = searcher.tokenizer
+  queue = []
+  for i, words in enumerate(sentences):
+    words = list(words)
+    if not words:
+      raise ValueError(f"beam search needs at least one word (sentence {i} is empty)")
+    if prefixes is None:
+      ids, kinds = [tok.bos_id], [int(Kind.BOS)]
+    else:
+      ids, kinds = prefixes[i]
+    pieces = [tuple(tok.encode_word(w)) for w in words]
+    cap = searcher.cap(sum(map(len, pieces)))
+    result = BeamResult(
+        words=words, prefix_logprobs=np.full(len(words), -np.inf),
+        sentence_logprob=-math.inf if complete else math.nan,
+        terminal_prefix_logprobs=np.full(len(words), -np.inf),
+        sentence_terminal_logprob=-math.inf if complete else math.nan, best=[],
+        best_complete=None, beam_sizes=np.zeros(len(words), np.int64), cap=cap, steps=0,
+        expansions=0)
+    queue.append(_Sentence(i, words, pieces, cap, np.asarray(ids), np.asarray(kinds), result,
+                           remaining=sum(map(len, pieces))))
+  slots = [bucket_slots(searcher, s) for s in queue]
+  queue = [queue[i] for i in sorted(range(len(queue)), key=lambda i: -slots[i])]
+  if not queue:
+    return queue, None, 0
+  wanted = searcher.in_flight(max(slots), max(1, min(int(concurrent), len(queue))))
+  decoder = searcher.decoder(max(slots), rows=wanted * searcher.capacity)
+  return queue, decoder, min(wanted, decoder.batch // searcher.capacity)
+
+
+def record_word(searcher: "BeamSearcher", sentence: _Sentence, complete: bool, score_P, term_P,
+                hist_PT, hist_kind_PT) -> bool:
+  """Records the beam after the sentence's current word — its pool, best first: joint and
+  terminal scores [P], token histories [P', T] (P' = 1, the best, suffices before the EOS
+  step) — into `sentence.result` (`BeamSearcher.search`'s rule) and moves to the next word;
+  returns whether the sentence is finished."""
+  out, pool = sentence.result, np.arange(len(score_P))
+  if sentence.w == len(sentence.words):
+    out.sentence_logprob = logsumexp(score_P)
+    if len(pool):
+      out.sentence_terminal_logprob = float(term_P.max())
+      out.best_complete = searcher._symbols(hist_PT, hist_kind_PT, pool)
+      out.complete = searcher._completed(hist_PT, hist_kind_PT, score_P, term_P, pool)
+    return True
+  w = sentence.w
+  sentence.remaining -= len(sentence.pieces[w])
+  out.beam_sizes[w] = len(pool)
+  if not len(pool):
+    return True
+  out.prefix_logprobs[w] = logsumexp(score_P)
+  out.terminal_prefix_logprobs[w] = float(term_P.max())
+  out.best.append(searcher._symbols(hist_PT, hist_kind_PT, pool))
+  sentence.w += 1
+  return sentence.w == len(sentence.words) + int(complete)
 
 
 def select_per_slot(cand: np.ndarray, front_slot: np.ndarray, beam: int, fast_track: int,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from slm_jax.kinds import PTB_LABELS, Kind
@@ -70,6 +71,11 @@ class GrammarState:
   def put(self, rows, other: "GrammarState") -> None:
     for f in dataclasses.fields(self):
       getattr(self, f.name)[rows] = getattr(other, f.name)
+
+
+# A pytree, so the compiled word loop (`eval.beam_loop`) carries it on the device.
+jax.tree_util.register_dataclass(GrammarState, data_fields=[f.name for f in dataclasses.fields(
+    GrammarState)], meta_fields=[])
 
 
 class Grammar:
@@ -106,7 +112,7 @@ class Grammar:
 
   # ---- costs
 
-  def min_completion(self, open_, last, remaining):
+  def min_completion(self, open_, last, remaining, xp=np):
     """Fewest tokens that still complete the sentence (before EOS): the pieces of the words not
     yet emitted plus the **reserved closings** — every open constituent's closing, `copies`
     tokens each (1 lin1, 2 lin2, 3 lin3); one final `)` / closing for merge and noont.
@@ -119,86 +125,92 @@ class Grammar:
     if self.tree:
       return remaining + open_ * self.copies
     finished = (remaining == 0) & (last == AFTER_CLOSE)
-    return remaining + np.where(finished, 0, 1)
+    return remaining + xp.where(finished, 0, 1)
 
   # ---- candidates
+  # Every rule below is written once for numpy (`xp=np`, the host searches) and jax.numpy
+  # (`xp=jnp`, the compiled word loop `eval.beam_loop`, traced with 64-bit integers): whole-array
+  # expressions, no in-place writes.
 
-  def slot_token_ids(self, state: GrammarState, word_first: int) -> np.ndarray:
-    """[N, C] the token each slot emits first (to read its log-probability)."""
-    n = len(state.length)
-    ids = np.empty((n, self.n_slots), np.int64)
-    ids[:, :self.n_ont] = [self.tokenizer.ont_id(l) for l in self.labels[:self.n_ont]]
+  def slot_token_ids(self, state: GrammarState, word_first, xp=np):
+    """[N, C] the token each slot emits first (to read its log-probability); `word_first`: one
+    id, or one per row."""
+    n = state.length.shape[0]
+    columns = []
+    if self.n_ont:
+      ont = xp.asarray([self.tokenizer.ont_id(l) for l in self.labels[:self.n_ont]], xp.int64)
+      columns.append(xp.broadcast_to(ont[None, :], (n, self.n_ont)))
     if self.family == "noont":
-      ids[:, self.n_ont:self.word_slot] = self.cnt_ids[self.label_index]
+      columns.append(xp.broadcast_to(xp.asarray(self.cnt_ids[self.label_index])[None, :],
+                                     (n, self.n_close)))
     elif self.family == "merge":
-      ids[:, self.n_ont] = self.tokenizer.merged_close_id
+      columns.append(xp.full((n, 1), self.tokenizer.merged_close_id, xp.int64))
     else:
-      top = state.stack[np.arange(n), np.maximum(state.open - 1, 0)]
-      ids[:, self.n_ont] = self.cnt_ids[top]
-    ids[:, self.word_slot] = word_first
-    return ids
+      top = xp.take_along_axis(state.stack, xp.maximum(state.open - 1, 0)[:, None], axis=1)
+      columns.append(xp.asarray(self.cnt_ids)[top.astype(xp.int64)])
+    word = xp.reshape(xp.asarray(word_first, xp.int64), (-1, 1))
+    columns.append(xp.broadcast_to(word, (n, 1)))
+    return xp.concatenate(columns, axis=1)
 
-  def valid(self, state: GrammarState, *, at_end, remaining, word_len, cap) -> np.ndarray:
+  def valid(self, state: GrammarState, *, at_end, remaining, word_len, cap, xp=np):
     """[N, C] bool: may each slot come next? `remaining` = pieces of the words not yet emitted
     (including the current word of `word_len` pieces); at_end: all words are out (EOS step).
     Each of at_end, remaining, word_len and cap is one value for every row or one per row (a
     batched search holds rows of many sentences, each at its own word)."""
-    n = len(state.length)
+    n = state.length.shape[0]
     length, open_, last = state.length, state.open, state.last
-    at_end = np.broadcast_to(np.asarray(at_end, bool), (n,))
-    remaining, word_len, cap = (np.asarray(x, np.int64) for x in (remaining, word_len, cap))
-    out = np.zeros((n, self.n_slots), bool)
+    at_end = xp.broadcast_to(xp.asarray(at_end, bool), (n,))
+    remaining, word_len, cap = (xp.asarray(x, xp.int64) for x in (remaining, word_len, cap))
+    columns = []
     alive = last != DONE
-    least_open = np.where(at_end, 1, 2)  # the root closes only after the last word
+    least_open = xp.where(at_end, 1, 2)  # the root closes only after the last word
     if self.n_ont:
       ont = alive & ~at_end & ((open_ >= 1) | (length == 0))
       if self.max_open is not None:
         ont &= state.run_onts < self.max_open
-      ont &= length + 1 + self.min_completion(open_ + 1, AFTER_ONT, remaining) <= cap
-      out[:, :self.n_ont] = ont[:, None]
+      ont &= length + 1 + self.min_completion(open_ + 1, AFTER_ONT, remaining, xp) <= cap
+      columns.append(xp.broadcast_to(ont[:, None], (n, self.n_ont)))
     if self.tree:
       close = alive & (open_ >= least_open) & (last != AFTER_ONT) & (last != START)
       close &= length + self.copies + self.min_completion(open_ - 1, AFTER_CLOSE,
-                                                         remaining) <= cap
+                                                         remaining, xp) <= cap
     elif self.family == "merge":
       close = (last == AFTER_WORD) & (open_ >= least_open)
-      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
+      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining, xp) <= cap
     else:  # noont
       close = alive & (last != START)
-      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining) <= cap
-    out[:, self.n_ont:self.word_slot] = close[:, None]
+      close &= length + 1 + self.min_completion(open_, AFTER_CLOSE, remaining, xp) <= cap
+    columns.append(xp.broadcast_to(close[:, None], (n, self.n_close)))
     eos = (open_ == 0) & (last == AFTER_CLOSE) if self.tree else last == AFTER_CLOSE
     word = alive & ((open_ >= 1) if self.family != "noont" else True)
     word &= length + word_len + self.min_completion(open_, AFTER_WORD,
-                                                    remaining - word_len) <= cap
-    out[:, self.word_slot] = np.where(at_end, eos, word)
-    return out
+                                                    remaining - word_len, xp) <= cap
+    columns.append(xp.where(at_end, eos, word)[:, None])
+    return xp.concatenate(columns, axis=1)
 
-  def advance(self, state: GrammarState, slot: np.ndarray, *, at_end, word_len) -> GrammarState:
+  def advance(self, state: GrammarState, slot, *, at_end, word_len, xp=np) -> GrammarState:
     """The state after each row takes `slot` (a new GrammarState; rows = len(slot)); at_end and
     word_len: one value, or one per row."""
-    slot = np.asarray(slot)
-    at_end = np.broadcast_to(np.asarray(at_end, bool), slot.shape)
-    s = GrammarState(state.length.copy(), state.open.copy(), state.last.copy(),
-                     state.run_onts.copy(), state.stack.copy())
-    rows = np.arange(len(slot))
+    slot = xp.asarray(slot)
+    at_end = xp.broadcast_to(xp.asarray(at_end, bool), slot.shape)
     is_ont = slot < self.n_ont
     is_close = (slot >= self.n_ont) & (slot < self.word_slot)
     is_word = slot == self.word_slot
-    if is_ont.any():
-      r = rows[is_ont]
-      s.stack[r, s.open[r]] = self.label_index[slot[r]]
-    s.open += is_ont
+    label = xp.asarray(self.label_index)[xp.clip(slot, 0, max(self.n_ont - 1, 0))]
+    depth = xp.arange(state.stack.shape[1])
+    pushed = is_ont[:, None] & (depth[None, :] == state.open[:, None])
+    stack = xp.where(pushed, label[:, None].astype(state.stack.dtype), state.stack)
+    open_ = state.open + is_ont
     if self.tree or self.family == "merge":
-      s.open -= is_close
+      open_ = open_ - is_close
       if self.family == "merge":
-        s.open[is_close & at_end] = 0  # the final `)` closes everything
-    s.length += np.where(is_ont, 1, 0) + np.where(is_close, self.copies, 0) + np.where(
-        is_word & ~at_end, word_len, 0)
-    s.run_onts = np.where(is_ont, s.run_onts + 1, 0)
-    s.last = np.select([is_ont, is_close, is_word & at_end, is_word],
-                       [AFTER_ONT, AFTER_CLOSE, DONE, AFTER_WORD], s.last)
-    return s
+        open_ = xp.where(is_close & at_end, 0, open_)  # the final `)` closes everything
+    length = state.length + xp.where(is_ont, 1, 0) + xp.where(is_close, self.copies, 0) + (
+        xp.where(is_word & ~at_end, word_len, 0))
+    run_onts = xp.where(is_ont, state.run_onts + 1, 0)
+    last = xp.select([is_ont, is_close, is_word & at_end, is_word],
+                     [AFTER_ONT, AFTER_CLOSE, DONE, AFTER_WORD], state.last)
+    return GrammarState(length, open_, last, run_onts, stack)
 
   def expand(self, slot: np.ndarray, first_ids: np.ndarray, word_ids, word_kind: int):
     """Tokens each chosen (slot, first id) feeds: ids, kinds [M, K], scored [M, K], count [M].
@@ -211,33 +223,28 @@ class Grammar:
     return self.expand_rows(slot, first_ids, words, np.full(m, len(word_ids)),
                             np.full(m, word_kind))
 
-  def expand_rows(self, slot: np.ndarray, first_ids: np.ndarray, words_MW: np.ndarray,
-                  word_len_M: np.ndarray, word_kind_M: np.ndarray):
+  def expand_rows(self, slot, first_ids, words_MW, word_len_M, word_kind_M, xp=np):
     """`expand` with a word per row: row m's word is words_MW[m, :word_len_M[m]] of kind
     word_kind_M[m] (rows of a batched search belong to different sentences)."""
-    slot = np.asarray(slot)
-    m = len(slot)
-    k = max(self.copies, words_MW.shape[1])
-    ids = np.zeros((m, k), np.int64)
-    kinds = np.zeros((m, k), np.int64)
-    scored = np.zeros((m, k), bool)
-    count = np.ones(m, np.int64)
+    slot, first_ids = xp.asarray(slot), xp.asarray(first_ids, xp.int64)
+    words_MW, word_kind_M = xp.asarray(words_MW, xp.int64), xp.asarray(word_kind_M, xp.int64)
     is_ont = slot < self.n_ont
     is_close = (slot >= self.n_ont) & (slot < self.word_slot)
     is_word = slot == self.word_slot
-    ids[:, 0] = first_ids
-    kinds[:, 0] = np.select([is_ont, is_close], [Kind.ONT, self.closing[0]], word_kind_M)
-    scored[:, 0] = True
-    if self.copies > 1:
-      ids[is_close, 1:self.copies] = np.asarray(first_ids)[is_close, None]
-      kinds[is_close, 1:self.copies] = self.closing[1:]
-      scored[is_close, 1:self.copies] = self.cnt2_scored
-      count[is_close] = self.copies
-    if words_MW.shape[1] > 1:
-      piece = is_word[:, None] & (np.arange(1, words_MW.shape[1]) < word_len_M[:, None])
-      ids[:, 1:words_MW.shape[1]] = np.where(piece, words_MW[:, 1:], ids[:, 1:words_MW.shape[1]])
-      kinds[:, 1:words_MW.shape[1]] = np.where(piece, word_kind_M[:, None],
-                                                kinds[:, 1:words_MW.shape[1]])
-      scored[:, 1:words_MW.shape[1]] |= piece
-      count = np.where(is_word, np.maximum(word_len_M, 1), count)
-    return ids, kinds, scored, count
+    width = words_MW.shape[1]
+    ids = [first_ids]
+    kinds = [xp.select([is_ont, is_close], [int(Kind.ONT), int(self.closing[0])], word_kind_M)]
+    scored = [xp.ones(slot.shape, bool)]
+    for k in range(1, max(self.copies, width)):
+      copy = is_close & (k < self.copies)  # a closing's deterministic copies
+      piece = is_word & (k < word_len_M) if k < width else xp.zeros(slot.shape, bool)
+      word_piece = words_MW[:, min(k, width - 1)]
+      ids.append(xp.where(copy, first_ids, xp.where(piece, word_piece, 0)))
+      copy_kind = int(self.closing[k]) if k < self.copies else 0
+      kinds.append(xp.where(copy, copy_kind, xp.where(piece, word_kind_M, 0)))
+      scored.append((copy & self.cnt2_scored) | piece)
+    count = xp.where(is_close, self.copies, 1)
+    if width > 1:
+      count = xp.where(is_word, xp.maximum(xp.asarray(word_len_M, xp.int64), 1), count)
+    return (xp.stack(ids, axis=1).astype(xp.int64), xp.stack(kinds, axis=1).astype(xp.int64),
+            xp.stack(scored, axis=1), count.astype(xp.int64))
