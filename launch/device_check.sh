@@ -65,4 +65,11 @@ part train 80 "$python" benchmarks/train_bench.py --steps 10
 part beam 150 "$python" benchmarks/beam_bench.py --no-naive
 part beambatch 150 "$python" benchmarks/beam_bench.py --batched --sentences 8 \
   --sentences-per-batch 8 --repeats 1
+# Issue 46 (asked by name): beamexact.txt, one-sentence vs batched search on the GPU (fixed row
+# chunks: differing words should be 0); sgloop.txt, host rounds vs the compiled word loop
+# (words/s, exactness), then the 1B full-SG projection (a 2-layer model of 1B widths).
+part beamexact 150 "$python" benchmarks/beam_bench.py --batched --sentences 8 \
+  --sentences-per-batch 8 --repeats 1
+part sgloop 300 "$python" benchmarks/beam_bench.py --loop --sentences 8 --repeats 1 \
+  --project 1b --project-layers 2
 cat "$out/status.txt"
