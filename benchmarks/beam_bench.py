@@ -11,13 +11,14 @@ one-sentence search vs the batched search.
   python benchmarks/beam_bench.py --loop [--sentences 16] [--repeats 2] [--project 1b]
                                   [--project-layers 2] [--sg-words 38478]
 
-`--profile`: where a word's time goes, for the one-sentence and the batched search: every
-decoder call timed to completion (`step_rows`, `gather`, `copy_rows`, `start_rows`, arena
-compactions; calls per word, ms per word) and the rest, the host's bookkeeping (candidate
-validity, selection, row placement, pool merges), per word and per expansion round (a round =
-one `gather` of the frontier's candidate log-probs; the decoder steps a round feeds follow it).
-Blocking after every call removes the overlap of host work with asynchronous device work, so
-the device share is an upper bound (beam_profile.py).
+`--profile`: where a word's time goes, for the one-sentence search and the batched search with
+host rounds and with the compiled word loop: every device call timed to completion
+(`step_rows`, `gather`, `copy_rows`, `start_rows`, arena compactions; the loop's `rounds`) and
+the rest, the host's bookkeeping (candidate validity, selection, row placement, pool merges),
+per word and per host visit (an expansion round = one `gather` of the frontier's candidate
+log-probs, the decoder steps it feeds following; for the loop a `rounds` call). Blocking after
+every call removes the overlap of host work with asynchronous device work, so the device share
+is an upper bound (beam_profile.py).
 
 `--loop`: as `--batched`, the batched search with its rounds on the host (`eval.beam_batch`)
 against the same search with each word's rounds in one compiled loop (`eval.beam_loop`); both

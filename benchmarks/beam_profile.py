@@ -1,8 +1,11 @@
 """The issue #46 parts of `beam_bench.py` (run through it): where a word's time goes
 (`--profile`) and the compiled word loop's projection to a full-size model (`--project`).
 
-`profile`: every decoder call of the one-sentence and the batched search timed to completion
-(`CallTimer`), the rest counted as the host's bookkeeping, per word and per expansion round.
+`profile`: every device call of the one-sentence search, the batched search with host rounds and
+with the compiled word loop timed to completion (`CallTimer`: decoder calls; for the loop its
+`rounds`, which hold every round's device work, and the host's edits and reads), the rest
+counted as the host's bookkeeping, per word and per host visit (an expansion round of the host
+searches, a `rounds` call of the loop).
 
 `projection`: the compiled word loop (`eval.beam_loop`) on a model of the named scale's widths
 (`run_config.build(config, scale)`: d_model, heads, FFN) with `--project-layers` of its layers,
@@ -37,72 +40,99 @@ SG_WORDS = 38_478  # full hu31 SyntaxGym, every item (docs/BEAM_BENCH.md §4)
 
 
 DECODER_CALLS = ("step_rows", "gather", "copy_rows", "start_rows", "_compact_arena")
+LOOP_CALLS = ("rounds", "begin", "read_pools", "read_rows", "held_lengths")
 
 
 class CallTimer:
-  """Times every call of `DECODER_CALLS` on one decoder, blocked until its arrays are ready; an
-  expansion round is a `gather` of more than one column (the feed's gathers read one)."""
+  """Times every call of `names` on `owner` (a decoder, or a compiled word loop), blocked until
+  its results (or the decoder's arrays) are ready. `visits`: the host's visits — the calls of
+  `visit`, or without `visit` a `gather` of more than one column (an expansion round; the
+  feed's gathers read one)."""
 
-  def __init__(self, decoder):
-    self.decoder = decoder
-    self.seconds = dict.fromkeys(DECODER_CALLS, 0.0)
-    self.calls = dict.fromkeys(DECODER_CALLS, 0)
-    self.rounds = 0
-    for name in DECODER_CALLS:
-      setattr(decoder, name, self._timed(name, getattr(decoder, name)))
+  def __init__(self, owner, names, decoder, visit: str | None = None):
+    self.owner, self.names, self.decoder, self.visit = owner, names, decoder, visit
+    self.seconds = dict.fromkeys(names, 0.0)
+    self.calls = dict.fromkeys(names, 0)
+    self.visits = 0
+    # The owner's own attributes (the loop's jitted calls) are put back; a decoder's methods
+    # are the class's, uncovered by deleting the wrapper.
+    self.own = {name: owner.__dict__[name] for name in names if name in owner.__dict__}
+    for name in names:
+      setattr(owner, name, self._timed(name, getattr(owner, name)))
 
   def _timed(self, name, method):
     def call(*args, **kwargs):
       start = time.perf_counter()
       out = method(*args, **kwargs)
-      jax.block_until_ready((self.decoder.cache, self.decoder._logprobs))
+      # A loop call's results (its inputs are donated), else the decoder's arrays.
+      jax.block_until_ready(out if out is not None else (self.decoder.cache,
+                                                         self.decoder._logprobs))
       self.seconds[name] += time.perf_counter() - start
       self.calls[name] += 1
-      if name == "gather" and np.shape(args[0])[1] > 1:
-        self.rounds += 1
+      if name == self.visit or (self.visit is None and name == "gather"
+                                and np.shape(args[0])[1] > 1):
+        self.visits += 1
       return out
     return call
 
   def restore(self) -> None:
-    for name in DECODER_CALLS:
-      delattr(self.decoder, name)
+    for name in self.names:
+      if name in self.own:
+        setattr(self.owner, name, self.own[name])
+      else:
+        delattr(self.owner, name)
+
+
+def _timers(searcher, decoder) -> list[CallTimer]:
+  if not searcher.compiled:
+    return [CallTimer(decoder, DECODER_CALLS, decoder)]
+  return [CallTimer(searcher._word_loop, LOOP_CALLS, decoder, visit="rounds"),
+          CallTimer(decoder, ("start_rows", "_compact_arena"), decoder, visit="")]
 
 
 def profile(args, model, tokenizer, configuration, warmup, timed) -> None:
   """Where a word's time goes (module docstring): one table row per search."""
-  options = dict(beam=args.beam, fast_track=args.fast_track)
+  options = dict(beam=args.beam, fast_track=args.fast_track,
+                 sentences_per_batch=args.sentences_per_batch)
+  rows = args.sentences_per_batch * BeamSearcher(model, tokenizer, configuration,
+                                                 **options).capacity
   searches = [("one-sentence", BeamSearcher(model, tokenizer, configuration, batched=False,
-                                            **options), None)]
-  many = BeamSearcher(model, tokenizer, configuration,
-                      sentences_per_batch=args.sentences_per_batch, **options)
-  searches.append(("batched", many, args.sentences_per_batch * many.capacity))
-  slots = max(many.slots(s) for s in warmup + timed)
+                                            **options), None),
+              ("batched, host rounds", BeamSearcher(model, tokenizer, configuration, **options),
+               rows),
+              ("batched, compiled loop", BeamSearcher(model, tokenizer, configuration,
+                                                      compiled=True, **options), rows)]
+  slots = max(searches[0][1].slots(s) for s in warmup + timed)
   words = sum(map(len, timed))
-  rows = []
+  per_word = lambda x: f"{1e3 * x / words:.1f}"
+  lines = []
   for name, searcher, batch in searches:
     decoder = searcher.decoder(slots, rows=batch)
     decoder.start([tokenizer.bos_id], [int(Kind.BOS)])
     decoder.precompile()
     searcher.search_many(warmup, complete=False)
-    timer = CallTimer(decoder)
+    timers = _timers(searcher, decoder)
     start = time.perf_counter()
     searcher.search_many(timed, complete=False)
     total = time.perf_counter() - start
-    timer.restore()
-    device = sum(timer.seconds.values())
-    per_word = lambda x: f"{1e3 * x / words:.1f}"
-    calls = lambda n: f"{timer.calls[n] / words:.1f}, {per_word(timer.seconds[n])}"
-    rows.append([name, f"{words / total:.2f}", f"{timer.rounds / words:.1f}",
-                 calls("step_rows"), calls("gather"), calls("copy_rows"),
-                 f"{per_word(timer.seconds['start_rows'] + timer.seconds['_compact_arena'])}",
-                 per_word(total - device), f"{1e3 * (total - device) / timer.rounds:.2f}",
-                 f"{100 * (total - device) / total:.0f} %"])
+    for timer in timers:
+      timer.restore()
+    if searcher.compiled and searcher._word_loop is not timers[0].owner:
+      raise SystemExit(f"--profile: the {name} search built a new word loop for the timed "
+                       "sentences (wider words or fewer in flight than the warm-up's); its "
+                       "calls were not timed")
+    device = sum(sum(t.seconds.values()) for t in timers)
+    visits = sum(t.visits for t in timers)
+    steps = timers[0].seconds.get("step_rows")
+    lines.append([name, f"{words / total:.2f}", f"{visits / words:.1f}",
+                  f"{sum(sum(t.calls.values()) for t in timers) / words:.1f}", per_word(device),
+                  "in the loop" if steps is None else per_word(steps), per_word(total - device),
+                  f"{1e3 * (total - device) / visits:.2f}",
+                  f"{100 * (total - device) / total:.0f} %"])
   print(f"{len(timed)} sentences, {words} words, {args.sentences_per_batch} in flight "
-        "(batched); every decoder call blocked until done")
-  print(table(["search", "words/s", "rounds/word", "step_rows: calls, ms /word",
-               "gather: calls, ms /word", "copy_rows: calls, ms /word",
-               "start + compaction ms/word", "host ms/word", "host ms/round", "host share"],
-              rows))
+        "(batched); every device call blocked until done")
+  print(table(["search", "words/s", "host visits/word", "device calls/word", "device ms/word",
+               "of which step_rows", "host ms/word", "host ms/visit", "host share"], lines))
 
 
 def _words_per_second(searcher, tokenizer, slots: int, rows: int, warmup, timed) -> float:
