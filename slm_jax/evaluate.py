@@ -82,7 +82,9 @@ Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
 pairs per paradigm and (unless `--docppl_documents` is given) doc-PPL documents.
 `--max_context` caps doc-PPL scored sequences (tokens; default: the run's training `seq_len`,
-0 = unlimited): older history sentences are dropped and counted. Bootstrap: B resamples, seed
+0 = unlimited): older history sentences are dropped and counted. For a `--checkpoint` it is
+lm-eval's `max_length` (default: its max_position_embeddings): a longer document is scored in
+lm-eval's rolling windows of that many tokens (`eval.raw_docppl`). Bootstrap: B resamples, seed
 2027 (paper Tables 10–11; 2026 for App. F); macro averages resample tasks.
 """
 
@@ -150,7 +152,8 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--docppl_documents", type=int, default=None,
                  help="doc-PPL documents (None: 500, or --max_items when given)")
   p.add_argument("--max_context", type=int, default=None,
-                 help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none)")
+                 help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none); "
+                 "a checkpoint's rolling-window max_length")
   p.add_argument("--sg_suites", default="hu31",
                  help="hu31 (Hu et al.'s 31) | paper32 (+ fgd-embed3/4, as the paper's code) | "
                  "comma-separated suite names")
