@@ -56,7 +56,7 @@ def test_fields_map_as_the_example_docstring_says(root):
   (w, *_) = tasks.read_task("winogrande", root)
   assert "_" in w.question and w.options == ("Anna", "Brian") and w.answer == 0  # "1" → 0
   b = tasks.read_task("boolq", root)
-  assert [x.answer for x in b] == [0, 1, 0, 1] and b[0].options == ("no", "yes")
+  assert [x.answer for x in b] == [1, 0, 1, 0] and b[0].options == ("yes", "no")  # False → 1
   assert b[0].passage.startswith("In most homes")
   m = tasks.read_task("mmlu", root)
   assert [x.group for x in m] == ["astronomy"] * 4 + ["philosophy"] * 4

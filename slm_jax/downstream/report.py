@@ -148,10 +148,14 @@ def conventions_line(results: dict, tasks: Sequence[str]) -> str:
   extra += [f"dtype={conv['dtype']}"] if "dtype" in conv else []
   if conv.get("downstream_mc_format") == "paper":
     parts = ["the paper code's format (qlwpc/TG-Interpolation cd50d9ef: its templates, fixed "
-             "shots, MMLU header, MMLU-Redux corrected labels, its joint parses of WinoGrande, "
-             "HellaSwag and OpenBookQA; template text and other fields parsed on their own), argmax of S_term (terminal tokens of the continuation; "
-             "HellaSwag's ctx_b conditioned on, not scored)",
-             "normalization: S / characters of the option's words joined by spaces"
+             "shots, MMLU header, MMLU-Redux corrected labels (an index outside the options: "
+             "no option right, scored wrong), its joint parses of WinoGrande, HellaSwag and "
+             "OpenBookQA, cut on the parses in every format; no BOS, the tree family's closings "
+             "as its double conversion leaves them; template text and other fields parsed on "
+             "their own), argmax of S_term (terminal tokens of the continuation; HellaSwag's ctx_b "
+             "conditioned on, not scored)",
+             "normalization: S_term / characters of the option's words joined by spaces, S_full "
+             "/ those with the structure tokens written out"
              + (f", raw sum for {', '.join(raw)}" if raw else ""),
              "MMLU/MMLU-Redux: macro over subjects, other tasks: micro over items",
              "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),

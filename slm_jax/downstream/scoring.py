@@ -13,13 +13,19 @@ length-bucketed). With C = the tokens of the continuation component:
   chars  len(continuation.strip()): the option's characters without its leading space (the raw
          text, so every model of a comparison shares the normalizer); the paper format's
          `Prompt.divisor`, or its joint unit's (`Encoded.divisor`: OpenBookQA's cut)
+  chars_full  S_full's normalizer: `chars`, except in the paper format, where it is the code's
+         `cont_str_len` of the continuation with its structure written out
+         (`paper_query.full_divisor`: each opening / closing token as the code spells it)
   norm   term / chars
 The primary score of an option is `norm` for `prompts.NORMALIZED_TASKS` and `term` for WinoGrande
 and BoolQ (raw sums); the prediction is its argmax. An item is wrong when the highest primary
 score is shared by two options (a tie) or any option's primary score is not finite; both are
-counted. `prediction_full` is the same rule over S_full (normalized alike): a secondary column.
-Accuracy is the mean over items, except MMLU / MMLU-Redux: the mean over subjects (`group`) of
-each subject's accuracy.
+counted (the paper format gives a tie to the first option, as the code's argmax).
+`prediction_full` is the same rule over S_full / chars_full: a secondary column. An item is right
+when its prediction is one of its right options; an item whose right options all lie outside its
+options (the paper format's MMLU-Redux corrections) is scored and always wrong, counted as
+`no_right_option`. Accuracy is the mean over items, except MMLU / MMLU-Redux: the mean over
+subjects (`group`) of each subject's accuracy.
 
 `evaluate_task` is resumable: one JSON line per item in `OUT/{task}.jsonl` (index, source, group,
 gold, prediction, correct, tie, nonfinite, shots, per-option scores), flushed after every chunk of
@@ -43,7 +49,7 @@ import numpy as np
 from slm_jax import cli
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
-from slm_jax.downstream import paper_format
+from slm_jax.downstream import paper_format, paper_query
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.downstream.raw_text_prompts import RawTextEncoder
 from slm_jax.eval.raw_text import RawTextScorer
@@ -62,6 +68,11 @@ class OptionScore:
   chars: int
   tokens: int  # continuation tokens
   terminals: int  # continuation tokens counted in `term`
+  chars_full: int = -1  # S_full's normalizer (module docstring); −1: `chars`
+
+  def __post_init__(self):
+    if self.chars_full < 0:
+      object.__setattr__(self, "chars_full", self.chars)
 
   @property
   def norm(self) -> float:
@@ -69,22 +80,27 @@ class OptionScore:
 
   def as_json(self) -> dict:
     return dict(full=self.full, term=self.term, norm=self.norm, chars=self.chars,
-                tokens=self.tokens, terminals=self.terminals)
+                chars_full=self.chars_full, tokens=self.tokens, terminals=self.terminals)
 
 
 def continuation_scores(scorer: Scorer, encoder: TextEncoder,
                         prompts: Sequence[Prompt]) -> list[OptionScore]:
-  """S_full, S_term and the normalizer of each prompt's continuation, in one batched call."""
+  """S_full, S_term and the normalizers of each prompt's continuation, in one batched call."""
   encoded = [encoder.encode(p.components, joint=p.joint) for p in prompts]
   out = []
   for prompt, enc, lp in zip(prompts, encoded, scorer.logprobs([e.sequence for e in encoded])):
     kinds_T = enc.sequence.kinds
-    continuation_T = enc.component_T == len(prompt.components) - 1
+    last = len(prompt.components) - 1
+    continuation_T = enc.component_T == last
     full_T = continuation_T & scorer.target_mask(kinds_T)
     term_T = continuation_T & ((kinds_T == TERMINAL_CODE) | (kinds_T == PAUSE_CODE))
-    out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()),
-                           enc.divisor or prompt.option_chars, int(continuation_T.sum()),
-                           int(term_T.sum())))
+    chars = enc.divisor or prompt.option_chars
+    chars_full = chars
+    if encoder.paper:  # the code's continuation string: the head's tokens too
+      code_T = enc.component_T >= last - bool(prompt.head)
+      chars_full = paper_query.full_divisor(chars, enc.sequence.tokens[code_T], encoder.tokenizer)
+    out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()), chars,
+                           int(continuation_T.sum()), int(term_T.sum()), chars_full))
   return out
 
 
@@ -101,10 +117,11 @@ def decide(scores: Sequence[float], ties_to_first: bool = False) -> tuple[int, b
 
 
 def primary(task: str, score: OptionScore, which: str = "term") -> float:
-  """The score an option is ranked by: S_term (or S_full) per character on normalized tasks."""
-  value = score.term if which == "term" else score.full
+  """The score an option is ranked by: S_term (or S_full) per character (`chars`, or
+  `chars_full`) on normalized tasks."""
+  value, chars = (score.term, score.chars) if which == "term" else (score.full, score.chars_full)
   if task in NORMALIZED_TASKS:
-    return value / score.chars if score.chars else math.nan
+    return value / chars if chars else math.nan
   return value
 
 
@@ -130,6 +147,9 @@ def summarize(task: str, records: Sequence[dict]) -> dict:
   out: dict[str, Any] = dict(task=task, items=len(records), scored=len(labeled),
                              ties=sum(bool(r["tie"]) for r in records),
                              nonfinite=sum(bool(r["nonfinite"]) for r in records),
+                             no_right_option=sum("golds" in r and not any(
+                                 0 <= g < len(r["options"]) for g in r["golds"])
+                                                 for r in labeled),
                              fewer_shots=sum(r.get("shots_dropped", 0) > 0 for r in records))
   for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full")):
     if task in MACRO_TASKS:
@@ -248,19 +268,22 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     if example.task != task:
       raise ValueError(f"{example.source}: a {example.task} example in the {task} task")
   scorer = as_scorer(model, batch_size)
-  encoder = (RawTextEncoder(scorer.tokenizer, scorer.prefix_id)  # a pretrained checkpoint
-             if isinstance(scorer, RawTextScorer)
-             else TextEncoder(scorer.tokenizer, scorer.configuration, tree_source))
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
   build = prompt_builder(mc_format)
   paper = mc_format == "paper"
+  encoder = (RawTextEncoder(scorer.tokenizer, scorer.prefix_id)  # a pretrained checkpoint
+             if isinstance(scorer, RawTextScorer)
+             else TextEncoder(scorer.tokenizer, scorer.configuration, tree_source, paper=paper))
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
   if paper:
     examples = [paper_format.corrected(x) for x in examples]
+  parses = encoder.with_trees or (paper and not isinstance(encoder, RawTextEncoder))
   meta = dict(task=task, items=len(examples), configuration=scorer.configuration.name,
               scheme=encoder.scheme,
-              tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None),
-              **({"mc_format": mc_format} if paper else {}),
+              tree_source=tree_source_name or (tree_source.name if parses and tree_source
+                                               else None),
+              **({"mc_format": mc_format, "paper_rules": paper_format.PAPER_RULES}
+                 if paper else {}),
               checkpoint=dict(made_by or {}))
   path = out / f"{task}.jsonl"
   check_item_meta(out / f"{task}.meta.json", path, meta)
@@ -277,9 +300,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     for start in range(0, len(todo), chunk_items):
       chunk = todo[start:start + chunk_items]
       demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
-      if encoder.with_trees:
-        encoder.prefetch(text for i in chunk for p in build(examples[i], demos[i])
-                         for text in p.parse_texts)
+      if parses:
+        encoder.prefetch_prompts(p for i in chunk for p in build(examples[i], demos[i]))
       items, prompts = [], []
       for i in chunk:
         own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len, mc_format)
@@ -305,7 +327,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
         report(len(done))
   summary = summarize(task, [done[i] for i in sorted(done)])
   summary.update(scored_now=len(todo), resumed=len(records),
-                 tree_stats=dict(tree_source.stats) if encoder.with_trees else {},
+                 tree_stats=dict(tree_source.stats) if parses and tree_source else {},
                  **encoder.summary_counters(joint_format=paper))
   (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
   return summary

@@ -22,7 +22,8 @@ Row layouts (Hub field names → `TaskExample`, see `slm_jax.downstream.example`
   " [title]" → ". ", every bracketed WikiHow tag ("[header]", "[step]", "[substeps]") removed,
   "  " → " " once, strip again; the prompt builder writes `f"{group}: {question}"`.
 - BoolQ `question`, `passage`, `answer` (bool; super_glue's `label` 0/1 accepted) → options
-  ("no", "yes"), answer 1 for True.
+  ("yes", "no"), answer 0 for True: the paper code's order (`BoolQ.doc_to_continuations`, whose
+  argmax gives a tie to " yes") and OLMES's (its requests' `choices`).
 - MMLU `question`, `choices`, `answer` (int, or letter), `subject` → group.
 - MMLU-Redux 2.0 `question`, `choices`, `answer` (the original MMLU label, kept for every row:
   the 5,700 of SPEC §11 are all 57 × 100), subject from its folder (rows carry none). Its
@@ -147,7 +148,8 @@ def find_split(root: str | pathlib.Path, task: str, split: str) -> list[pathlib.
 
 # ---- row readers -----------------------------------------------------------------------------
 def clean_hellaswag(text: str) -> str:
-  """HellaSwag's WikiHow markup removed the way lm-eval-harness / OLMES `preprocess` do."""
+  """HellaSwag's WikiHow markup removed the way lm-eval-harness / OLMES `preprocess` do (every
+  `[...]`). The paper format cleans the raw fields its own way (`paper_format.swag`)."""
   text = text.strip().replace(" [title]", ". ")
   text = re.sub(r"\[.*?\]", "", text)
   return text.replace("  ", " ").strip()
@@ -201,16 +203,20 @@ def _hellaswag(row: RowReader, task: str, group: str) -> TaskExample:
   return TaskExample(task, clean_hellaswag(context), endings, answer, row.where, activity)
 
 
+BOOLQ_OPTIONS = ("yes", "no")  # the paper code's order (module docstring)
+
+
 def _boolq(row: RowReader, task: str, group: str) -> TaskExample:
   del group
   if row.has("answer"):
-    answer = int(row.get("answer", bool))
+    truth = int(row.get("answer", bool))
   elif not row.has("label"):
     raise row.fail("answer", "missing (a BoolQ row needs answer: true/false, or super_glue's "
                    "label: 0/1)")
   else:  # super_glue/boolq: label 0 (False) / 1 (True), −1 unlabeled
-    answer = row.index_in("label", row.get("label", (int, np.integer)), 2)
-  return TaskExample(task, row.get("question", str), ("no", "yes"), answer, row.where,
+    truth = row.index_in("label", row.get("label", (int, np.integer)), 2)
+  answer = -1 if truth < 0 else BOOLQ_OPTIONS.index("yes" if truth else "no")
+  return TaskExample(task, row.get("question", str), BOOLQ_OPTIONS, answer, row.where,
                      passage=row.get("passage", str))
 
 
@@ -288,16 +294,22 @@ def _subject_of(task: str, base: pathlib.Path, path: pathlib.Path) -> str:
   return path.relative_to(base).parts[0] if task == "mmlu_redux" else ""
 
 
-RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b"),  # what the paper format reads
-              "mmlu_redux": ("error_type", "correct_answer")}
+RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b", "endings"),  # the paper
+              "mmlu_redux": ("error_type", "correct_answer")}  # format reads them as written
 
 
 def with_row_fields(example: TaskExample, raw: dict) -> TaskExample:
   """`example` with the row's id (`key`: HellaSwag's `source_id`, else `id`) and the raw fields
-  of `RAW_FIELDS` (missing or null ones are left out)."""
+  of `RAW_FIELDS` (missing or null ones are left out; a list field as `name[i]` per item)."""
   key = raw.get("source_id" if example.task == "hellaswag" else "id")
-  kept = tuple((f, str(raw[f])) for f in RAW_FIELDS.get(example.task, ()) if raw.get(f) is not None)
-  return dataclasses.replace(example, key="" if key is None else str(key), raw=kept)
+  kept = []
+  for field in RAW_FIELDS.get(example.task, ()):
+    value = raw.get(field)
+    if isinstance(value, (list, tuple, np.ndarray)):
+      kept += [(f"{field}[{i}]", str(v)) for i, v in enumerate(value)]
+    elif value is not None:
+      kept.append((field, str(value)))
+  return dataclasses.replace(example, key="" if key is None else str(key), raw=tuple(kept))
 
 
 def load_split(task: str, root: str | pathlib.Path, split: str | None = None,

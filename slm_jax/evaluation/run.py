@@ -293,7 +293,10 @@ def evaluate_downstream(run, args, data: dict, index: int, checkpoint: bool = Fa
   from slm_jax.downstream import run as downstream  # pylint: disable=g-import-not-at-top
   options = data["downstream_options"]
   folder = downstream_folder(args, index, checkpoint)
-  uses_trees = run.configuration.scheme.has_brackets
+  # the paper format cuts WinoGrande / OpenBookQA on parses in every format, a terminal one's too
+  # (`downstream.mc_joint`); a checkpoint's raw text reads none
+  uses_trees = run.configuration.scheme.has_brackets or (
+      options.mc_format == "paper" and "mc" in args.tasks and not checkpoint)
   source = data["tree_source"]() if uses_trees else None
   entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None,
                            "protocol": protocol(run.configuration).name}
