@@ -19,8 +19,8 @@ the chip's peak bf16; none on CPU).
 
 --names lists configurations in the order they are run (default: the 12 + pause1, pause2, most
 valuable first: terminal, the lin2 family, then the other causal ones); --budget SECONDS stops
-starting a configuration that would not finish in time (estimated from those before it) and names
-the ones cut. `pushdown` (SPEC §14) may be named too.
+starting a configuration that would not finish in time (estimated from those before it; the first
+always runs) and names the ones cut. `pushdown` (SPEC §14) may be named too.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def main() -> int:
   for name in names:
     key = bench.key(name)
     estimate = spent.get(key, max(spent.values(), default=0.0))
-    if args.budget and time.perf_counter() - start + estimate > args.budget:
+    if args.budget and results and time.perf_counter() - start + estimate > args.budget:
       cut.append(name)
       continue
     result = bench.run(name)
