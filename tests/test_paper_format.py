@@ -88,7 +88,7 @@ def test_hellaswag_endings_are_cleaned_by_swag_alone():
   x, built = check("hellaswag", row, " Making tea : A man boils water . He waits .",
                    [" He rinses the cup [ step ]", " He [ substeps ] dries it .",
                     " He pours tea . into a cup .", " He waits b ] here ."], [26, 26, 27, 19], 1)
-  assert x.options[:2] == ("rinses the cup", "dries it.")  # the olmes format's cleaning
+  assert x.options[:2] == ("rinses the cup ", "dries it.")  # the olmes format's cleaning
   assert built[0].joint.texts == ("He rinses the cup [step]",)
 
 
