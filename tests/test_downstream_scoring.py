@@ -262,3 +262,15 @@ def test_shots_are_dropped_to_fit_max_len(tmp_path):
                           make_tree_source("flat"), max_len=40, progress=False)
   records = [json.loads(line) for line in (tmp_path / "arc_easy.jsonl").read_text().splitlines()]
   assert summary["fewer_shots"] == 2 and all(r["shots"] < 2 for r in records)
+
+
+def test_summary_reports_olmes_raw_and_per_char_accuracy():
+  def option(term, chars):
+    return {"term": term, "chars": chars}
+  records = [  # raw picks option 1, per character option 0
+      {"gold": 0, "group": "", "tie": False, "nonfinite": False, "correct": True,
+       "correct_full": True, "options": [option(-6.0, 6), option(-4.0, 2)]},
+      {"gold": 1, "group": "", "tie": False, "nonfinite": False, "correct": True,
+       "correct_full": True, "options": [option(-9.0, 3), option(-8.0, 4)]}]
+  summary = summarize("arc_easy", records)
+  assert summary["accuracy_raw"] == 0.5 and summary["accuracy_per_char"] == 1.0

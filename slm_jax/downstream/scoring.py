@@ -116,20 +116,24 @@ def decide(scores: Sequence[float], ties_to_first: bool = False) -> tuple[int, b
   return int(values.argmax()), False, False
 
 
-def primary(task: str, score: OptionScore, which: str = "term") -> float:
+def primary(task: str, score: OptionScore, which: str = "term",
+            per_char: bool | None = None) -> float:
   """The score an option is ranked by: S_term (or S_full) per character (`chars`, or
-  `chars_full`) on normalized tasks."""
+  `chars_full`) on normalized tasks (`per_char`: that choice made by the caller, e.g. an OLMES
+  regime's primary metric, acc_per_char or acc_raw)."""
   value, chars = (score.term, score.chars) if which == "term" else (score.full, score.chars_full)
-  if task in NORMALIZED_TASKS:
+  if task in NORMALIZED_TASKS if per_char is None else per_char:
     return value / chars if chars else math.nan
   return value
 
 
 def item_record(index: int, example: TaskExample, shots: int,
-                scores: Sequence[OptionScore], ties_to_first: bool = False) -> dict:
+                scores: Sequence[OptionScore], ties_to_first: bool = False,
+                per_char: bool | None = None) -> dict:
   """One item's JSON record; right = the prediction is one of the example's right options."""
-  prediction, tie, nonfinite = decide([primary(example.task, s) for s in scores], ties_to_first)
-  prediction_full, _, _ = decide([primary(example.task, s, "full") for s in scores],
+  prediction, tie, nonfinite = decide([primary(example.task, s, per_char=per_char)
+                                       for s in scores], ties_to_first)
+  prediction_full, _, _ = decide([primary(example.task, s, "full", per_char) for s in scores],
                                  ties_to_first)
   record = dict(index=index, source=example.source, group=example.group, gold=example.answer,
                 prediction=prediction, correct=example.correct(prediction),
@@ -141,9 +145,16 @@ def item_record(index: int, example: TaskExample, shots: int,
   return record
 
 
+def _right(record: Mapping[str, Any], prediction: int) -> bool:
+  golds = record.get("golds") or [record["gold"]]
+  return prediction >= 0 and prediction in golds
+
+
 def summarize(task: str, records: Sequence[dict]) -> dict:
-  """Accuracy (and the S_full column) of a task's item records; MMLU macro over subjects."""
-  labeled = [r for r in records if r["gold"] >= 0]
+  """Accuracy (and the S_full column) of a task's item records; MMLU macro over subjects. Also
+  `accuracy_raw` (argmax of S_term) and `accuracy_per_char` (of S_term / chars), OLMES's
+  `acc_raw` and `acc_per_char`, whichever the task's primary score is (ties wrong)."""
+  labeled = [dict(r) for r in records if r["gold"] >= 0]
   out: dict[str, Any] = dict(task=task, items=len(records), scored=len(labeled),
                              ties=sum(bool(r["tie"]) for r in records),
                              nonfinite=sum(bool(r["nonfinite"]) for r in records),
@@ -151,7 +162,16 @@ def summarize(task: str, records: Sequence[dict]) -> dict:
                                  0 <= g < len(r["options"]) for g in r["golds"])
                                                  for r in labeled),
                              fewer_shots=sum(r.get("shots_dropped", 0) > 0 for r in records))
-  for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full")):
+  scored = all("options" in r for r in labeled)  # records with their option scores
+  for r in labeled if scored else ():  # OLMES's two metrics, whatever the task's own rule
+    options = r["options"]
+    for metric, values in (("raw", [o["term"] for o in options]),
+                           ("per_char", [o["term"] / o["chars"] if o["chars"] else math.nan
+                                         for o in options])):
+      r[f"correct_{metric}"] = _right(r, decide(values)[0])
+  for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full"),
+                    *((("correct_raw", "accuracy_raw"), ("correct_per_char", "accuracy_per_char"))
+                      if scored else ())):
     if task in MACRO_TASKS:
       groups: dict[str, list[bool]] = {}
       for r in labeled:
@@ -250,7 +270,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                   tree_source: TreeSource | None, *, chunk_items: int = 64,
                   batch_size: int = 32, max_len: int | None = None, progress: bool = True,
                   tree_source_name: str | None = None, mc_format: str = "olmes",
-                  made_by: Mapping[str, Any] | None = None) -> dict:
+                  made_by: Mapping[str, Any] | None = None, item_set: str | None = None,
+                  per_char: bool | None = None) -> dict:
   """Scores every example of `task` (resumable, see the module docstring) and returns the
   summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts; in the
   paper format `joint_units`, the joint parse units' counted events, `mc_joint`).
@@ -260,7 +281,9 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   earliest shots of a prompt longer than this (counted as `fewer_shots`; an item that does not
   fit without shots is scored NaN, i.e. wrong and counted as non-finite); `mc_format`: `olmes`
   or `paper` (`paper_format`: its prompts, MMLU-Redux's corrected answers, ties to the first
-  option).
+  option); `item_set`: where the examples come from when that is not the task's evaluation
+  split (an OLMES regime: recorded with the item files, checked on resume); `per_char`: rank
+  by S_term per character (True) or the raw sum (False) instead of the task's SPEC rule.
   """
   if task not in MC_TASKS:
     raise ValueError(f"{task} is not a multiple-choice task ({', '.join(MC_TASKS)})")
@@ -284,6 +307,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                                                else None),
               **({"mc_format": mc_format, "paper_rules": paper_format.PAPER_RULES}
                  if paper else {}),
+              **({"item_set": item_set} if item_set else {}),
+              **({"per_char": per_char} if per_char is not None else {}),
               checkpoint=dict(made_by or {}))
   path = out / f"{task}.jsonl"
   check_item_meta(out / f"{task}.meta.json", path, meta)
@@ -316,7 +341,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
         else:
           option_scores = [OptionScore(math.nan, math.nan, p.option_chars, 0, 0) for p in own]
         record = item_record(i, examples[i], len(demos[i]) - max(dropped, 0), option_scores,
-                             ties_to_first=paper)
+                             ties_to_first=paper, per_char=per_char)
         record["shots_dropped"] = dropped if dropped >= 0 else len(demos[i])
         record["too_long"] = dropped < 0
         done[i] = record

@@ -143,12 +143,12 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
     data["downstream_options"] = DownstreamOptions(
         pathlib.Path(args.downstream_dir), tuple(args.mc_tasks), max_items=args.max_items,
         batch_size=args.batch_size, beam=args.gen_beam, max_tokens=args.gen_max_tokens,
-        max_words=args.gen_max_words, mc_format=args.mc_format,
+        max_words=args.gen_max_words, mc_format=args.mc_format, olmes_regime=args.olmes_regime,
         articles_per_batch=args.articles_per_batch)
     data["tree_source"] = functools.cache(lambda: make_tree_source(args.tree_source))
     settings.update(downstream_dir=args.downstream_dir, tree_source=args.tree_source)
     if "mc" in args.tasks:
-      settings.update(mc_tasks=",".join(args.mc_tasks))
+      settings.update(mc_tasks=",".join(args.mc_tasks), olmes_regime=args.olmes_regime)
     if "xsum" in args.tasks:
       settings.update(gen_beam=args.gen_beam, gen_max_tokens=args.gen_max_tokens,
                       gen_max_words=args.gen_max_words)
