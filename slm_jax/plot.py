@@ -16,7 +16,7 @@ import pathlib
 import sys
 from typing import Sequence
 
-from slm_jax import cli
+from slm_jax import cli, files
 
 METRICS = "metrics.jsonl"
 KIND_LOSSES = (("loss_terminal", "-", "terminal"), ("loss_structural", "--", "structural"),
@@ -37,7 +37,7 @@ def load_curves(workdir: str | pathlib.Path) -> Curves:
     raise cli.CliError(f"{path}: no such file (is {workdir} a workdir of python -m "
                        "slm_jax.main?)")
   curves: Curves = {}
-  for number, line in enumerate(path.read_text().splitlines(), 1):
+  for number, line in enumerate(files.read_lines(path), 1):
     if not line.strip():
       continue
     try:
