@@ -57,9 +57,9 @@ def test_local_report_counts_the_real_step_and_refuses_what_does_not_fit(capsys)
 
 
 def test_bad_topology_and_libtpu_are_one_error_line(monkeypatch, capsys):
-  assert aot.main([*TINY, "--topology=v4-8", "--config.model.attention_impl=pallas_tpu"]) == 2
-  assert "error: model.attention_impl=pallas_tpu: a TPU topology is compiled with the XLA " \
-      "attention path" in capsys.readouterr().err
+  assert aot.main([*TINY, "--topology=v4-8", "--config.model.attention_impl=triton_gpu"]) == 2
+  assert "error: model.attention_impl=triton_gpu: --topology=v4-8 is a TPU; use pallas_tpu" \
+      in capsys.readouterr().err
   with pytest.raises(cli.CliError, match="unknown; expected local or one of v4-8"):
     aot.tpu_devices("v9-8")
   with pytest.raises(cli.CliError, match="no such file"):
