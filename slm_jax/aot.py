@@ -148,9 +148,10 @@ def tpu_devices(name: str, libtpu: str | None = None) -> list[Any]:
 
 
 def _first_line(error: BaseException) -> str:
-  """An error's first non-empty line (compiler and libtpu messages run to many lines)."""
-  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
-  return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+  """An error's first line (compiler and libtpu messages run to many); imported late: jax must
+  not be imported before `tpu_devices` has set libtpu's environment."""
+  from slm_jax.kernels.mosaic_compile import first_line  # pylint: disable=g-import-not-at-top
+  return first_line(error)
 
 
 def _vocab_size(run: Any) -> int:
@@ -251,13 +252,11 @@ def lower_step(run: Any, devices: Sequence[Any], vocab_size: int) -> LoweredStep
       model_flops=float(model_flops_per_token(mconfig, length) * tokens), lowered=lowered)
 
 
-MOSAIC_CALL = "tpu_custom_call"  # the custom call target of a kernel lowered through Mosaic
-
-
 def _attention_path(resolved: str, module_text: str, config: str, platform: str) -> str:
   """What the step's attention compiled to, read from the lowered module: "pallas_tpu (Mosaic)"
   when it holds Mosaic calls, else the resolved implementation; a fused kernel that did not reach
   Mosaic on a TPU (the interpreter, silently) is an error."""
+  from slm_jax.kernels.mosaic_compile import MOSAIC_CALL  # pylint: disable=g-import-not-at-top
   if MOSAIC_CALL in module_text:
     return "pallas_tpu (Mosaic)"
   if resolved == "pallas_tpu" and platform == "tpu":

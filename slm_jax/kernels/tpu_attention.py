@@ -19,9 +19,13 @@ Design (forward and the two backward kernels share it):
   blocks (transposed plan) per query head, then GQA groups are summed.
 Rows are padded to a multiple of the block sizes with padding tokens (segment 0).
 
-On CPU (tests, benchmarks) the same kernels run with `interpret=True` (default there). On TPU the
-plan lives in scalar memory (SMEM): it is flattened to 1-D, kept per distinct code (not per
-head), and a batch whose plan exceeds `SMEM_PLAN_ENTRIES` entries is processed in chunks of rows.
+Interpreter or Mosaic is chosen from the target compiled for (`kernels.target`: the devices of
+the mesh in force, else the default backend), not from the host: a TPU target — a TPU, or a TPU
+topology's devices that libtpu describes on a CPU host (`kernels.mosaic_compile`, `slm_jax.aot`)
+— lowers through Mosaic; a CPU target (tests, benchmarks) runs the Pallas interpreter. Under a
+mesh of several devices the rows are split over it by a shard_map. The plan lives in scalar
+memory (SMEM): flattened to 1-D, kept per distinct code (not per head), and a batch whose plan
+exceeds `SMEM_PLAN_ENTRIES` words is processed in chunks of rows.
 """
 
 from __future__ import annotations
