@@ -9,9 +9,10 @@ topology (`slm_jax.kernels.mosaic_compile`), so the numbers are the compiler's, 
 - SMEM: one launch holding a plan of ½, 1, 2, 4 and 8 × `tpu_attention.SMEM_PLAN_ENTRIES` int32
   words (one head, T = 2048, 128-blocks: 272 words a row; row chunking off), what the compiler
   accepts or the SMEM it says it lacks, and the largest plan that compiles (bisection over rows).
-- VMEM: for each square block size, dtype and head dim, the scoped VMEM each of the three kernels
-  needs (its limit raised to what each refusal asks for until it compiles, the others at the
-  chip's VMEM) and whether the case compiles at the compiler's default scoped limit.
+- VMEM: for each square block size, dtype and head dim, the smallest scoped VMEM limit (one for
+  the three kernels) at which forward + backward compile (`mosaic_compile.vmem_need`: raised to
+  what each refusal asks for, then bisected), and whether the case compiles at the compiler's
+  default scoped limit (a refusal names the limit).
 - The largest square block per generation and dtype that compiles at the default limit.
 The defaults `tpu_attention.SMEM_PLAN_ENTRIES` and `BLOCK_Q` / `BLOCK_K` are chosen from these
 tables (docs/MOSAIC_LIMITS.md has the measured ones). Slow on 2 cores (minutes per generation).
@@ -77,14 +78,14 @@ def vmem_rows(name: str, devices, blocks, dtypes, head_dims) -> tuple[list, dict
         case = mc.AttentionCase(1, 2 * block, 1, 1, K, dtype, (1,), block, block)
         default = mc.compile_attention(case, devices)
         oom = mc.vmem_oom(default)
-        needs = [mc.vmem_need(case, devices, kernel, ceiling) for kernel in mc.KERNELS]
+        need = mc.vmem_need(case, devices, ceiling)
         verdict = "yes" if default.ok else (
             f"no: asks {_mib(oom[0])} of {_mib(oom[1])}" if oom else f"error: {default.error[:50]}")
         if default.ok:
           largest[(dtype, K)] = max(largest.get((dtype, K), 0), block)
-        rows.append([name, dtype, K, f"{block}×{block}", *(_mib(n) for n in needs), verdict])
-        print(f"{name} {dtype} K={K} block {block}: {[_mib(n) for n in needs]} {verdict}",
-              file=sys.stderr, flush=True)
+        rows.append([name, dtype, K, f"{block}×{block}", _mib(need), verdict])
+        print(f"{name} {dtype} K={K} block {block}: {_mib(need)} {verdict}", file=sys.stderr,
+              flush=True)
   return rows, largest
 
 
@@ -118,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
   if smem:
     print(f"## SMEM: one launch's plan (SMEM_PLAN_ENTRIES = {budget} words)\n")
     print(table(SMEM_HEADERS, smem) + "\n")
-  print("## VMEM per kernel (MiB of scoped VMEM needed; – more than the chip has), forward + "
-        "backward, one head\n")
-  print(table(["gen", "dtype", "K", "block", "forward", "dQ", "dK/dV",
+  print("## VMEM: the scoped limit forward + backward need (MiB; – more than the chip has), "
+        "one head\n")
+  print(table(["gen", "dtype", "K", "block", "scoped VMEM needed",
                "compiles at the default limit"], vmem) + "\n")
   print("## Largest square block compiling at the default scoped VMEM limit\n")
   print(table(["gen", "dtype", "K", "block"], largest_rows))

@@ -151,30 +151,44 @@ def smem_oom(result: CompiledAttention) -> tuple[int | None, int] | None:
   return (None, int(found.group(1))) if found else None
 
 
-def vmem_need(case: AttentionCase, devices: Sequence[Any], kernel: str, ceiling: int,
+def vmem_need(case: AttentionCase, devices: Sequence[Any], ceiling: int,
               start: int = 16 << 10, max_tries: int = 16) -> int | None:
-  """The scoped VMEM (bytes, to the compiler's 0.01 MiB rounding) that `kernel` of `case` needs:
-  its limit starts at `start` and is raised to what each refusal says was asked for, until it
-  compiles (the other two kernels get `ceiling`). None: more than `ceiling` (or than the chip
-  has)."""
-  limit = start
+  """The smallest scoped VMEM limit (bytes), given to all three kernels, at which forward +
+  backward of `case` compile, to 2% or 64 KiB. (Per kernel it is not well defined: one kernel's
+  need moves with the others' limits.) The limit is first raised to what each refusal says was
+  asked for until it compiles; as the compiler sizes some buffers by the limit, that can
+  overshoot, so the limit is then bisected between the last refusal and the first success.
+  None: more than `ceiling` (or than the chip has)."""
+  refused, limit = 0, start
   for _ in range(max_tries):
-    tpu_attention.VMEM_LIMIT_BYTES.clear()
-    tpu_attention.VMEM_LIMIT_BYTES.update({k: ceiling for k in KERNELS if k != kernel})
-    tpu_attention.VMEM_LIMIT_BYTES[kernel] = limit
-    try:
-      result = compile_attention(case, devices)
-    finally:
-      tpu_attention.VMEM_LIMIT_BYTES.clear()
+    result = _compile_with_limit(case, devices, limit)
     if result.ok:
-      return limit
+      break
+    refused = limit
     asked = vmem_oom(result)
     if asked is None:
-      raise RuntimeError(f"{case.describe()} {kernel} at {limit} B of VMEM: {result.error}")
+      raise RuntimeError(f"{case.describe()} at {limit} B of VMEM: {result.error}")
     limit = max(asked[0] + (10 << 10), limit + (16 << 10))  # past the 0.01 MiB rounding
     if limit > ceiling:
       return None
-  raise RuntimeError(f"{case.describe()} {kernel}: no VMEM limit found in {max_tries} tries")
+  else:
+    raise RuntimeError(f"{case.describe()}: no VMEM limit found in {max_tries} tries")
+  compiles = limit
+  while compiles - refused > max(64 << 10, compiles // 50):
+    middle = (refused + compiles) // 2
+    if _compile_with_limit(case, devices, middle).ok:
+      compiles = middle
+    else:
+      refused = middle
+  return compiles
+
+
+def _compile_with_limit(case, devices, limit: int) -> CompiledAttention:
+  tpu_attention.VMEM_LIMIT_BYTES.update({kernel: limit for kernel in KERNELS})
+  try:
+    return compile_attention(case, devices)
+  finally:
+    tpu_attention.VMEM_LIMIT_BYTES.clear()
 
 
 def plan_case(words: int, T: int = 2048, block: int = tpu_attention.BLOCK_Q) -> AttentionCase:
