@@ -15,8 +15,10 @@ Timed (median of --repeats, compile excluded), forward and forward+backward (gra
                   TPU: slm_jax.kernels.tpu_attention (Mosaic); GPU: triton_attention if importable;
                   CPU (--cpu-small): the Pallas kernel in interpret mode at small T (times are the
                   interpreter's, not meaningful), plus max |error| vs xla_attention
-  --tune-triton (GPU, default on): first time a few Triton launch profiles (per-kernel tiles,
-                  warps, stages) for tg at the first length, and use the fastest for every row
+  --triton-launch (GPU): the Triton launch profile, `table` (default: the chip's entry of
+                  kernels/launch_profiles.py), `autotune` (per shape bucket, timed at first use
+                  and cached) or a profile name; the `profile` column says which each row used
+                  (all profiles timed side by side: benchmarks/launch_profiles_bench.py)
   --xla-lengths 2048: also time xla_attention (the dense-mask reference, like the paper's
                   FlexAttention setup) per type at those lengths
 Block-plan table (always, planner only, any backend): fraction of (query block, key block) tiles
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pathlib
 import sys
 
@@ -191,24 +194,10 @@ def causal_baseline(backend: str, dtype):
   return fn, f"dot_product_attention({impl or 'default'})"
 
 
-def triton_launches() -> dict:
-  """Launch profiles tried by --tune-triton (the first is the default). Register spills in the
-  sm_90 SASS at head dim 128 for tg (`triton_kernels.compile_for_gpu`, local stores fwd / dq /
-  dk-dv): default and tall 0 / 0 / 0; stages3 0 / 0 / 7; dkdv32 0 / 0 / 10; old 39 / 143 / 219."""
-  from slm_jax.kernels.triton_kernels import (  # pylint: disable=g-import-not-at-top
-      KernelLaunch as L, TritonLaunch)
-  return {
-      "default": TritonLaunch(),
-      "stages3": TritonLaunch(L(64, 64, 8, 3), L(64, 32, 8, 3), L(16, 64, 8, 3)),
-      "tall": TritonLaunch(L(128, 32, 8, 2), L(128, 16, 8, 2), L(16, 64, 8, 2)),
-      "dkdv32": TritonLaunch(L(64, 64, 8, 2), L(64, 32, 8, 2), L(32, 64, 8, 2)),
-      "old": TritonLaunch.uniform(64, 64, 4, 2),
-  }
-
-
-def structural_kernel(backend: str, block_q: int, block_k: int, launch=None):
+def structural_kernel(backend: str, block_q: int, block_k: int, launch: str | None = None):
   """(fn(q, k, v, meta, spec), name) of our fused kernel on this backend, or (None, why).
-  Pallas uses block_q × block_k; Triton uses `launch` (a TritonLaunch; None: its default)."""
+  Pallas uses block_q × block_k; Triton the launch profile `launch` (None: the one
+  SLM_TRITON_LAUNCH chooses per call: the chip's table entry, or autotuned)."""
   if backend == "tpu" or backend == "cpu":
     from slm_jax.kernels.tpu_attention import pallas_attention  # pylint: disable=g-import-not-at-top
     name = "pallas_tpu" + (" (interpret)" if backend == "cpu" else "")
@@ -216,51 +205,36 @@ def structural_kernel(backend: str, block_q: int, block_k: int, launch=None):
                                                    block_k=block_k)), name
   try:
     from slm_jax.kernels.triton_attention import (  # pylint: disable=g-import-not-at-top
-        TritonLaunch, triton_attention)
+        triton_attention)
   except Exception as error:  # pylint: disable=broad-except  (ImportError without jax-triton)
     return None, f"triton_attention not importable ({type(error).__name__}: {error})"
-  launch = launch or TritonLaunch()
-  shown = "; ".join(f"{name} {one.block_q}×{one.block_k} w{one.num_warps} s{one.num_stages}"
-                    for name, one in zip(launch._fields, launch))
+  from slm_jax.kernels import launch_profiles  # pylint: disable=g-import-not-at-top
+  shown = launch or f"SLM_TRITON_LAUNCH={launch_profiles.mode()}"
   return (lambda q, k, v, m, s: triton_attention(q, k, v, m, s, launch=launch)), (
       f"triton_gpu ({shown})")
 
 
-def tune_triton(rows: "Rows", T: int, args, dtype):
-  """The fastest `triton_launches()` profile for tg forward+backward at length T; prints each."""
-  kinds, _, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, np.random.default_rng(1))
-  spec = parse_attention("tg")
-  print(f"\n### Triton launch profiles, tg at T={T}, B={len(kinds)}\n")
-  print(tables.header(["profile", "fwd ms", "fwd+bwd ms"]))
-  profiles = triton_launches()
-  best, best_time = "default", float("inf")
-  for name, launch in profiles.items():
-    kernel, _ = structural_kernel("gpu", 0, 0, launch)
-    try:
-      t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec), q, k, v, do,
-                              args.repeats)
-    except Exception as error:  # pylint: disable=broad-except  (e.g. out of shared memory)
-      print(tables.row([name, f"failed: {type(error).__name__}: {str(error)[:120]}", None]))
-      continue
-    print(tables.row([name, f"{t_f * 1e3:.2f}", f"{t_b * 1e3:.2f}"]), flush=True)
-    if t_b < best_time:
-      best, best_time = name, t_b
-  print(f"\nusing {best}")
-  return profiles[best]
+def triton_profile(q, k, spec, launch: str | None):
+  """(profile name, fwd tiles) the Triton wrapper uses for this call (autotune: timed now if
+  the bucket is not cached)."""
+  from slm_jax.kernels.triton_attention import resolve_launch  # pylint: disable=g-import-not-at-top
+  name, chosen, _ = resolve_launch(q.shape, k.shape, q.dtype, spec, launch)
+  return name, (chosen.fwd.block_q, chosen.fwd.block_k)
 
 
 def speed_table(rows: Rows, lengths, args, backend: str):
   dtype = jnp.bfloat16 if backend != "cpu" else jnp.float32
   H, G, K = args.heads, args.kv_heads, args.head_dim
   baseline, baseline_name = causal_baseline(backend, dtype)
-  launch = None  # Triton: its default TritonLaunch
+  launch = args.triton_launch if args.triton_launch not in ("table", "autotune") else None
+  if args.triton_launch in ("table", "autotune"):
+    os.environ["SLM_TRITON_LAUNCH"] = args.triton_launch
   blocks = (args.block_q, args.block_k)
+  triton = False
   if backend == "gpu":
     try:
       importlib.import_module("slm_jax.kernels.triton_attention")
-      launch = tune_triton(rows, lengths[0], args, dtype) if args.tune_triton else None
-      launch = launch or importlib.import_module("slm_jax.kernels.triton_kernels").TritonLaunch()
-      blocks = (launch.fwd.block_q, launch.fwd.block_k)
+      triton = True
     except ImportError as error:
       print(f"note: no Triton kernel ({error})")
   kernel, kernel_name = structural_kernel(backend, *blocks, launch)
@@ -268,23 +242,30 @@ def speed_table(rows: Rows, lengths, args, backend: str):
     print(f"note: no structural kernel on {backend}: {kernel_name}")
   print(f"\n### Speed on {backend} ({jax.devices()[0].device_kind}), {jnp.dtype(dtype).name}, "
         f"H={H}, G={G}, head dim {K}; causal = {baseline_name}; structural = {kernel_name}; "
-        f"blocks {blocks[0]}×{blocks[1]}\n")
+        + ("tiles per the profile column" if triton else f"blocks {blocks[0]}×{blocks[1]}")
+        + "\n")
   check = backend == "cpu"
   errors_columns = ["max err fwd", "max err grads"] if check else []
-  print(tables.header(["T", "B", "attention", "fwd ms", "fwd / causal", "fwd+bwd ms",
-                       "fwd+bwd / causal", "empty tiles", *errors_columns]))
+  profile_column = ["profile"] if triton else []
+  print(tables.header(["T", "B", "attention", *profile_column, "fwd ms", "fwd / causal",
+                       "fwd+bwd ms", "fwd+bwd / causal", "empty tiles", *errors_columns]))
   no_errors = [None] * len(errors_columns)
+  no_profile = [None] * len(profile_column)
   rng = np.random.default_rng(0)
   for T in lengths:
     kinds, segment, meta, q, k, v, do = bench_inputs(rows, T, args, dtype, rng)
     B = len(kinds)
     base_f, base_b = time_fwd_bwd(baseline, q, k, v, do, args.repeats)
-    print(tables.row([T, B, "causal (baseline)", f"{base_f * 1e3:.2f}", "1.00",
+    print(tables.row([T, B, "causal (baseline)", *no_profile, f"{base_f * 1e3:.2f}", "1.00",
                       f"{base_b * 1e3:.2f}", "1.00", None, *no_errors]))
     if kernel is None:
       continue
     for attention in ATTENTIONS:
       spec = parse_attention(attention)
+      profile = []
+      if triton:
+        name, blocks = triton_profile(q, k, spec, launch)
+        profile = [name]
       fwd, bwd = forward_and_grad(lambda q_, k_, v_: kernel(q_, k_, v_, meta, spec))
       t_f, t_b = timed(fwd, q, k, v, repeats=args.repeats), timed(bwd, q, k, v, do,
                                                                   repeats=args.repeats)
@@ -296,13 +277,14 @@ def speed_table(rows: Rows, lengths, args, backend: str):
         err_b = max(float(jnp.abs(a - b).max()) for a, b in zip(bwd(q, k, v, do),
                                                                 ref_b(q, k, v, do)))
         errors = [f"{err_f:.1e}", f"{err_b:.1e}"]
-      print(tables.row([T, B, attention, f"{t_f * 1e3:.2f}", f"{t_f / base_f:.2f}",
+      print(tables.row([T, B, attention, *profile, f"{t_f * 1e3:.2f}", f"{t_f / base_f:.2f}",
                         f"{t_b * 1e3:.2f}", f"{t_b / base_b:.2f}", f"{empty:.1%}", *errors]),
             flush=True)
       if T in args.xla_lengths:  # the dense-mask reference, as the paper's FlexAttention setup
         t_f, t_b = time_fwd_bwd(lambda q_, k_, v_: xla_attention(q_, k_, v_, meta, spec),
                                 q, k, v, do, args.repeats)
-        print(tables.row([T, B, f"{attention} (xla_attention, dense mask)", f"{t_f * 1e3:.2f}",
+        print(tables.row([T, B, f"{attention} (xla_attention, dense mask)", *no_profile,
+                          f"{t_f * 1e3:.2f}",
                           f"{t_f / base_f:.2f}", f"{t_b * 1e3:.2f}", f"{t_b / base_b:.2f}", None,
                           *no_errors]), flush=True)
 
@@ -331,9 +313,9 @@ def main() -> int:
                       help="rows per length in the block-plan table")
   parser.add_argument("--xla-lengths", default="",
                       help="lengths at which to also time xla_attention (dense mask) per type")
-  parser.add_argument("--tune-triton", action=argparse.BooleanOptionalAction, default=True,
-                      help="on GPU: time the triton_launches() profiles at the first length, use "
-                      "the fastest")
+  parser.add_argument("--triton-launch", default="table",
+                      help="GPU: table (the chip's profile), autotune (per bucket, cached: "
+                      "kernels/autotune.py) or a profile name of kernels/launch_profiles.py")
   parser.add_argument("--skip-speed", action="store_true", help="block-plan table only")
   parser.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
                       help="check row 0's empty fraction against the dense mask (test oracle)")

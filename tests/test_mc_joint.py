@@ -103,7 +103,7 @@ def test_winogrande_scan_lets_bracket_characters_match_as_the_code_does():
   symbols, _ = mc_joint.tg_symbols(trees, ["x", "so", "A", "b"])
   assert "".join(symbols) == "<(S><(NP> x<NP)><(VP> so<(ADJP> A b<ADJP)><VP)><S)>"
   assert mc_joint.answer_word(symbols, "x so A") == 1
-  words_only = [s if s.startswith(" ") else "" for s in symbols]  # a terminal format
+  words_only = [s if s.startswith(" ") else "" for s in symbols]  # the words alone: one later
   assert mc_joint.answer_word(words_only, "x so A") == 2
 
 
@@ -155,10 +155,43 @@ def test_openbookqa_grafts_each_option_onto_the_gold_line_and_cuts_after_the_sha
   scores = continuation_scores(ZeroScorer(enc), enc, built)
   assert [s.chars for s in scores] == [33, 41, 31, 45]  # " for …" without its leading space
   assert [s.terminals for s in scores] == [6, 8, 7, 8]  # "for" … "."
-  terminal = encoder(tmp_path, "terminal")  # no parse: the cut at the option's first word
-  assert [lines(terminal, p)[0] for p in built] == ["[question] The sun is responsible for"] * 4
+
+
+def terminal_words(enc: TextEncoder, prompt) -> list[str]:
+  """The words the continuation scores (its terminal tokens, as symbols)."""
+  encoded = enc.encode(prompt.components, joint=prompt.joint)
+  scored = ((encoded.component_T == len(prompt.components) - 1)
+            & (encoded.sequence.kinds == Kind.TERMINAL))
+  return enc.tokenizer.decode(encoded.sequence.tokens[scored])
+
+
+def test_openbookqa_terminal_format_scores_the_tree_formats_words_grafts_included(tmp_path):
+  """The code cuts its parsed lines, grafted, before converting them to any format: the terminal
+  format scores " for …" as the tree format does (B's own parse attaches its PP elsewhere: only
+  the graft lets all four lines share "<(PP>"). Before, the terminal format cut at each option's
+  first word ("puppies …", 29 characters) and never grafted."""
+  built = paper_format.build_prompts(example("openbookqa", OPENBOOKQA))
+  tree, terminal = encoder(tmp_path), encoder(tmp_path, "terminal")
+  words = [terminal_words(tree, p) for p in built]
+  assert words[0] == "for puppies learning new tricks .".split()
+  assert [terminal_words(terminal, p) for p in built] == words
+  assert [lines(terminal, p)[0] for p in built] == ["[question] The sun is responsible"] * 4
   assert [s.chars for s in continuation_scores(ZeroScorer(terminal), terminal, built)] == [
-      29, 37, 27, 41]
+      33, 41, 31, 45]
+  assert terminal.joint_stats == tree.joint_stats
+
+
+def test_winogrande_terminal_format_cuts_where_the_parse_does(tmp_path):
+  """The code's scan reads the bracket line in every format: `<(ADJP>`'s "A" ends it after
+  "so", so " A b ." is the continuation of the terminal format too (before: " b .")."""
+  row = {"sentence": "x so _ b.", "option1": "A", "option2": "C", "answer": "1"}
+  path = tmp_path / "trees.txt"
+  path.write_text("(S (NP x) (VP so (ADJP A b)) .)\n")
+  tokenizer = make_tokenizer("word", words="x so A C b .".split())
+  prompt = paper_format.build_prompts(example("winogrande", row))[0]
+  for name in ("tree", "terminal"):
+    enc = TextEncoder(tokenizer, CONFIGURATIONS[name], make_tree_source(f"file:{path}"))
+    assert terminal_words(enc, prompt) == ["A", "b", "."], name
 
 
 def test_graft_keeps_a_line_whose_option_is_not_found_and_counts_it():

@@ -76,6 +76,22 @@ def test_swag_is_the_cleaning_the_papers_hellaswag_lines_went_through(raw, clean
   assert paper_format.swag(raw) == cleaned
 
 
+def test_hellaswag_endings_are_cleaned_by_swag_alone():
+  """`swag_preprocess` runs on the row's raw `ctx_b.capitalize() + " " + ending` and removes a
+  bracketed tag only with the space after it: "[step]" at the end and "[substeps]" before a word
+  stay (they were parsed). Before, the endings were first cleaned by lm-eval's `\\[.*?\\]`
+  (`tasks.clean_hellaswag`): " He rinses the cup", " He dries it ."."""
+  row = {"ind": 5, "activity_label": "Making tea", "ctx_a": "A man boils water. [header] He waits.",
+         "ctx_b": "he", "endings": ["rinses the cup [step]", "[substeps]dries it.",
+                                    "pours tea [title]into a cup.", "waits [a] b] here."],
+         "source_id": "wikihow~1", "split": "val", "split_type": "indomain", "label": "1"}
+  x, built = check("hellaswag", row, " Making tea : A man boils water . He waits .",
+                   [" He rinses the cup [ step ]", " He [ substeps ] dries it .",
+                    " He pours tea . into a cup .", " He waits b ] here ."], [26, 26, 27, 19], 1)
+  assert x.options[:2] == ("rinses the cup ", "dries it.")  # the olmes format's cleaning
+  assert built[0].joint.texts == ("He rinses the cup [step]",)
+
+
 def test_hellaswag_ctx_b_the_cleaning_changed_still_heads_its_unit():
   """ctx_b "the man  then" is "The man then" in the cleaned line: it still heads the unit, whose
   masked text stays the code's " " + Ctx_b as written (`get_mask` tokenizes that)."""
@@ -91,9 +107,23 @@ def test_hellaswag_ctx_b_the_cleaning_changed_still_heads_its_unit():
 def test_boolq_and_its_demonstration():
   row = {"question": "is the sky blue", "answer": True, "passage": "The sky is blue on a clear day."}
   context = " The sky is blue on a clear day . \n Question : is the sky blue ? \n The answer is"
-  x, _ = check("boolq", row, context, [" no", " yes"], None, 1)  # options ("no", "yes")
+  x, _ = check("boolq", row, context, [" yes", " no"], None, 0)  # options ("yes", "no")
   (target,) = build_prompts(x, [x])[:1]
   assert plain_text("".join(target.context)) == context + " yes . \n \n" + context
+
+
+def test_boolq_options_are_yes_then_no_so_a_tie_goes_to_yes():
+  """`BoolQ.doc_to_continuations` is [" yes", " no"] and `doc_to_label` 0 for True: a tie is
+  " yes" by the code's argmax (before, the options were ("no", "yes") and a tie was " no")."""
+  from slm_jax.downstream.scoring import decide
+  for answer, label in ((True, 0), (False, 1)):
+    x = example("boolq", {"question": "is it", "answer": answer, "passage": "It is."})
+    assert x.options == ("yes", "no") and x.answer == label
+    assert [p.continuation for p in build_prompts(x)] == [" yes", " no"]
+  prediction, tie, _ = decide([-1.0, -1.0], ties_to_first=True)
+  assert tie and x.options[prediction] == "yes"
+  unlabeled = example("boolq", {"question": "is it", "label": -1, "passage": "It is."})
+  assert unlabeled.answer == -1
 
 
 def test_mmlu_header_question_mark_and_shots():
@@ -116,6 +146,7 @@ def test_mmlu_header_question_mark_and_shots():
     ("multiple_correct_answers", "A, B", ("3", "4", "5", "22"), (0,)),
     ("no_correct_answer", "four", ("four", "4", "5", "22"), (0,)),
     ("wrong_groundtruth", "1", ("3", "4", "5", "22"), (1,)),
+    ("multiple_correct_answers", "B,E", ("3", "4", "5", "22"), (1, 4)),  # E: not an option
     ("ok", "", ("3", "4", "5", "22"), (0,)),
 ])
 def test_mmlu_redux_corrected_labels(error_type, correct_answer, choices, golds):
@@ -127,6 +158,25 @@ def test_mmlu_redux_corrected_labels(error_type, correct_answer, choices, golds)
                    [" " + c for c in choices], None, golds[0], group="anatomy")
   assert (x.answers or (x.answer,)) == golds
   assert all(x.correct(g) for g in golds) and not x.correct(3)
+
+
+@pytest.mark.parametrize("correct_answer, label_set", [("E", (4,)), ("7", (7,))])
+def test_mmlu_redux_index_outside_the_options_leaves_no_option_right(correct_answer, label_set):
+  """`correct_redux` keeps `[ord("E") - ord("A")]` / `[int("7")]` as the label set and
+  `ICLMetric.compute` asks `pred_id in label_dict[doc_id]`: no option is right, the item is
+  scored and wrong. Before, the corrected index fell back to the original label (option A)."""
+  from slm_jax.downstream.scoring import OptionScore, item_record, summarize
+  row = {"question": "What is 2 + 2?", "choices": ["3", "4", "5", "22"], "answer": 0,
+         "error_type": "wrong_groundtruth", "source": "x", "correct_answer": correct_answer,
+         "potential_reason": ""}
+  x = example("mmlu_redux", row, "anatomy")
+  assert x.answers == label_set and not any(x.correct(k) for k in range(4))
+  records = [item_record(0, x, 0, [OptionScore(-1.0, -1.0, 1, 1, 1)] + [
+      OptionScore(-9.0, -9.0, 1, 1, 1)] * 3, ties_to_first=True)]
+  assert records[0]["prediction"] == 0 and not records[0]["correct"]
+  summary = summarize("mmlu_redux", records)
+  assert summary["scored"] == 1 and summary["accuracy"] == 0.0
+  assert summary["no_right_option"] == 1
 
 
 def test_openbookqa_stem_then_option_with_a_period():

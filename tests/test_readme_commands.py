@@ -19,7 +19,8 @@ def _ci_steps() -> list[str]:
   for line in (ROOT / ".ci" / "run").read_text().splitlines():
     line = line.strip()
     if line.startswith((".venv/bin/", "python3 -m venv")) and "--upgrade pip" not in line:
-      steps.append(re.sub(r" -q(?= )", "", line, count=1) if "pip install" in line else line)
+      steps.append(re.sub(r" -q(?= )", "", line, count=1) if re.search(r"pip (install|download)",
+                                                                      line) else line)
   return steps
 
 

@@ -48,7 +48,10 @@ torch = pytest.importorskip(
 triton = pytest.importorskip(
     "triton", reason="triton is not installed (pip install -e .[triton-test])")
 
+from slm_jax.kernels import launch_profiles, triton_interpret  # noqa: E402
 from slm_jax.kernels import triton_kernels as tk  # noqa: E402
+from slm_jax.kernels.block_plan import EMPTY, FULL, PARTIAL  # noqa: E402
+from slm_jax.kernels.triton_plan import visit_lists  # noqa: E402
 from slm_jax.corpus.treebank import generate_documents  # noqa: E402
 from slm_jax.data.packing import SentencePacker  # noqa: E402
 from slm_jax.kinds import PAD_SYMBOL, Kind  # noqa: E402
@@ -66,34 +69,12 @@ if not isinstance(tk.attention_fwd_kernel, importlib.import_module(
               "torch tensors under Triton's interpreter)", allow_module_level=True)
 
 
-def _interpreter_dot_in_float32(create_dot):
-  """Triton's interpreter keeps bfloat16 as uint16 bits and its `tl.dot` multiplies those bits
-  (triton 3.9, triton-lang/triton#11584: "not supported yet"); upcast bf16 operands to float32
-  first, which is exact and is what the GPU's bf16 MMA with float32 accumulation computes."""
-  interpreter = importlib.import_module("triton.runtime.interpreter")
-  language = importlib.import_module("triton.language")
-
-  def upcast(x):
-    if x.dtype.scalar != language.bfloat16:
-      return x
-    bits = (x.data.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return interpreter.TensorHandle(bits, language.float32)
-
-  def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-    return create_dot(self, upcast(a), upcast(b), d, input_precision, max_num_imprecise_acc)
-
-  return dot
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _bf16_dot():
-  builder = importlib.import_module("triton.runtime.interpreter").InterpreterBuilder
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(builder, "create_dot", _interpreter_dot_in_float32(builder.create_dot))
+  with triton_interpret.bf16_dot():
     yield
 
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # (o, grads): absolute for float32, relative to max(1, max |reference|) for bfloat16 (docstring).
 TOLERANCE = {"float32": (1e-5, 1e-5), "bfloat16": (1e-2, 2e-2)}
 
@@ -167,8 +148,9 @@ def packed_rows(batch: int, length: int, seed: int) -> RowMetadata:
   return row_metadata(kinds, segment)
 
 
-def dense_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: int):
-  """Test-only plan from the dense per-head mask: (count, kblocks, qcount, qblocks)."""
+def dense_kinds(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: int):
+  """Test-only tile kinds [B, H, NQ, NK] from the dense per-head mask: EMPTY where no pair
+  attends, FULL where every pair attends and the tile lies inside the row, else PARTIAL."""
   B, T = meta.kind.shape
   index = np.arange(T)
   field = lambda x, axis: np.expand_dims(np.asarray(x), (1, axis))  # [B, 1, T, 1] / [B, 1, 1, T]
@@ -178,19 +160,24 @@ def dense_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: in
   nq, nk = -(-T // block_q), -(-T // block_k)
   padded = np.zeros((B, len(codes_H), nq * block_q, nk * block_k), bool)
   padded[:, :, :T, :T] = mask_BHTS
-  visit = padded.reshape(B, len(codes_H), nq, block_q, nk, block_k).any(axis=(3, 5))
-  lists = lambda v: (v.sum(-1).astype(np.int32),
-                     np.argsort(~v, axis=-1, kind="stable").astype(np.int32))
-  return (*lists(visit), *lists(visit.swapaxes(-1, -2)))
+  tiles = padded.reshape(B, len(codes_H), nq, block_q, nk, block_k)
+  return np.where(tiles.all(axis=(3, 5)), FULL,
+                  np.where(tiles.any(axis=(3, 5)), PARTIAL, EMPTY)).astype(np.int8)
+
+
+def dense_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: int):
+  """The kernels' visit lists of `dense_kinds`."""
+  return visit_lists(dense_kinds(meta, codes_H, block_q, block_k), xp=np)
 
 
 def library_plan(meta: RowMetadata, codes_H: np.ndarray, block_q: int, block_k: int):
-  """The plan of `slm_jax.kernels.block_plan` (rows padded to a multiple of both blocks)."""
+  """The visit lists of `slm_jax.kernels.block_plan`'s plan (rows padded to a multiple of both
+  blocks)."""
   bp = pytest.importorskip("slm_jax.kernels.block_plan",
                            reason="slm_jax.kernels.block_plan is not available")
   length = bp.padded_length(meta.kind.shape[-1], block_q, block_k)
   plan = bp.plan_blocks(bp.pad_metadata(meta, length, xp=np), codes_H, block_q, block_k, xp=np)
-  return tuple(np.asarray(x, np.int32) for x in plan[1:])
+  return visit_lists(plan.kind_BHIJ, xp=np)
 
 
 def inputs(meta: RowMetadata, H: int, G: int, K: int, dtype: str, seed: int):
@@ -216,38 +203,34 @@ def _reference(q, k, v, do, meta: RowMetadata, spec):
   return (o, *vjp(do))
 
 
-def _to_torch(x: np.ndarray):
-  if x.dtype == ml_dtypes.bfloat16:
-    return _tensor(x.view(np.uint16)).view(torch.bfloat16)
-  return _tensor(x)
-
-
 def _to_numpy(x) -> np.ndarray:
   return x.float().numpy()
 
 
-def run_kernels(q, k, v, do, meta: RowMetadata, codes_H, plan, block_q: int, block_k: int):
-  """Forward, delta, dq and dk/dv kernels launched on torch CPU tensors: float32 numpy o, grads."""
-  count, kblocks, qcount, qblocks = map(_tensor, plan)
+def run_kernels(q, k, v, do, meta: RowMetadata, codes_H, plan, block_q: int, block_k: int,
+                full_tiles: bool = True):
+  """Forward, delta, dq and dk/dv kernels launched on torch CPU tensors with visit lists `plan`
+  (their full tiles in a loop of their own if `full_tiles`): float32 numpy o, grads."""
+  count, full, kblocks, qcount, qfull, qblocks = (_tensor(np.asarray(x, np.int32)) for x in plan)
   B, T, H, K = q.shape
   G = k.shape[2]
   nq, nk = kblocks.shape[2], qblocks.shape[2]
-  q, k, v, do = map(_to_torch, (q, k, v, do))
+  q, k, v, do = map(triton_interpret.to_torch, (q, k, v, do))
   segment, kind, pop = (_tensor(np.asarray(x, np.int32)) for x in (meta.segment, meta.kind,
                                                                     meta.pop))
   codes = _tensor(np.asarray(codes_H, np.int32))
   constexprs = dict(T=T, H=H, G=G, BLOCK_Q=block_q, BLOCK_K=block_k, NQ=nq, NK=nk,
-                    **tk.launch_config(str(q.dtype).removeprefix("torch."), K))
+                    FULL_TILES=full_tiles, **tk.launch_config(str(q.dtype).removeprefix("torch."), K))
   o, lse = torch.empty_like(q), torch.empty((B, H, T), dtype=torch.float32)
-  tk.attention_fwd_kernel[(B * H, nq)](q, k, v, segment, kind, pop, codes, count, kblocks, o,
-                                       lse, **constexprs)
+  tk.attention_fwd_kernel[(B * H, nq)](q, k, v, segment, kind, pop, codes, count, full, kblocks,
+                                       o, lse, **constexprs)
   delta = (do.float() * o.float()).sum(-1).permute(0, 2, 1).contiguous()
   dq = torch.empty_like(q)
   tk.attention_bwd_dq_kernel[(B * H, nq)](q, k, v, do, lse, delta, segment, kind, pop, codes,
-                                          count, kblocks, dq, **constexprs)
+                                          count, full, kblocks, dq, **constexprs)
   dk, dv = torch.empty_like(k), torch.empty_like(v)
   tk.attention_bwd_dkdv_kernel[(B * G, nk)](q, k, v, do, lse, delta, segment, kind, pop, codes,
-                                            qcount, qblocks, dk, dv, **constexprs)
+                                            qcount, qfull, qblocks, dk, dv, **constexprs)
   return tuple(map(_to_numpy, (o, dq, dk, dv)))
 
 
@@ -294,11 +277,46 @@ def test_kernels_with_the_block_plan_library_skip_tiles_and_stay_exact(meta):
   spec = parse_attention("mix(tg_nomask,tg)")
   codes_H = spec.head_codes(H)
   plan = library_plan(meta, codes_H, 32, 16)
-  nq, nk = plan[1].shape[2], plan[3].shape[2]
-  assert nq * 32 > T and plan[0].sum() < B * H * nq * nk  # some tiles are not visited
+  nq, nk = plan.kblocks_BHIJ.shape[2], plan.qblocks_BHJI.shape[2]
+  assert nq * 32 > T and plan.count_BHI.sum() < B * H * nq * nk  # some tiles are not visited
   q, k, v, do = inputs(meta, H, 2, K, "float32", seed=7)
   got = run_kernels(q, k, v, do, meta, codes_H, plan, 32, 16)
   assert_close(got, reference(q, k, v, do, meta, spec), "float32", "plan_blocks")
+
+
+@pytest.mark.parametrize("full_tiles", [True, False])
+def test_full_tiles_go_through_their_own_loop_and_stay_exact(full_tiles):
+  """Causal rows of long documents have full tiles (the library plan finds them); the kernels
+  visit them unmasked (`full_tiles`) or masked like any tile: both exact."""
+  meta = packed_rows(1, 128, seed=2)
+  spec = parse_attention("mix(causal,tg)")
+  codes_H = spec.head_codes(2)
+  plan = library_plan(meta, codes_H, 16, 16)
+  assert plan.full_BHI[:, 0].sum() > 0 and plan.qfull_BHJ[:, 0].sum() > 0  # causal head
+  assert plan.full_BHI[:, 1].sum() == 0  # TG: a CNT1 in every block, never a full tile
+  q, k, v, do = inputs(meta, 2, 1, K, "float32", seed=4)
+  got = run_kernels(q, k, v, do, meta, codes_H, plan, 16, 16, full_tiles=full_tiles)
+  assert_close(got, reference(q, k, v, do, meta, spec), "float32", f"full tiles {full_tiles}")
+
+
+def test_a_partial_tile_taken_for_full_is_caught():
+  """The full-tile loop really skips the mask: a partial tile listed as full (the diagonal of a
+  causal row) lets queries see later keys, and o, dq, dk, dv all move."""
+  meta = packed_rows(1, 64, seed=5)
+  spec = parse_attention("causal")
+  codes_H = spec.head_codes(2)
+  kinds = dense_kinds(meta, codes_H, 16, 16)
+  diagonal = np.arange(kinds.shape[2])
+  assert (kinds[:, :, diagonal, diagonal] == PARTIAL).all()
+  kinds[:, :, diagonal, diagonal] = FULL
+  q, k, v, do = inputs(meta, 2, 2, K, "float32", seed=1)
+  got = run_kernels(q, k, v, do, meta, codes_H, visit_lists(kinds, xp=np), 16, 16)
+  want = reference(q, k, v, do, meta, spec)
+  for name, g, w in zip(("o", "dq", "dk", "dv"), got, want):
+    assert np.abs(g - w).max() > 1e-2, f"{name} did not see the future keys"
+  masked = run_kernels(q, k, v, do, meta, codes_H, visit_lists(kinds, xp=np), 16, 16,
+                       full_tiles=False)
+  assert_close(masked, want, "float32", "the same lists, every tile masked")
 
 
 def test_an_incomplete_plan_is_caught():
@@ -306,11 +324,11 @@ def test_an_incomplete_plan_is_caught():
   meta = packed_rows(1, 64, seed=5)
   spec = parse_attention("causal")
   codes_H = spec.head_codes(2)
-  count, kblocks, qcount, qblocks = dense_plan(meta, codes_H, 16, 16)
-  count = count.copy()
+  plan = dense_plan(meta, codes_H, 16, 16)
+  count = plan.count_BHI.copy()
   count[0, :, -1] -= 1  # the last query block forgets its last key block (the diagonal)
   q, k, v, do = inputs(meta, 2, 2, K, "float32", seed=1)
-  got = run_kernels(q, k, v, do, meta, codes_H, (count, kblocks, qcount, qblocks), 16, 16)
+  got = run_kernels(q, k, v, do, meta, codes_H, plan._replace(count_BHI=count), 16, 16)
   with pytest.raises(AssertionError, match="max \\|o - reference\\|"):
     assert_close(got, reference(q, k, v, do, meta, spec), "float32", "incomplete plan")
 
@@ -318,39 +336,12 @@ def test_an_incomplete_plan_is_caught():
 # --- the jax wrapper, with jax_triton replaced by a pure_callback stand-in ------------------------
 
 
-LAUNCHES: list = []
-
-
-def _stand_in_triton_call(*args, kernel, grid, out_type=None, num_warps=None, num_stages=None,
-                          **kwargs):
-  """jax_triton.triton_call's contract: array args, then one pointer per output; kwargs are
-  constexprs. Runs the kernel under the interpreter on the host through jax.pure_callback.
-  Records (kernel name, grid, constexprs, num_warps) of every launch in LAUNCHES."""
-  LAUNCHES.append((kernel.fn.__name__, grid, dict(kwargs), num_warps))
-  del num_stages
-  outs = out_type if out_type is not None else kwargs.pop("out_shape")
-  single = not isinstance(outs, (tuple, list))
-  outs = (outs,) if single else tuple(outs)
-
-  def host(*arrays):
-    tensors = [_to_torch(np.array(a)) for a in arrays]  # writable copies
-    results = [torch.empty(o.shape, dtype=TORCH_DTYPES.get(jnp.dtype(o.dtype).name,
-                                                           torch.float32)) for o in outs]
-    kernel[grid](*tensors, *results, **kwargs)
-    return tuple(np.asarray(r.float().numpy()).astype(o.dtype) for r, o in zip(results, outs))
-
-  results = jax.pure_callback(host, outs, *args)
-  return results[0] if single else results
-
-
 @pytest.fixture
 def wrapper(monkeypatch):
   """`slm_jax.kernels.triton_attention` imported against the stand-in; registry restored after."""
   pytest.importorskip("slm_jax.kernels.block_plan",
                       reason="slm_jax.kernels.block_plan is not available")
-  stand_in = types.ModuleType("jax_triton")
-  stand_in.triton_call = _stand_in_triton_call
-  monkeypatch.setitem(sys.modules, "jax_triton", stand_in)
+  monkeypatch.setitem(sys.modules, "jax_triton", triton_interpret.stand_in())
   monkeypatch.delitem(sys.modules, "slm_jax.kernels.triton_attention", raising=False)
   monkeypatch.setattr(attention_module, "ATTENTION_KERNELS",
                       dict(attention_module.ATTENTION_KERNELS))
@@ -379,27 +370,122 @@ def test_triton_attention_wrapper_matches_xla_attention(wrapper, meta, dtype="fl
   assert_close(got, reference(q, k, v, do, meta, spec), dtype, f"wrapper {dtype}")
 
 
-@pytest.mark.slow  # the default (large) tiles under the CPU interpreter
+def _launches_seen() -> dict:
+  """{kernel name: (BLOCK_Q, BLOCK_K, num_warps, CODE)} of the stand-in's launches since the
+  last clear."""
+  return {name: (constexprs["BLOCK_Q"], constexprs["BLOCK_K"], warps, constexprs["CODE"])
+          for name, _, constexprs, warps in triton_interpret.LAUNCHES}
+
+
+def _expected_launches(launch, T: int, code: int) -> dict:
+  fit = lambda b: min(b, max(16, 1 << (T - 1).bit_length()))
+  return {f"attention_{name}": (fit(one.block_q), fit(one.block_k), one.num_warps, code)
+          for name, one in zip(("fwd_kernel", "bwd_dq_kernel", "bwd_dkdv_kernel"), launch)}
+
+
+@pytest.mark.slow  # the profile's (large) tiles under the CPU interpreter
 @pytest.mark.parametrize("attention,code", [("tg", 1), ("mix(tg_nomask,tg)", -1)])
-def test_default_launch_tiles_each_kernel_its_own_way(wrapper, meta, attention, code):
-  """Default `TritonLaunch`: forward, dq and dk/dv each get their own tiles, warps and plan;
-  a single attention type reaches the kernels as the CODE constexpr, a hybrid as -1."""
+def test_a_named_profile_tiles_each_kernel_its_own_way(wrapper, meta, attention, code):
+  """Profile `lean`: forward, dq and dk/dv each get their own tiles, warps and plan; a single
+  attention type reaches the kernels as the CODE constexpr, a hybrid as -1."""
   spec = parse_attention(attention)
   q, k, v, do = inputs(meta, H, 2, K, "float32", seed=5)
   jmeta = RowMetadata(*map(jnp.asarray, meta))
-  LAUNCHES.clear()
-  o, vjp = jax.vjp(lambda q, k, v: wrapper.triton_attention(q, k, v, jmeta, spec), q, k, v)
+  triton_interpret.LAUNCHES.clear()
+  o, vjp = jax.vjp(lambda q, k, v: wrapper.triton_attention(q, k, v, jmeta, spec, launch="lean"),
+                   q, k, v)
   got = tuple(np.asarray(x, np.float32) for x in (o, *vjp(jnp.asarray(do))))
-  assert_close(got, reference(q, k, v, do, meta, spec), "float32", f"default launch {attention}")
-  launch = wrapper.TritonLaunch()
-  seen = {name: (constexprs["BLOCK_Q"], constexprs["BLOCK_K"], warps, constexprs["CODE"])
-          for name, _, constexprs, warps in LAUNCHES}
-  T = meta.kind.shape[-1]
-  fit = lambda b: min(b, max(16, 1 << (T - 1).bit_length()))
-  assert seen == {
-      f"attention_{name}": (fit(one.block_q), fit(one.block_k), one.num_warps, code)
-      for name, one in zip(("fwd_kernel", "bwd_dq_kernel", "bwd_dkdv_kernel"), launch)}
+  assert_close(got, reference(q, k, v, do, meta, spec), "float32", f"profile lean {attention}")
+  seen = _launches_seen()
+  assert seen == _expected_launches(launch_profiles.PROFILES["lean"], T, code)
   assert len({(q_, k_) for q_, k_, _, _ in seen.values()}) == 3  # three different tilings
+
+
+def _grads(wrapper, meta: RowMetadata, spec, seed: int, **kwargs):
+  """o, dq, dk, dv of the wrapper under jax.jit (the launch is chosen while tracing), and the
+  reference's."""
+  q, k, v, do = inputs(meta, 2, 1, K, "float32", seed=seed)
+  jmeta = RowMetadata(*map(jnp.asarray, meta))
+
+  @jax.jit
+  def run(q, k, v, do):
+    o, vjp = jax.vjp(lambda q, k, v: wrapper.triton_attention(q, k, v, jmeta, spec, **kwargs),
+                     q, k, v)
+    return (o, *vjp(do))
+
+  got = tuple(np.asarray(x, np.float32) for x in run(*map(jnp.asarray, (q, k, v, do))))
+  return got, reference(q, k, v, do, meta, spec)
+
+
+@pytest.fixture
+def autotuning(monkeypatch, tmp_path):
+  """SLM_TRITON_LAUNCH=autotune on chip sm_90, the cache in tmp_path, nothing remembered."""
+  autotune = importlib.import_module("slm_jax.kernels.autotune")
+  monkeypatch.setattr(launch_profiles, "_NOTICED", set())
+  monkeypatch.setattr(autotune, "_CHOSEN", {})
+  monkeypatch.setattr(launch_profiles, "current_chip", lambda: "sm_90")
+  monkeypatch.setenv(launch_profiles.ENV_MODE, "autotune")
+  monkeypatch.setenv(autotune.ENV_CACHE, str(tmp_path / "cache.json"))
+  return autotune
+
+
+def test_the_chip_table_sets_the_launch_of_training(wrapper, monkeypatch):
+  """No launch given (what the model's attention does): the chip's table profile, `old` on
+  sm_90 (uniform 32×32 tiles here: blocks shrink to the 32-token rows)."""
+  monkeypatch.setattr(launch_profiles, "current_chip", lambda: "sm_90")
+  monkeypatch.delenv(launch_profiles.ENV_MODE, raising=False)
+  meta = packed_rows(2, 32, seed=1)
+  triton_interpret.LAUNCHES.clear()
+  got, want = _grads(wrapper, meta, parse_attention("causal"), seed=2)
+  assert_close(got, want, "float32", "table launch")
+  assert _launches_seen() == _expected_launches(launch_profiles.PROFILES["old"], 32, 0)
+
+
+def test_autotune_at_first_use_inside_jit_times_caches_and_uses_the_fastest(wrapper,
+                                                                           autotuning,
+                                                                           monkeypatch,
+                                                                           tmp_path):
+  """A fake timer makes `lean_split` the fastest: the traced step launches its tiles with the
+  full-tile loop, and the cache file holds the choice for the bucket; a second process
+  (forget) reads it and times nothing."""
+  timed = []
+
+  def fake_measure(bucket, launch):
+    name = next(n for n, p in launch_profiles.PROFILES.items() if p == launch)
+    timed.append((bucket.key, name))
+    return autotuning.Timing(1.0, 1.0 if name == "lean_split" else 5.0)
+
+  monkeypatch.setattr(wrapper, "measure_launch", fake_measure)
+  meta = packed_rows(2, 32, seed=1)
+  spec = parse_attention("mix(causal,tg)")
+  triton_interpret.LAUNCHES.clear()
+  got, want = _grads(wrapper, meta, spec, seed=3)
+  assert_close(got, want, "float32", "autotuned launch")
+  bucket = launch_profiles.Bucket.of(spec.name, 2, 32, 2, 1, K, "float32")
+  assert sorted(name for _, name in timed) == sorted(launch_profiles.CANDIDATES)
+  assert {key for key, _ in timed} == {bucket.key}
+  assert _launches_seen() == _expected_launches(launch_profiles.PROFILES["lean_split"], 32, -1)
+  assert all(constexprs["FULL_TILES"] for _, _, constexprs, _ in triton_interpret.LAUNCHES)
+  cache = json.loads((tmp_path / "cache.json").read_text())
+  assert cache["chip"] == "sm_90" and cache["buckets"][bucket.key]["profile"] == "lean_split"
+  autotuning.forget()
+  timed.clear()
+  assert wrapper.resolve_launch((2, 32, 2, K), (2, 32, 1, K), jnp.float32, spec)[0] == (
+      "lean_split")
+  assert timed == []
+
+
+def test_autotune_times_the_real_kernels_while_a_step_is_traced(wrapper, autotuning, monkeypatch,
+                                                                tmp_path):
+  """The real `measure_launch` (synthetic lin2 rows, jitted forward and forward+backward) runs
+  eagerly from inside the jit trace of the first call; two candidates to keep it short."""
+  monkeypatch.setattr(launch_profiles, "CANDIDATES", ("old", "lean"))
+  meta = packed_rows(2, 32, seed=1)
+  got, want = _grads(wrapper, meta, parse_attention("tg"), seed=4)
+  assert_close(got, want, "float32", "autotuned with real timings")
+  (entry,) = json.loads((tmp_path / "cache.json").read_text())["buckets"].values()
+  assert entry["profile"] in ("old", "lean")
+  assert all(fwd > 0 and fwd_bwd > 0 for fwd, fwd_bwd in entry["timings_ms"].values())
 
 
 # --- the kernels compile for a real GPU (no GPU needed) -------------------------------------------
@@ -421,24 +507,44 @@ def test_kernels_compile_to_cuda_binaries_for_sm90():
   sm_90 (H100/H200) with bf16 inputs: catches what the interpreter lets through."""
   out = _run_compiler("from slm_jax.kernels import triton_kernels as tk\n"
                       "results = tk.compile_for_gpu(90, 'bfloat16', 64)\n"
-                      "for name, (cubin, shared, _) in results.items():\n"
-                      "  assert cubin > 0, name\n"
-                      "  print(name, cubin, shared)\n", timeout=300)
+                      "for name, result in results.items():\n"
+                      "  assert result.cubin_bytes > 0, name\n"
+                      "  print(name, result.cubin_bytes, result.shared_bytes)\n", timeout=300)
   assert len(out.splitlines()) == 3, out
 
 
+def test_triton_aot_compiles_a_profile_for_sm80_and_reports_its_resources():
+  """benchmarks/triton_aot.py: the `old` profile for sm_80 (A100), head dim 64 — one row per
+  kernel with registers (from cuobjdump), spill stores, stack and shared memory within the
+  target's limit."""
+  env = {**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"}
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  done = subprocess.run([sys.executable, "benchmarks/triton_aot.py", "--profiles", "old",
+                         "--archs", "80", "--head-dims", "64", "--attentions", "tg"], env=env,
+                        cwd=root, capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+  rows = [[cell.strip() for cell in line.strip("|").split("|")]
+          for line in done.stdout.splitlines() if line.startswith("| old ")]
+  assert [row[4] for row in rows] == ["fwd", "dq", "dkdv"]
+  for row in rows:
+    registers, spills, stack, shared = int(row[6]), int(row[7]), int(row[8]), float(row[9])
+    assert 0 < registers <= 255 and spills >= 0 and stack >= 0 and shared > 0, row
+    assert row[10] == "yes", row
+
+
 @pytest.mark.slow  # compiles to sm_90 SASS
-def test_default_launch_compiles_to_warpgroup_mma_with_few_register_spills():
-  """The default `TritonLaunch` (per-kernel tiles) compiles for sm_90, bf16, head dim 128: no
-  local-memory stores in the SASS for one attention type (CODE constexpr), at most a handful in
-  dk/dv for hybrids (CODE = -1, the mask is not folded); far more with 64×64 tiles and 4 warps
-  for all three kernels (the old default)."""
+def test_the_lean_profile_compiles_to_warpgroup_mma_with_few_register_spills():
+  """Profile `lean` (per-kernel tiles) compiles for sm_90, bf16, head dim 128: no local-memory
+  stores in the SASS for one attention type (CODE constexpr), at most a handful in dk/dv for
+  hybrids (CODE = -1, the mask is not folded); far more with 64×64 tiles and 4 warps for all
+  three kernels (profile `old`)."""
   out = _run_compiler(
       "import json\n"
-      "from slm_jax.kernels import triton_kernels as tk\n"
-      "spills = lambda r: [s for _, _, s in r.values()]  # fwd, dq, dkdv\n"
+      "from slm_jax.kernels import launch_profiles, triton_kernels as tk\n"
+      "spills = lambda r: [one.spill_stores for one in r.values()]  # fwd, dq, dkdv\n"
+      "lean = launch_profiles.PROFILES['lean']\n"
       "print(json.dumps([spills(tk.compile_for_gpu(90, 'bfloat16', 128, code=code,\n"
-      "                                           launch=tk.TritonLaunch())) for code in (1, -1)]\n"
+      "                                           launch=lean)) for code in (1, -1)]\n"
       "                 + [spills(tk.compile_for_gpu(90, 'bfloat16', 128, block=64))]))\n",
       timeout=600)
   single, hybrid, old = json.loads(out)

@@ -14,8 +14,14 @@ and EOS). The paper format's joint parse units (`encode(..., joint=)`, `downstre
 the prompt's last two components from one parse: each token of the unit goes to the context part
 or the continuation by its lin1 unit, so the two parts need not be contiguous (HellaSwag's
 unscored Ctx_b tokens, found on token ids as the paper code finds them, sit inside the
-continuation's brackets). A component whose text holds no word (empty or whitespace only) is an
-error: prompts never build one, and silently dropping it would shift every later component index.
+continuation's brackets). Their cuts read the parse's brackets in every format, so a terminal
+format's encoder parses the units of `mc_joint.CUT_ON_BRACKETS` with the tree source it is given
+(and refuses to encode one without). A component whose text holds no word (empty or whitespace
+only) is an error: prompts never build one, and silently dropping it would shift every later
+component index.
+
+`TextEncoder(..., paper=True)` writes the paper code's query (`downstream.paper_query`): no BOS,
+and the tree family's closings as its double conversion leaves them.
 
 Component encodings are cached by text (the shared demonstrations of a task are tokenized once)
 and concatenated with offsets; the result equals `encode_document` of all the sentences' trees
@@ -44,7 +50,7 @@ import numpy as np
 
 from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
-from slm_jax.downstream import mc_joint
+from slm_jax.downstream import mc_joint, paper_query
 from slm_jax.eval.proposals import FileProposals, NoProposals
 from slm_jax.kinds import BOS_CODE, EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence, get_scheme
@@ -160,7 +166,8 @@ def make_tree_source(spec: str = "parser") -> TreeSource:
 
 @dataclasses.dataclass(frozen=True)
 class Encoded:
-  """A prompt as ids (`sequence`, BOS first, EOS last only if asked) and each token's component."""
+  """A prompt as ids (`sequence`: BOS first unless the paper format's, EOS last only if asked) and
+  each token's component."""
 
   sequence: Sequence
   component_T: np.ndarray  # int32 [T]: component index, −1 for BOS / EOS
@@ -183,7 +190,7 @@ class TextEncoder:
   """Components → `Encoded` for one model's tokenizer and configuration (module docstring)."""
 
   def __init__(self, tokenizer: Tokenizer, configuration: Configuration,
-               tree_source: TreeSource | None = None):
+               tree_source: TreeSource | None = None, *, paper: bool = False):
     self.tokenizer = tokenizer
     self.configuration = configuration
     self.scheme = configuration.scheme.scored_as
@@ -192,6 +199,8 @@ class TextEncoder:
       raise ValueError(f"{configuration.name} reads trees ({self.scheme}): give a tree source "
                        "(make_tree_source('parser' | 'flat' | 'file:PATH'))")
     self.tree_source = tree_source if self.with_trees else None
+    self.joint_source = tree_source  # the joint units' parses, in every format (mc_joint)
+    self.paper = paper  # the paper code's query: no BOS, its closings (paper_query)
     self._pieces: dict = {}  # text -> _Piece; mc_joint.Joint -> (piece, parts, divisor, events)
     self.joint_stats: collections.Counter = collections.Counter()  # mc_joint events
 
@@ -205,11 +214,31 @@ class TextEncoder:
     if self.tree_source is not None:
       self.tree_source.prefetch(t for t in texts if t not in self._pieces)
 
+  def prefetch_prompts(self, prompts: Iterable) -> None:
+    """Parses what encoding `prompts` will parse, in batched calls: every text of a tree model,
+    a terminal format's joint units cut on brackets."""
+    if self.with_trees:
+      self.prefetch(t for p in prompts for t in p.parse_texts)
+    elif self.joint_source is not None:
+      self.joint_source.prefetch(t for p in prompts if p.joint is not None
+                                 and p.joint.rule in mc_joint.CUT_ON_BRACKETS
+                                 for t in p.joint.texts)
+
   def component_trees(self, text: str) -> list[Tree]:
     """The trees of one component's sentences (flat `X` trees for terminal formats)."""
     if self.tree_source is None:
       return [Tree("X", words) for words in split_words(text)]  # X never reaches lin0 / pause
     return self.tree_source.trees(text)
+
+  def _joint_trees(self, joint: "mc_joint.Joint"):
+    """`joint`'s tree reader: the tree source in every format where its cut reads brackets."""
+    if self.with_trees or joint.rule not in mc_joint.CUT_ON_BRACKETS:
+      return self.component_trees
+    if self.joint_source is None:
+      raise ValueError(f"the paper format's {joint.rule} units are cut on their parses in every "
+                       f"format: give the {self.configuration.name} encoder a tree source "
+                       "(--tree_source)")
+    return self.joint_source.trees
 
   def _piece(self, text: str, index: int) -> _Piece:
     piece = self._pieces.get(text)
@@ -235,7 +264,7 @@ class TextEncoder:
     `multi_tree`, `bare_word`) are counted in `joint_stats` once per option unit parsed."""
     cached = self._pieces.get(joint)
     if cached is None:
-      found = mc_joint.split(joint, self.component_trees, parsed=self.with_trees)
+      found = mc_joint.split(joint, self._joint_trees(joint))
       whole = encode_document(list(found.trees), self.tokenizer, self.scheme)
       inner = whole.take(np.arange(1, len(whole) - 1))
       unit_T = inner.unit - 1  # the lin1 symbol of every token within the unit
@@ -257,7 +286,8 @@ class TextEncoder:
     """The prompt `components` as one document (see the module docstring). With `joint`, the
     last two components are read from that one parse unit (`downstream.mc_joint`; the
     component texts name them, the unit's trees give their tokens) and `Encoded.divisor` is the
-    unit's continuation divisor (0 when the format's own applies)."""
+    unit's continuation divisor (0 when the format's own applies). A `paper` encoder writes no
+    BOS and the code's closings (`paper_query.code_closings`)."""
     if isinstance(components, str):
       raise TypeError("encode takes a list of components, not one string")
     if not components:
@@ -275,12 +305,13 @@ class TextEncoder:
     sentences = np.cumsum([0] + [p.sentences for p in pieces])
     units = np.cumsum([1] + [p.units for p in pieces])  # BOS is unit 0
     tokenizer = self.tokenizer
-    ids = [np.asarray([tokenizer.bos_id], np.int32)] + [p.sequence.tokens for p in pieces]
-    kinds = [np.asarray([BOS_CODE], np.int8)] + [p.sequence.kinds for p in pieces]
-    sentence = [np.zeros(1, np.int32)] + [p.sequence.sentence + s
-                                          for p, s in zip(pieces, sentences[:-1])]
-    unit = [np.zeros(1, np.int32)] + [p.sequence.unit + u for p, u in zip(pieces, units[:-1])]
-    component = [np.full(1, -1, np.int32)] + [c for _, c in parts]
+    bos = 0 if self.paper else 1
+    ids = [np.asarray([tokenizer.bos_id] * bos, np.int32)] + [p.sequence.tokens for p in pieces]
+    kinds = [np.asarray([BOS_CODE] * bos, np.int8)] + [p.sequence.kinds for p in pieces]
+    sentence = [np.zeros(bos, np.int32)] + [p.sequence.sentence + s
+                                            for p, s in zip(pieces, sentences[:-1])]
+    unit = [np.zeros(bos, np.int32)] + [p.sequence.unit + u for p, u in zip(pieces, units[:-1])]
+    component = [np.full(bos, -1, np.int32)] + [c for _, c in parts]
     if eos:
       ids.append(np.asarray([tokenizer.eos_id], np.int32))
       kinds.append(np.asarray([EOS_CODE], np.int8))
@@ -290,7 +321,10 @@ class TextEncoder:
     sequence = Sequence(np.concatenate(ids).astype(np.int32), np.concatenate(kinds),
                         np.concatenate(sentence).astype(np.int32),
                         np.concatenate(unit).astype(np.int32))
-    return Encoded(sequence, np.concatenate(component), divisor)
+    component_T = np.concatenate(component)
+    if self.paper:
+      sequence, component_T = paper_query.code_closings(sequence, component_T, self.scheme)
+    return Encoded(sequence, component_T, divisor)
 
   def render(self, encoded: Encoded, *, names: SequenceT[str] | None = None) -> str:
     """The encoded prompt as text: one line per component, symbols separated by spaces (word

@@ -9,7 +9,7 @@ formats them, SPEC §11):
             question, SocialIQA the question (its context in `passage`), PIQA the goal,
             HellaSwag the context (`ctx`), WinoGrande the sentence with its blank `_`,
             BoolQ the question, XSum the article
-  options   the option texts without a leading space (BoolQ: ("no", "yes"), answer = 1 for True;
+  options   the option texts without a leading space (BoolQ: ("yes", "no"), answer = 0 for True;
             XSum: (summary,))
   answer    index of the right option; −1 when the split is unlabeled
   source    "file:row" of the row it came from
@@ -18,8 +18,10 @@ formats them, SPEC §11):
   key       the row's id (`id`; HellaSwag `source_id`), by which the paper format picks its fixed
             demonstrations ("" when the row has none)
   raw       (field, text) pairs of raw row fields the paper format reads (HellaSwag
-            `activity_label`, `ctx_a`, `ctx_b`; MMLU-Redux `error_type`, `correct_answer`)
-  answers   every right option when several are (the paper format's MMLU-Redux corrections;
+            `activity_label`, `ctx_a`, `ctx_b`, `endings[i]`; MMLU-Redux `error_type`,
+            `correct_answer`)
+  answers   the right options when they are not just `answer` (the paper format's MMLU-Redux
+            label set: several, or an index outside the options, which no prediction matches;
             empty: just `answer`)
 
 `slm_jax.downstream.tasks` reads every task's Hub files into these records (HellaSwag's

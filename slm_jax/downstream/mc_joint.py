@@ -33,16 +33,18 @@ repository could only be read through a text index, which gives offsets, not lin
               the grafted lines are cut after the last `>` of their common prefix
               (`os.path.commonprefix(c).rfind('>') + 1`): the context is that shared prefix, each
               continuation the rest. The divisor is the continuation's plain characters minus
-              one (the code's `cont_str_len`).
+              one (the code's `cont_str_len_term`; S_full's adds the brackets,
+              `paper_query.full_divisor`).
 
-`split(joint, trees_of, parsed)` gives one option's unit as sentence trees, the number of its
-lin1 symbols that belong to the context (`JointSplit.cut`), the text conditioned on but not
-scored (masked on the encoder's token ids by `masked_tokens`), and the divisor. The encoder
+`split(joint, trees_of)` gives one option's unit as sentence trees, the number of its lin1
+symbols that belong to the context (`JointSplit.cut`), the text conditioned on but not scored
+(masked on the encoder's token ids by `masked_tokens`), and the divisor. The encoder
 (`downstream.encoding.TextEncoder.encode(..., joint=)`) linearizes the trees once and assigns
 every token to the context part or the continuation by its lin1 unit (HellaSwag's masked tokens
-go to the context part). Terminal formats read no trees (`parsed=False`, flat trees): the
-WinoGrande scan then sees words only, and OpenBookQA cuts at its option's first word (the code's
-cut when the options' subtrees open with their own bracket, its usual case).
+go to the context part). The cuts are taken on the bracket strings before any conversion to a
+model's format, as the code takes them on its parsed lines for every grammar type: a terminal
+format reads the same parses (`CUT_ON_BRACKETS`: the encoder gives it its tree source) and scores
+the same words as a tree format, OpenBookQA's graft included; only its tokens lose the brackets.
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slm_jax.downstream.obqa_graft import PTB_BRACKETS, graft, match_choice
+from slm_jax.downstream.obqa_graft import PTB_BRACKETS, graft
 from slm_jax.kinds import PAUSE_CODE
 from slm_jax.splitting import default_splitter
 from slm_jax.trees import Tree
 
 RULES = ("winogrande", "hellaswag", "openbookqa")
+CUT_ON_BRACKETS = ("winogrande", "openbookqa")  # rules whose cut reads the parse's brackets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,15 +129,11 @@ def _leaves(trees: Sequence[Tree]) -> list[str]:
   return [w for t in trees for w in t.leaves()]
 
 
-def _unparsed(parsed: bool, symbols: list[str]) -> list[str]:
-  return symbols if parsed else [s if s.startswith(" ") else "" for s in symbols]
-
-
 # --- WinoGrande -------------------------------------------------------------------------------------
 
 def answer_word(symbols: Sequence[str], left: str) -> int:
   """The index of the word whose bracket token ends the code's character scan of `left`
-  (`symbols`: `tg_symbols`, markup blanked for a terminal format)."""
+  (`symbols`: `tg_symbols`)."""
   tokens = [""]  # the line split on spaces: leading markup, then each word + the markup after it
   for symbol in symbols:
     if symbol.startswith(" "):
@@ -153,10 +152,10 @@ def answer_word(symbols: Sequence[str], left: str) -> int:
   raise ValueError(f"the parse does not contain {left!r}")
 
 
-def _winogrande(joint: Joint, trees: list[Tree], parsed: bool) -> JointSplit:
+def _winogrande(joint: Joint, trees: list[Tree]) -> JointSplit:
   words = raw_words(joint.texts[0])
   symbols, word_at = tg_symbols(trees, words)
-  a = answer_word(_unparsed(parsed, symbols), joint.left)
+  a = answer_word(symbols, joint.left)
   if not 0 <= a < len(words) - 1:
     raise ValueError(f"nothing follows the option in {joint.texts[0]!r}")
   events = ()
@@ -217,16 +216,9 @@ def _hellaswag(joint: Joint, trees: list[Tree]) -> JointSplit:
 
 # --- OpenBookQA ---------------------------------------------------------------------------------
 
-def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool) -> JointSplit:
+def _openbookqa(joint: Joint, trees_of: Callable[[str], list[Tree]]) -> JointSplit:
   k = joint.option
   lines = [list(trees_of(text)) for text in joint.texts]
-  if not parsed:
-    words = raw_words(joint.texts[k])
-    found = match_choice(words, joint.options[k])
-    if found is None:
-      raise ValueError(f"option {joint.options[k]!r} not found in {joint.texts[k]!r}")
-    cut = tg_symbols(lines[k], words)[1][found[0]]  # before the option's first word
-    return JointSplit(tuple(lines[k]), cut, divisor=_chars(words[found[0]:]))
   grafted, events = graft(lines, joint.options, joint.gold)
   strings = []
   for line in grafted:
@@ -246,17 +238,17 @@ def _chars(words: Sequence[str]) -> int:
   return max(len("".join(" " + w for w in words)) - 1, 0)
 
 
-def split(joint: Joint, trees_of: Callable[[str], list[Tree]], parsed: bool = True) -> JointSplit:
+def split(joint: Joint, trees_of: Callable[[str], list[Tree]]) -> JointSplit:
   """One option's joint unit (module docstring); `trees_of(text)` gives a text's sentence
-  trees, `parsed` says whether they are parses (False: the flat trees of a terminal format)."""
+  trees (the parses of every format: the cuts read their brackets)."""
   if joint.rule == "winogrande":
-    return _winogrande(joint, list(trees_of(joint.texts[0])), parsed)
+    return _winogrande(joint, list(trees_of(joint.texts[0])))
   if joint.rule == "hellaswag":
     return _hellaswag(joint, list(trees_of(joint.texts[0])))
   if joint.rule == "openbookqa":
-    return _openbookqa(joint, trees_of, parsed)
+    return _openbookqa(joint, trees_of)
   raise ValueError(f"unknown joint rule {joint.rule!r}; expected one of {', '.join(RULES)}")
 
 
-__all__ = ["Joint", "JointSplit", "RULES", "answer_word", "masked_tokens", "raw_words", "split",
-           "tg_symbols"]
+__all__ = ["CUT_ON_BRACKETS", "Joint", "JointSplit", "RULES", "answer_word", "masked_tokens",
+           "raw_words", "split", "tg_symbols"]

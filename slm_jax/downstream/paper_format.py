@@ -10,11 +10,13 @@ the joint units below):
                          "⏎Question: {q} ?" "⏎The answer is" (" ?" always appended)   → " {o}"
   SocialIQA              "Question: {context} {q}" "⏎The answer is"      → " {o}"
   PIQA                   "Goal: {q}" "⏎Answer:"                           → " {o}"
-  BoolQ                  "{passage}" "⏎Question: {q} ?" "⏎The answer is" → " yes" / " no"; a
-                         demonstration ends " yes." / " no."
+  BoolQ                  "{passage}" "⏎Question: {q} ?" "⏎The answer is" → " yes" / " no" (in
+                         this order, the loader's: a tie goes to " yes"); a demonstration ends
+                         " yes." / " no."
   HellaSwag              "{activity_label}: {swag(ctx_a)}" (raw label); the continuation is
-                         swag(Ctx_b + " " + ending) (Ctx_b = ctx_b.capitalize()), its Ctx_b head
-                         conditioned on but not scored (`Prompt.head`) and counted in the divisor
+                         swag(Ctx_b + " " + ending) (Ctx_b = ctx_b.capitalize(), the ending as the
+                         row has it: `swag` is its only cleaning), its Ctx_b head conditioned on
+                         but not scored (`Prompt.head`) and counted in the divisor
   OpenBookQA             "{stem}" → " {option}." (option capitalized after a stem ending in . ? !)
   WinoGrande             "{prefix}{option}" → " {rest of the sentence}" (prefix/rest at the blank;
                          a gold option of several words fills both contexts, as in the code)
@@ -23,9 +25,13 @@ Demonstrations: the paper's fixed shots (`PAPER_SHOTS`: train-split indices or r
 `SHOTS` of the code's lists; MMLU / MMLU-Redux the first 5 of each subject's MMLU validation
 rows), each followed by a blank line; MMLU's header comes once, first, followed by one newline.
 MMLU-Redux takes the code's corrected labels (`correct_redux`): several right options, replaced
-option texts. The length divisor is the character count of the continuation's PTB words joined
-by spaces (`plain_text` minus its leading space: "cube ." counts 6), HellaSwag's head included.
-Ties go to the first option, as the code's argmax (`scoring`).
+option texts, and a corrected index outside the options leaves no option right (the code's label
+set; the item is scored and wrong, `scoring` counts it). The length divisor is the character
+count of the continuation's PTB words joined by spaces (`plain_text` minus its leading space:
+"cube ." counts 6), HellaSwag's head included; S_full's divisor adds the structure tokens as the
+code writes them (`paper_query.full_divisor`). Ties go to the first option, as the code's argmax
+(`scoring`). The query has no BOS and the tree family's closings are those the code's double
+conversion leaves (`paper_query`, through `TextEncoder(paper=True)`).
 
 Joint parse units (`mc_joint`, each rule with its place in the code): WinoGrande parses the
 gold-filled sentence once and cuts it after the option's last word (its closing and opening
@@ -33,9 +39,11 @@ brackets stay in the context), HellaSwag parses swag(Ctx_b + " " + ending) once 
 tokens of " " + Ctx_b out of the score (matched on token ids, as the code's `get_mask`),
 OpenBookQA parses stem + " " + option + "." per option, rebuilds each option's line on the gold
 line (`obqa_graft`, the code's graft, across sentences too) and cuts after the last bracket the
-lines share
-(`Prompt.joint`; the encoder reads the prompt's last two components from that unit, the divisor
-of OpenBookQA comes from the cut). A demonstration's joint unit is one component.
+lines share (`Prompt.joint`; the encoder reads the prompt's last two components from that unit,
+the divisor of OpenBookQA comes from the cut). The WinoGrande and OpenBookQA cuts read the
+parse's brackets in every format, a terminal format's too (the code cuts its parsed lines before
+converting them to any format), so every format scores the same words. A demonstration's joint
+unit is one component.
 
 Not reproduced (stated in the report's conventions): the code's template trees (its templates
 carry fixed brackets; here template text is parsed like the fields), and the " \\n" newline
@@ -56,6 +64,10 @@ from slm_jax.downstream.prompts import Prompt
 from slm_jax.splitting import default_splitter
 
 FORMATS = ("paper", "olmes")
+# What the paper format's item files were scored under (recorded with them: files scored under
+# other rules are refused on resume).
+PAPER_RULES = ("cd50d9ef; no BOS; code closings; bracket cuts in every format; swag endings; "
+               "Redux label set; S_full divisor with structure; BoolQ yes, no")
 SHOT_SEPARATOR = "\n\n"
 SHOTS = {"hellaswag": 5, "winogrande": 5, "mmlu": 5, "mmlu_redux": 5, "openbookqa": 5,
          "boolq": 3, "arc_easy": 3, "arc_challenge": 3, "piqa": 3, "socialiqa": 3,
@@ -98,8 +110,10 @@ def divisor(text: str) -> int:
 # --- per-task pieces ------------------------------------------------------------------------------
 
 def swag(text: str) -> str:
-  """The cleaning the paper's HellaSwag lines went through before parsing (each step once, in
-  this order: `datatools/parse_input.py`'s `swag_preprocess`; `HellaSwag.preprocess` in
+  """The cleaning the paper's HellaSwag lines went through before parsing, on the row's raw
+  fields (each step once, in this order: `datatools/parse_input.py`'s `swag_preprocess`; a
+  bracketed tag goes only with the space after it, so "[step]" at the end or before a letter
+  stays, unlike lm-eval's `\\[.*?\\]` of `tasks.clean_hellaswag`; `HellaSwag.preprocess` in
   `downstream.py`, with two passes and no leading-dot step, is never called there)."""
   text = text.strip().replace(" [title]", ". ")
   text = re.sub(r"\[.*?\] ", "", text)
@@ -120,7 +134,7 @@ def _hellaswag_parts(example: TaskExample, option: int) -> tuple[str, str]:
   neither begins it. The head only names the unit's masked part: the code masks the tokens of
   " " + Ctx_b as written (`mc_joint.masked_tokens`)."""
   ctx_b = example.field("ctx_b").capitalize()
-  ending = example.options[option]
+  ending = example.field(f"endings[{option}]")  # as the row has it: swag cleans it
   full = swag(f"{ctx_b} {ending}") if ctx_b else swag(ending)
   head = next((h for h in (ctx_b.strip(), swag(ctx_b)) if h and full.startswith(h)), "")
   return head, full[len(head):]
@@ -265,7 +279,11 @@ def build_prompts(example: TaskExample, demonstrations: Sequence[TaskExample] = 
 
 def correct_redux(choices: Sequence[str], answer: int, error_type: str,
                   correct_answer: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-  """(choices, right options) after the paper code's `correct_redux` (research notes §2.5)."""
+  """(choices, the label set) after the paper code's `correct_redux` (`MMLU.load_local_datasets`
+  in `downstream.py` @ cd50d9ef; its mmluredux folder was corrected offline by it). The set is
+  kept as the code computes it: an index outside the options stays (no option is then right:
+  `ICLMetric.compute` asks `pred_id in label_dict[doc_id]`). A non-number, multi-letter
+  `wrong_groundtruth` answer, which the code's `ord` cannot read, keeps the row's label."""
   choices, target = list(choices), [int(answer)]
   if error_type == "no_correct_answer" and correct_answer:
     choices[target[0]] = correct_answer
@@ -285,19 +303,22 @@ def correct_redux(choices: Sequence[str], answer: int, error_type: str,
         target = [ord(c) - ord("A") for c in parts]
       else:
         target = [choices.index(c) for c in parts if c in choices] or [int(answer)]
-  target = [t for t in target if 0 <= t < len(choices)] or [int(answer)]
   return tuple(choices), tuple(target)
 
 
 def corrected(example: TaskExample) -> TaskExample:
-  """An MMLU-Redux example with the code's corrected options and right answers (others as
-  given)."""
+  """An MMLU-Redux example with the code's corrected options and label set (`answers`, out-of-range
+  indices kept: `TaskExample.correct` never matches them); `answer` is its first right option,
+  or, when none is, the row's own label (then not right: the item counts as scored and wrong).
+  Other examples as given."""
   if example.task != "mmlu_redux" or example.answer < 0 or not example.raw:
     return example
   fields = dict(example.raw)
   choices, target = correct_redux(example.options, example.answer,
                                   fields.get("error_type", ""), fields.get("correct_answer", ""))
-  return dataclasses.replace(example, options=choices, answer=target[0], answers=target)
+  right = [t for t in target if 0 <= t < len(choices)]
+  return dataclasses.replace(example, options=choices, answer=right[0] if right else example.answer,
+                             answers=target)
 
 
 def paper_demonstrations(task: str, root, *, mmlu_root=None) -> tasks.Demonstrations:
@@ -319,5 +340,5 @@ def paper_demonstrations(task: str, root, *, mmlu_root=None) -> tasks.Demonstrat
   return picked
 
 
-__all__ = ["FORMATS", "PAPER_SHOTS", "build_prompts", "correct_redux", "corrected", "divisor",
-           "paper_demonstrations", "plain_text", "swag"]
+__all__ = ["FORMATS", "PAPER_RULES", "PAPER_SHOTS", "build_prompts", "correct_redux", "corrected",
+           "divisor", "paper_demonstrations", "plain_text", "swag"]

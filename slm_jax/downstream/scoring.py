@@ -13,13 +13,19 @@ length-bucketed). With C = the tokens of the continuation component:
   chars  len(continuation.strip()): the option's characters without its leading space (the raw
          text, so every model of a comparison shares the normalizer); the paper format's
          `Prompt.divisor`, or its joint unit's (`Encoded.divisor`: OpenBookQA's cut)
+  chars_full  S_full's normalizer: `chars`, except in the paper format, where it is the code's
+         `cont_str_len` of the continuation with its structure written out
+         (`paper_query.full_divisor`: each opening / closing token as the code spells it)
   norm   term / chars
 The primary score of an option is `norm` for `prompts.NORMALIZED_TASKS` and `term` for WinoGrande
 and BoolQ (raw sums); the prediction is its argmax. An item is wrong when the highest primary
 score is shared by two options (a tie) or any option's primary score is not finite; both are
-counted. `prediction_full` is the same rule over S_full (normalized alike): a secondary column.
-Accuracy is the mean over items, except MMLU / MMLU-Redux: the mean over subjects (`group`) of
-each subject's accuracy.
+counted (the paper format gives a tie to the first option, as the code's argmax).
+`prediction_full` is the same rule over S_full / chars_full: a secondary column. An item is right
+when its prediction is one of its right options; an item whose right options all lie outside its
+options (the paper format's MMLU-Redux corrections) is scored and always wrong, counted as
+`no_right_option`. Accuracy is the mean over items, except MMLU / MMLU-Redux: the mean over
+subjects (`group`) of each subject's accuracy.
 
 `evaluate_task` is resumable: one JSON line per item in `OUT/{task}.jsonl` (index, source, group,
 gold, prediction, correct, tie, nonfinite, shots, per-option scores), flushed after every chunk of
@@ -40,10 +46,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from slm_jax import cli
+from slm_jax import cli, files
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
-from slm_jax.downstream import paper_format
+from slm_jax.downstream import paper_format, paper_query
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.downstream.raw_text_prompts import RawTextEncoder
 from slm_jax.eval.raw_text import RawTextScorer
@@ -62,6 +68,11 @@ class OptionScore:
   chars: int
   tokens: int  # continuation tokens
   terminals: int  # continuation tokens counted in `term`
+  chars_full: int = -1  # S_full's normalizer (module docstring); −1: `chars`
+
+  def __post_init__(self):
+    if self.chars_full < 0:
+      object.__setattr__(self, "chars_full", self.chars)
 
   @property
   def norm(self) -> float:
@@ -69,22 +80,27 @@ class OptionScore:
 
   def as_json(self) -> dict:
     return dict(full=self.full, term=self.term, norm=self.norm, chars=self.chars,
-                tokens=self.tokens, terminals=self.terminals)
+                chars_full=self.chars_full, tokens=self.tokens, terminals=self.terminals)
 
 
 def continuation_scores(scorer: Scorer, encoder: TextEncoder,
                         prompts: Sequence[Prompt]) -> list[OptionScore]:
-  """S_full, S_term and the normalizer of each prompt's continuation, in one batched call."""
+  """S_full, S_term and the normalizers of each prompt's continuation, in one batched call."""
   encoded = [encoder.encode(p.components, joint=p.joint) for p in prompts]
   out = []
   for prompt, enc, lp in zip(prompts, encoded, scorer.logprobs([e.sequence for e in encoded])):
     kinds_T = enc.sequence.kinds
-    continuation_T = enc.component_T == len(prompt.components) - 1
+    last = len(prompt.components) - 1
+    continuation_T = enc.component_T == last
     full_T = continuation_T & scorer.target_mask(kinds_T)
     term_T = continuation_T & ((kinds_T == TERMINAL_CODE) | (kinds_T == PAUSE_CODE))
-    out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()),
-                           enc.divisor or prompt.option_chars, int(continuation_T.sum()),
-                           int(term_T.sum())))
+    chars = enc.divisor or prompt.option_chars
+    chars_full = chars
+    if encoder.paper:  # the code's continuation string: the head's tokens too
+      code_T = enc.component_T >= last - bool(prompt.head)
+      chars_full = paper_query.full_divisor(chars, enc.sequence.tokens[code_T], encoder.tokenizer)
+    out.append(OptionScore(float(lp[full_T[1:]].sum()), float(lp[term_T[1:]].sum()), chars,
+                           int(continuation_T.sum()), int(term_T.sum()), chars_full))
   return out
 
 
@@ -100,19 +116,24 @@ def decide(scores: Sequence[float], ties_to_first: bool = False) -> tuple[int, b
   return int(values.argmax()), False, False
 
 
-def primary(task: str, score: OptionScore, which: str = "term") -> float:
-  """The score an option is ranked by: S_term (or S_full) per character on normalized tasks."""
-  value = score.term if which == "term" else score.full
-  if task in NORMALIZED_TASKS:
-    return value / score.chars if score.chars else math.nan
+def primary(task: str, score: OptionScore, which: str = "term",
+            per_char: bool | None = None) -> float:
+  """The score an option is ranked by: S_term (or S_full) per character (`chars`, or
+  `chars_full`) on normalized tasks (`per_char`: that choice made by the caller, e.g. an OLMES
+  regime's primary metric, acc_per_char or acc_raw)."""
+  value, chars = (score.term, score.chars) if which == "term" else (score.full, score.chars_full)
+  if task in NORMALIZED_TASKS if per_char is None else per_char:
+    return value / chars if chars else math.nan
   return value
 
 
 def item_record(index: int, example: TaskExample, shots: int,
-                scores: Sequence[OptionScore], ties_to_first: bool = False) -> dict:
+                scores: Sequence[OptionScore], ties_to_first: bool = False,
+                per_char: bool | None = None) -> dict:
   """One item's JSON record; right = the prediction is one of the example's right options."""
-  prediction, tie, nonfinite = decide([primary(example.task, s) for s in scores], ties_to_first)
-  prediction_full, _, _ = decide([primary(example.task, s, "full") for s in scores],
+  prediction, tie, nonfinite = decide([primary(example.task, s, per_char=per_char)
+                                       for s in scores], ties_to_first)
+  prediction_full, _, _ = decide([primary(example.task, s, "full", per_char) for s in scores],
                                  ties_to_first)
   record = dict(index=index, source=example.source, group=example.group, gold=example.answer,
                 prediction=prediction, correct=example.correct(prediction),
@@ -124,14 +145,33 @@ def item_record(index: int, example: TaskExample, shots: int,
   return record
 
 
+def _right(record: Mapping[str, Any], prediction: int) -> bool:
+  golds = record.get("golds") or [record["gold"]]
+  return prediction >= 0 and prediction in golds
+
+
 def summarize(task: str, records: Sequence[dict]) -> dict:
-  """Accuracy (and the S_full column) of a task's item records; MMLU macro over subjects."""
-  labeled = [r for r in records if r["gold"] >= 0]
+  """Accuracy (and the S_full column) of a task's item records; MMLU macro over subjects. Also
+  `accuracy_raw` (argmax of S_term) and `accuracy_per_char` (of S_term / chars), OLMES's
+  `acc_raw` and `acc_per_char`, whichever the task's primary score is (ties wrong)."""
+  labeled = [dict(r) for r in records if r["gold"] >= 0]
   out: dict[str, Any] = dict(task=task, items=len(records), scored=len(labeled),
                              ties=sum(bool(r["tie"]) for r in records),
                              nonfinite=sum(bool(r["nonfinite"]) for r in records),
+                             no_right_option=sum("golds" in r and not any(
+                                 0 <= g < len(r["options"]) for g in r["golds"])
+                                                 for r in labeled),
                              fewer_shots=sum(r.get("shots_dropped", 0) > 0 for r in records))
-  for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full")):
+  scored = all("options" in r for r in labeled)  # records with their option scores
+  for r in labeled if scored else ():  # OLMES's two metrics, whatever the task's own rule
+    options = r["options"]
+    for metric, values in (("raw", [o["term"] for o in options]),
+                           ("per_char", [o["term"] / o["chars"] if o["chars"] else math.nan
+                                         for o in options])):
+      r[f"correct_{metric}"] = _right(r, decide(values)[0])
+  for key, name in (("correct", "accuracy"), ("correct_full", "accuracy_full"),
+                    *((("correct_raw", "accuracy_raw"), ("correct_per_char", "accuracy_per_char"))
+                      if scored else ())):
     if task in MACRO_TASKS:
       groups: dict[str, list[bool]] = {}
       for r in labeled:
@@ -230,7 +270,8 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
                   tree_source: TreeSource | None, *, chunk_items: int = 64,
                   batch_size: int = 32, max_len: int | None = None, progress: bool = True,
                   tree_source_name: str | None = None, mc_format: str = "olmes",
-                  made_by: Mapping[str, Any] | None = None) -> dict:
+                  made_by: Mapping[str, Any] | None = None, item_set: str | None = None,
+                  per_char: bool | None = None) -> dict:
   """Scores every example of `task` (resumable, see the module docstring) and returns the
   summary (`summarize` plus `scored_now`, `resumed`, the tree source's fallback counts; in the
   paper format `joint_units`, the joint parse units' counted events, `mc_joint`).
@@ -240,7 +281,9 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   earliest shots of a prompt longer than this (counted as `fewer_shots`; an item that does not
   fit without shots is scored NaN, i.e. wrong and counted as non-finite); `mc_format`: `olmes`
   or `paper` (`paper_format`: its prompts, MMLU-Redux's corrected answers, ties to the first
-  option).
+  option); `item_set`: where the examples come from when that is not the task's evaluation
+  split (an OLMES regime: recorded with the item files, checked on resume); `per_char`: rank
+  by S_term per character (True) or the raw sum (False) instead of the task's SPEC rule.
   """
   if task not in MC_TASKS:
     raise ValueError(f"{task} is not a multiple-choice task ({', '.join(MC_TASKS)})")
@@ -248,19 +291,24 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     if example.task != task:
       raise ValueError(f"{example.source}: a {example.task} example in the {task} task")
   scorer = as_scorer(model, batch_size)
-  encoder = (RawTextEncoder(scorer.tokenizer, scorer.prefix_id)  # a pretrained checkpoint
-             if isinstance(scorer, RawTextScorer)
-             else TextEncoder(scorer.tokenizer, scorer.configuration, tree_source))
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
   build = prompt_builder(mc_format)
   paper = mc_format == "paper"
+  encoder = (RawTextEncoder(scorer.tokenizer, scorer.prefix_id)  # a pretrained checkpoint
+             if isinstance(scorer, RawTextScorer)
+             else TextEncoder(scorer.tokenizer, scorer.configuration, tree_source, paper=paper))
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
   if paper:
     examples = [paper_format.corrected(x) for x in examples]
+  parses = encoder.with_trees or (paper and not isinstance(encoder, RawTextEncoder))
   meta = dict(task=task, items=len(examples), configuration=scorer.configuration.name,
               scheme=encoder.scheme,
-              tree_source=tree_source_name or (tree_source.name if encoder.with_trees else None),
-              **({"mc_format": mc_format} if paper else {}),
+              tree_source=tree_source_name or (tree_source.name if parses and tree_source
+                                               else None),
+              **({"mc_format": mc_format, "paper_rules": paper_format.PAPER_RULES}
+                 if paper else {}),
+              **({"item_set": item_set} if item_set else {}),
+              **({"per_char": per_char} if per_char is not None else {}),
               checkpoint=dict(made_by or {}))
   path = out / f"{task}.jsonl"
   check_item_meta(out / f"{task}.meta.json", path, meta)
@@ -273,13 +321,12 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     done[index] = r
   todo = [i for i in range(len(examples)) if i not in done]
   report = cli.Progress(task, len(examples), done=len(done)) if progress else None
-  with open(path, "a", encoding="utf-8") as sink:
+  with files.appending(path) as sink:  # a failed write (a full disk) names the file
     for start in range(0, len(todo), chunk_items):
       chunk = todo[start:start + chunk_items]
       demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
-      if encoder.with_trees:
-        encoder.prefetch(text for i in chunk for p in build(examples[i], demos[i])
-                         for text in p.parse_texts)
+      if parses:
+        encoder.prefetch_prompts(p for i in chunk for p in build(examples[i], demos[i]))
       items, prompts = [], []
       for i in chunk:
         own, dropped = fitting_prompts(encoder, examples[i], demos[i], max_len, mc_format)
@@ -294,7 +341,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
         else:
           option_scores = [OptionScore(math.nan, math.nan, p.option_chars, 0, 0) for p in own]
         record = item_record(i, examples[i], len(demos[i]) - max(dropped, 0), option_scores,
-                             ties_to_first=paper)
+                             ties_to_first=paper, per_char=per_char)
         record["shots_dropped"] = dropped if dropped >= 0 else len(demos[i])
         record["too_long"] = dropped < 0
         done[i] = record
@@ -305,9 +352,9 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
         report(len(done))
   summary = summarize(task, [done[i] for i in sorted(done)])
   summary.update(scored_now=len(todo), resumed=len(records),
-                 tree_stats=dict(tree_source.stats) if encoder.with_trees else {},
+                 tree_stats=dict(tree_source.stats) if parses and tree_source else {},
                  **encoder.summary_counters(joint_format=paper))
-  (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  files.write_text(out / f"{task}.summary.json", json.dumps(summary, indent=1) + "\n")
   return summary
 
 

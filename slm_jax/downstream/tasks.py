@@ -22,7 +22,8 @@ Row layouts (Hub field names → `TaskExample`, see `slm_jax.downstream.example`
   " [title]" → ". ", every bracketed WikiHow tag ("[header]", "[step]", "[substeps]") removed,
   "  " → " " once, strip again; the prompt builder writes `f"{group}: {question}"`.
 - BoolQ `question`, `passage`, `answer` (bool; super_glue's `label` 0/1 accepted) → options
-  ("no", "yes"), answer 1 for True.
+  ("yes", "no"), answer 0 for True: the paper code's order (`BoolQ.doc_to_continuations`, whose
+  argmax gives a tie to " yes") and OLMES's (its requests' `choices`).
 - MMLU `question`, `choices`, `answer` (int, or letter), `subject` → group.
 - MMLU-Redux 2.0 `question`, `choices`, `answer` (the original MMLU label, kept for every row:
   the 5,700 of SPEC §11 are all 57 × 100), subject from its folder (rows carry none). Its
@@ -56,6 +57,7 @@ from typing import Callable
 import numpy as np
 
 from slm_jax.data.rows import RowDataError, RowReader, read_rows
+from slm_jax.downstream import olmo_data
 from slm_jax.downstream.example import TASKS, TaskExample
 
 
@@ -136,8 +138,12 @@ def match_split(base: pathlib.Path, patterns: list[str], what: str) -> list[path
 def find_split(root: str | pathlib.Path, task: str, split: str) -> list[pathlib.Path]:
   """The files of one split of `task` under `task_folder(root, task)`, sorted; the first
   pattern that matches wins. MMLU-Redux's main-branch `.arrow` files hold only the test
-  split."""
+  split. An olmo_data root (`olmo_data.OlmoData.find`) has no such files: its splits are read
+  by `load_split`; asking it for the files of a task it lacks names where to get them."""
   source = source_of(task)
+  if olmo_data.OlmoData.find(root) is not None:
+    raise RowDataError(olmo_data.absent(task) if task not in olmo_data.HF_FOLDERS else
+                       f"{root}: olmo_data's {task} is read with load_split, not as files")
   patterns = split_patterns(source, split)
   if not source.configs and split != "test":
     patterns = [p for p in patterns if not p.endswith(".arrow")]
@@ -147,10 +153,15 @@ def find_split(root: str | pathlib.Path, task: str, split: str) -> list[pathlib.
 
 # ---- row readers -----------------------------------------------------------------------------
 def clean_hellaswag(text: str) -> str:
-  """HellaSwag's WikiHow markup removed the way lm-eval-harness / OLMES `preprocess` do."""
-  text = text.strip().replace(" [title]", ". ")
+  """HellaSwag's WikiHow markup removed as OLMES's requests show it (`olmo_data`'s
+  `oe_eval_tasks/hellaswag`: every request of every regime rendered this way): strip, " [title]"
+  → ". " with a period right before it absorbed (lm-eval-harness's `preprocess` would leave
+  "diet.. Consume"), every other `[...]` removed, "  " → " " once; no strip at the end (a removed
+  leading tag leaves its space: " " + "[substeps] Many" → "  Many"). The paper format cleans the
+  raw fields its own way (`paper_format.swag`)."""
+  text = re.sub(r"\.? \[title\]", ". ", text.strip())
   text = re.sub(r"\[.*?\]", "", text)
-  return text.replace("  ", " ").strip()
+  return text.replace("  ", " ")
 
 
 def _choices(row: RowReader, field: str = "choices") -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -191,26 +202,38 @@ def _winogrande(row: RowReader, task: str, group: str) -> TaskExample:
 
 def _hellaswag(row: RowReader, task: str, group: str) -> TaskExample:
   del group
+  if row.has(olmo_data.PROCESSED):  # an OLMES doc's text, cleaned once already
+    endings = row.strings("endings")
+    return TaskExample(task, row.get("ctx", str), endings,
+                       row.index_in("label", _label(row, "label"), len(endings)), row.where,
+                       row.get("activity_label", str))
   if row.has("ctx_a") and row.has("ctx_b"):
     context = f"{row.get('ctx_a', str)} {row.get('ctx_b', str).capitalize()}"
   else:
     context = row.get("ctx", str)
+  # the endings exactly as OLMES scores them (a removed leading tag keeps its space); the
+  # question and activity label stripped (OLMES renders the query from the raw fields:
+  # `prompts.hellaswag_query`)
   endings = tuple(clean_hellaswag(e) for e in row.strings("endings"))
   answer = row.index_in("label", _label(row, "label"), len(endings))
-  activity = clean_hellaswag(row.get("activity_label", str))
-  return TaskExample(task, clean_hellaswag(context), endings, answer, row.where, activity)
+  activity = clean_hellaswag(row.get("activity_label", str)).strip()
+  return TaskExample(task, clean_hellaswag(context).strip(), endings, answer, row.where, activity)
+
+
+BOOLQ_OPTIONS = ("yes", "no")  # the paper code's order (module docstring)
 
 
 def _boolq(row: RowReader, task: str, group: str) -> TaskExample:
   del group
   if row.has("answer"):
-    answer = int(row.get("answer", bool))
+    truth = int(row.get("answer", bool))
   elif not row.has("label"):
     raise row.fail("answer", "missing (a BoolQ row needs answer: true/false, or super_glue's "
                    "label: 0/1)")
   else:  # super_glue/boolq: label 0 (False) / 1 (True), −1 unlabeled
-    answer = row.index_in("label", row.get("label", (int, np.integer)), 2)
-  return TaskExample(task, row.get("question", str), ("no", "yes"), answer, row.where,
+    truth = row.index_in("label", row.get("label", (int, np.integer)), 2)
+  answer = -1 if truth < 0 else BOOLQ_OPTIONS.index("yes" if truth else "no")
+  return TaskExample(task, row.get("question", str), BOOLQ_OPTIONS, answer, row.where,
                      passage=row.get("passage", str))
 
 
@@ -288,30 +311,36 @@ def _subject_of(task: str, base: pathlib.Path, path: pathlib.Path) -> str:
   return path.relative_to(base).parts[0] if task == "mmlu_redux" else ""
 
 
-RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b"),  # what the paper format reads
-              "mmlu_redux": ("error_type", "correct_answer")}
+RAW_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b", "ctx", "endings"),  # the paper
+              "mmlu_redux": ("error_type", "correct_answer")}  # format reads them as written
 
 
 def with_row_fields(example: TaskExample, raw: dict) -> TaskExample:
   """`example` with the row's id (`key`: HellaSwag's `source_id`, else `id`) and the raw fields
-  of `RAW_FIELDS` (missing or null ones are left out)."""
+  of `RAW_FIELDS` (missing or null ones are left out; a list field as `name[i]` per item)."""
   key = raw.get("source_id" if example.task == "hellaswag" else "id")
-  kept = tuple((f, str(raw[f])) for f in RAW_FIELDS.get(example.task, ()) if raw.get(f) is not None)
-  return dataclasses.replace(example, key="" if key is None else str(key), raw=kept)
+  kept = []
+  for field in RAW_FIELDS.get(example.task, ()):
+    value = raw.get(field)
+    if isinstance(value, (list, tuple, np.ndarray)):
+      kept += [(f"{field}[{i}]", str(v)) for i, v in enumerate(value)]
+    elif value is not None:
+      kept.append((field, str(value)))
+  return dataclasses.replace(example, key="" if key is None else str(key), raw=tuple(kept))
 
 
 def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
-               limit: int | None = None) -> TaskSplit:
+               limit: int | None = None, olmes_docs: bool = False) -> TaskSplit:
   """Every row of one split (default: the evaluation split) of `task` under `root`, in file
-  then row order; `limit` keeps the first ones."""
+  then row order; `limit` keeps the first ones. `olmes_docs`: an olmo_data root's split read
+  from OLMES's processed docs even where hf_datasets has its rows (`olmo_data.doc_rows`)."""
   source = source_of(task)
   split = split or source.eval_split
-  files = find_split(root, task, split)
-  base = task_folder(root, task)
   reader, counts, examples = READERS[task], collections.Counter(), []
-  for path in files:
-    group = _subject_of(task, base, path)
-    for index, raw in enumerate(read_rows(path)):
+  parts = _split_rows(task, root, split, olmes_docs)
+  files = [path for path, _, _ in parts]
+  for path, group, rows in parts:
+    for index, raw in enumerate(rows):
       row = RowReader(path, index, raw)
       if task == "xsum" and raw.get("document") == "":
         counts["rows"] += 1  # the paper code skips the empty article (test: 11,333 of 11,334)
@@ -332,6 +361,22 @@ def load_split(task: str, root: str | pathlib.Path, split: str | None = None,
       if limit is not None and len(examples) >= limit:
         return TaskSplit(task, split, files, examples, counts)
   return TaskSplit(task, split, files, examples, counts)
+
+
+def _split_rows(task: str, root, split: str, olmes_docs: bool = False):
+  """(path, group, rows) per file of one split: Hub files under `root`, or olmo_data's Arrow
+  members (MMLU: per subject, the subject as group) or OLMES docs (`olmo_data.doc_rows`)."""
+  data = olmo_data.OlmoData.find(root)
+  if data is None:
+    base = task_folder(root, task)
+    return [(path, _subject_of(task, base, path), read_rows(path))
+            for path in find_split(root, task, split)]
+  members = [] if olmes_docs else data.split_files(task, split)
+  if members:
+    return [(pathlib.Path(data.where(m)), m.split("/")[-3] if task == "mmlu" else "",
+             data.arrow_rows(m)) for m in members]
+  rows, where = olmo_data.doc_rows(data, task, split)
+  return [(pathlib.Path(where), "", rows)]
 
 
 def read_task(task: str, root: str | pathlib.Path, split: str | None = None,
@@ -382,11 +427,16 @@ def demonstrations(task: str, root: str | pathlib.Path, *,
   MMLU-Redux has no train or validation split: the same dict, read from MMLU's validation split
   under `mmlu_root` (required), its examples re-tagged `task="mmlu_redux"` so a prompt's shots
   and target share one task. `shots_for` picks an example's shots from either form.
+  An olmo_data root gives OLMES's fixed demonstrations instead (`olmes_demonstrations`: 5 for
+  every task, as its request files hold them; SPEC §11).
   """
   source = source_of(task)
   if not source.shots:
     raise RowDataError(f"{task} has no demonstrations (it is fine-tuned on its "
                        f"{source.demo_split} split, SPEC §11)")
+  data = olmo_data.OlmoData.find(root)
+  if data is not None and task in olmo_data.OLMES_SHOTS:  # OLMES's own fixed demonstrations
+    return olmes_demonstrations(task, root)
   if task == "mmlu_redux":
     if mmlu_root is None:
       raise RowDataError("mmlu_redux demonstrations are MMLU's validation shots: pass "
@@ -397,6 +447,20 @@ def demonstrations(task: str, root: str | pathlib.Path, *,
   if task == "mmlu":
     return _by_subject(split, source.shots, task)
   return _first_labeled(split, source.shots, task)
+
+
+def olmes_demonstrations(task: str, root, shots: int | None = None) -> list[TaskExample]:
+  """The first `shots` (default all 5) of OLMES's fixed demonstrations of `task`, read from the
+  train docs of the olmo_data at `root` (`olmo_data.OLMES_SHOTS`)."""
+  wanted = olmo_data.OLMES_SHOTS.get(task, ())
+  shots = len(wanted) if shots is None else shots
+  if shots > len(wanted):
+    raise RowDataError(f"{task}: OLMES lists {len(wanted)} demonstrations, {shots} asked for")
+  train = load_split(task, root, "train")
+  if wanted and max(wanted[:shots]) >= len(train.examples):
+    raise RowDataError(f"{train.files[0]}: {len(train.examples)} train docs, OLMES's "
+                       f"demonstrations of {task} need row {max(wanted[:shots])}")
+  return [train.examples[i] for i in wanted[:shots]]
 
 
 def shots_for(demos: Demonstrations, example: TaskExample) -> list[TaskExample]:

