@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from slm_jax.gtca.batches import Encoded, make_batch, train_batch
+from slm_jax.gtca.batches import EncodedExample, make_batch, train_batch
 from slm_jax.gtca.plans import Settings, Stage
 from slm_jax import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError, layout_mismatch
@@ -182,7 +182,7 @@ def _progress(stage: Stage):
   return progress
 
 
-def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Sequence[Encoded],
+def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Sequence[EncodedExample],
               settings: Settings, width: int, n_layers: int, prints: dict, record: dict,
               log: Callable[[str], None] = print, stop_after: int | None = None) -> dict | None:
   """Trains one stage through `train.loop.Loop` (resuming from its own newest checkpoint) and

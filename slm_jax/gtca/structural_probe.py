@@ -47,7 +47,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from slm_jax import cli
-from slm_jax.gtca.probe_trees import EDGE_DEFINITION, Sentence, min_spanning_tree, tree_edges
+from slm_jax.gtca.probe_trees import EDGE_DEFINITION, ProbeSentence, min_spanning_tree, tree_edges
 
 RESULTS_FILE = "uuas.json"
 PLOT_FILE = "uuas.png"
@@ -60,16 +60,16 @@ class ProbeBatch(NamedTuple):
 
   tokens_BT: np.ndarray      # int32 token ids (padding 0)
   word_index_BT: np.ndarray  # int32: each token's index in its sentence's `words` (-1: BOS/pad)
-  sentences: list[Sentence]  # the batch's rows (padding rows are not listed)
+  sentences: list[ProbeSentence]  # the batch's rows (padding rows are not listed)
 
 
 LayerSide = Callable  # side(layer, x_BTD) -> delta_BTD (slm_jax.model.decoder)
 
 
-SentenceEncoder = Callable[[Sentence], tuple[np.ndarray, np.ndarray]]  # → (ids [T], word [T])
+SentenceEncoder = Callable[[ProbeSentence], tuple[np.ndarray, np.ndarray]]  # → (ids [T], word [T])
 
 
-def encode(s: Sentence, encode_word: Callable[[str], Sequence[int]],
+def encode(s: ProbeSentence, encode_word: Callable[[str], Sequence[int]],
            bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
   """(token ids [T], word index of each token [T], -1 for BOS): piece-per-word encoding."""
   ids, index = ([bos_id], [-1]) if bos_id is not None else ([], [])
@@ -102,7 +102,7 @@ def _forward(graphdef, layers: tuple[int, ...]):
   return run
 
 
-def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[str], Sequence[int]],
+def word_vectors(model, sentences: Sequence[ProbeSentence], encode_word: Callable[[str], Sequence[int]],
                  bos_id: int | None = None, *, layers: Sequence[int] | None = None,
                  batch_size: int = 16, side: LayerSide | None = None,
                  side_for: Callable[[ProbeBatch], LayerSide] | None = None,
@@ -170,7 +170,7 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
   return out
 
 
-def offsets(sentences: Sequence[Sentence]) -> np.ndarray:
+def offsets(sentences: Sequence[ProbeSentence]) -> np.ndarray:
   """[N + 1] start of each sentence's words in a [L, M, D] feature array (last = M)."""
   return np.concatenate([[0], np.cumsum([s.n for s in sentences])]).astype(np.int64)
 
@@ -178,7 +178,7 @@ def offsets(sentences: Sequence[Sentence]) -> np.ndarray:
 # --- the probe ----------------------------------------------------------------------------------
 
 
-def _batch(sentences: Sequence[Sentence], start_M: np.ndarray, chosen: Sequence[int]):
+def _batch(sentences: Sequence[ProbeSentence], start_M: np.ndarray, chosen: Sequence[int]):
   """(word rows idx_BW into M, mask_BW, gold d_BWW, n_B) of these sentences, W a bucket."""
   from slm_jax.buckets import bucket  # pylint: disable=import-outside-toplevel
   width = bucket(max(sentences[i].n for i in chosen), 8)
@@ -210,7 +210,7 @@ def probe_loss(B_LKD, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
   return jnp.mean(error_LBWW.sum((-1, -2)) / (n_B * n_B), axis=-1)
 
 
-def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int = 64,
+def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank: int = 64,
                  steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                  seed: int = 0, log: Callable[[str], None] | None = None,
                  log_every: int = 200) -> tuple[np.ndarray, list[float]]:
@@ -271,7 +271,7 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int 
 
 
 def predicted_distances(B_LKD: np.ndarray, h_LMD: np.ndarray,
-                        sentences: Sequence[Sentence]) -> list[list[np.ndarray]]:
+                        sentences: Sequence[ProbeSentence]) -> list[list[np.ndarray]]:
   """[layer][sentence] → predicted squared distances [n, n] (float64)."""
   p_LMK = np.einsum("lmd,lkd->lmk", h_LMD.astype(np.float64), B_LKD.astype(np.float64))
   start_M = offsets(sentences)
@@ -286,20 +286,20 @@ def predicted_distances(B_LKD: np.ndarray, h_LMD: np.ndarray,
   return out
 
 
-def uuas(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+def uuas(distances: Sequence[np.ndarray], sentences: Sequence[ProbeSentence]) -> float:
   """Gold edges recovered by the MST of `distances` / gold edges, over all sentences."""
   found = sum(len(min_spanning_tree(d) & tree_edges(s.heads)) for d, s in zip(distances, sentences))
   total = sum(s.n - 1 for s in sentences)
   return found / total if total else float("nan")
 
 
-def linear_baseline_uuas(sentences: Sequence[Sentence]) -> float:
+def linear_baseline_uuas(sentences: Sequence[ProbeSentence]) -> float:
   """UUAS of the chain attaching every probed word to the next one."""
   found = sum(len({(i, i + 1) for i in range(s.n - 1)} & tree_edges(s.heads)) for s in sentences)
   return found / max(1, sum(s.n - 1 for s in sentences))
 
 
-def spearman(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+def spearman(distances: Sequence[np.ndarray], sentences: Sequence[ProbeSentence]) -> float:
   """Mean over sentences (≥ 3 probed words) of Spearman ρ between predicted and gold distances over
   all word pairs i < j (a simplification of Hewitt & Manning's per-word DSpr.); constant
   predictions count as ρ = 0."""
@@ -317,7 +317,7 @@ def spearman(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> 
 
 
 def evaluate(B_LKD: np.ndarray, h_LMD: np.ndarray,
-             sentences: Sequence[Sentence]) -> tuple[list[float], list[float]]:
+             sentences: Sequence[ProbeSentence]) -> tuple[list[float], list[float]]:
   """(UUAS per layer, Spearman per layer) of trained probes on test features."""
   per_layer = predicted_distances(B_LKD, h_LMD, sentences)
   return ([uuas(d, sentences) for d in per_layer], [spearman(d, sentences) for d in per_layer])
@@ -371,7 +371,7 @@ def read_results(path: str | pathlib.Path) -> dict:
 
 
 def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int | None,
-                train: Sequence[Sentence], test: Sequence[Sentence], out: str | pathlib.Path, *,
+                train: Sequence[ProbeSentence], test: Sequence[ProbeSentence], out: str | pathlib.Path, *,
                 layers: Sequence[int] | None = None, label: str = "model", rank: int = 64,
                 steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                 forward_batch: int = 16, seed: int = 0, side: LayerSide | None = None,
