@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-import time
+import tempfile
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -210,6 +210,18 @@ def probe_loss(B_LKD, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
   return jnp.mean(error_LBWW.sum((-1, -2)) / (n_B * n_B), axis=-1)
 
 
+def _batch_order(rng: np.random.Generator, n: int, batch_size: int, steps: int) -> np.ndarray:
+  """[steps, batch] sentence indices: epochs of `rng` permutations, a new one when the rest of
+  the current one holds less than a batch (the order every probe step draws its batch in)."""
+  order, cursor, out = rng.permutation(n), 0, []
+  for _ in range(steps):
+    if cursor + batch_size > len(order):
+      order, cursor = rng.permutation(n), 0
+    out.append(order[cursor:cursor + batch_size])
+    cursor += batch_size
+  return np.asarray(out)
+
+
 def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank: int = 64,
                  steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                  seed: int = 0, log: Callable[[str], None] | None = None,
@@ -220,6 +232,8 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.loop import Cadence  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.state import Trainer  # pylint: disable=import-outside-toplevel
   if not sentences:
     raise ValueError("train_probes: no training sentences")
   start_M = offsets(sentences)
@@ -236,7 +250,6 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank:
   B_LKD = jnp.asarray(rng.normal(0, 1 / np.sqrt(rank * dim), (n_layers, rank, dim)),
                       jnp.float32)
   tx = optax.adam(learning_rate)
-  opt_state = tx.init(B_LKD)
 
   @jax.jit  # the features are an argument: a closed-over array would be baked into the program
   def step(B_LKD, opt_state, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
@@ -247,26 +260,36 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank:
     updates, opt_state = tx.update(grad, opt_state, B_LKD)
     return optax.apply_updates(B_LKD, updates), opt_state, losses_L
 
-  order, cursor = rng.permutation(len(sentences)), 0
   batch_size = min(batch_size, len(sentences))
-  running_L, seen = np.zeros(n_layers), 0
+  chosen_SB = _batch_order(rng, len(sentences), batch_size, steps)
   last = [float("nan")] * n_layers
-  started = time.time()
-  for number in range(1, steps + 1):
-    if cursor + batch_size > len(order):
-      order, cursor = rng.permutation(len(sentences)), 0
-    chosen = order[cursor:cursor + batch_size]
-    cursor += batch_size
-    B_LKD, opt_state, losses_L = step(B_LKD, opt_state, h_device, *map(jnp.asarray, _batch(
-        sentences, start_M, chosen)))
-    running_L, seen = running_L + np.asarray(losses_L), seen + 1
-    if number % log_every == 0 or number == steps:
-      last = (running_L / seen).tolist()
-      if log is not None:
-        per_layer = " ".join(f"{v:.3f}" for v in last)
-        log(f"probe step {number}/{steps} ({time.time() - started:.0f}s): loss by layer "
-            f"[{per_layer}]")
-      running_L, seen = np.zeros(n_layers), 0
+
+  def step_fn(state, batch, number):
+    del number
+    B, opt_state, losses_L = step(state["B"], state["opt_state"], h_device, *batch)
+    return {"B": B, "opt_state": opt_state}, {"losses": losses_L, "loss": losses_L.sum()}
+
+  def progress(window, done):
+    nonlocal last
+    total_L = np.zeros(n_layers)  # float64, summed in step order
+    for out in window.outs:
+      total_L = total_L + np.asarray(out["losses"])
+    last = (total_L / len(window.outs)).tolist()
+    return {"loss_by_layer": last}, ["loss by layer [" + " ".join(f"{v:.3f}" for v in last)
+                                     + "]"]
+
+  with tempfile.TemporaryDirectory(prefix="probe_") as folder:  # seconds of training: no resume
+    trainer = Trainer({"B": B_LKD, "opt_state": tx.init(B_LKD)}, steps, folder,
+                      log=log or (lambda line: None), label="probe ")
+    try:
+      result = trainer.run(step_fn, lambda number: tuple(map(jnp.asarray, _batch(
+          sentences, start_M, chosen_SB[number]))), progress=progress,
+                           cadence=Cadence(log_every=log_every),
+                           loss_of=lambda out: float(out["loss"]),
+                           hint="lower the probe's learning rate")
+    finally:
+      trainer.close()
+  B_LKD = result.state["B"]
   return np.asarray(B_LKD) * scale_L[:, None, None], last
 
 
