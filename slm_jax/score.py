@@ -39,14 +39,13 @@ import jax.numpy as jnp
 
 from slm_jax import cli, files
 from slm_jax.eval.text_scorer import TextScorer
-from slm_jax.hf.gguf import is_gguf
 from slm_jax.hf.load import checkpoint_config, load_checkpoint
 from slm_jax.hf.tokenizer_fit import check_tokenizer_fits
 from slm_jax.structure import MAX_ROW_TOKENS
 from slm_jax.tokenizer_bases import UNK_SYMBOL
 from slm_jax.train import sharding
+from slm_jax.train import models
 from slm_jax.train.loading import load_run
-from slm_jax.train.workdir import CONFIG_FILE
 
 DTYPES = ("float32", "bfloat16")
 
@@ -63,16 +62,11 @@ class Source:
     self.unk_id = unk_id  # the tokenizer's unknown token (None: it has none)
 
 
-def _is_workdir(folder: pathlib.Path) -> bool:
-  return (folder / "checkpoints").is_dir() and (folder / CONFIG_FILE).is_file()
-
-
 def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: int = 1) -> Source:
   """The model and tokenizer of an HF folder, a .gguf file or an slm_jax workdir."""
   folder = pathlib.Path(folder)
-  if not folder.is_dir() and not (is_gguf(folder) and folder.is_file()):
-    raise cli.CliError(f"--checkpoint {folder}: no such folder or .gguf file")
-  if _is_workdir(folder):
+  kind = models.model_kind(folder)  # the one rule of what a model path is
+  if kind == models.WORKDIR:
     run = load_run(folder, dtype=dtype)
     tok = run.tokenizer
     reserved_ids = range(tok.base_size, tok.vocab_size)
@@ -93,7 +87,7 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
   if fsdp > 1:
     mesh = sharding.make_mesh(data=1, fsdp=fsdp, devices=jax.devices()[:fsdp])
     shardings = lambda abstract: sharding.tree_shardings(abstract, mesh)
-  if not is_gguf(folder) and (folder / "tokenizer.json").is_file():
+  if kind == models.HF_FOLDER and (folder / "tokenizer.json").is_file():
     check_tokenizer_fits(folder)  # another model's tokenizer.json: refused before loading
   checkpoint = load_checkpoint(folder, compute_dtype=jnp.dtype(dtype),
                                param_dtype=jnp.dtype(dtype), shardings=shardings)
@@ -107,7 +101,7 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
 
   unk = tok.special.get("unk_token") if tok else None
   return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids],
-                trained_len, ("the GGUF file's context_length" if is_gguf(folder)
+                trained_len, ("the GGUF file's context_length" if kind == models.GGUF
                               else "max_position_embeddings"),
                 tok.tokenizer.token_to_id(unk) if unk else None)
 

@@ -17,7 +17,7 @@ pytest.importorskip("accelerate")  # transformers needs it to load a GGUF file
 
 import jax.numpy as jnp  # noqa: E402
 
-from slm_jax.hf import CheckpointError, HfConfigError, import_config  # noqa: E402
+from slm_jax.hf import HfCheckpointError, HfConfigError, import_config  # noqa: E402
 from slm_jax.hf.gguf import llama3_factors, open_gguf  # noqa: E402
 from slm_jax.hf.gguf_quant import SUPPORTED  # noqa: E402
 from slm_jax.hf.load import load_checkpoint, load_model  # noqa: E402
@@ -184,7 +184,7 @@ def test_rope_freqs_that_are_not_llama3(tmp_path):
 def test_truncated_file(tmp_path):
   path = tiny(tmp_path)
   path.write_bytes(path.read_bytes()[:5000])
-  with pytest.raises(CheckpointError, match=r"model\.gguf: not a readable GGUF file"):
+  with pytest.raises(HfCheckpointError, match=r"model\.gguf: not a readable GGUF file"):
     open_gguf(path)
 
 

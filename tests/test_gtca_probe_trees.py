@@ -81,7 +81,7 @@ def test_mst_recovers_the_tree_from_its_own_distances():
     heads = random_heads(n, rng)
     d = probe_trees.tree_distances(heads)
     assert probe_trees.min_spanning_tree(d) == probe_trees.tree_edges(heads)
-    sentences.append(probe_trees.Sentence(tuple(map(str, range(n))), np.arange(n), heads, d))
+    sentences.append(probe_trees.ProbeSentence(tuple(map(str, range(n))), np.arange(n), heads, d))
   assert structural_probe.uuas([s.distances for s in sentences], sentences) == 1.0
   # Reversed distances do not.
   assert structural_probe.uuas([-s.distances for s in sentences], sentences) < 0.5

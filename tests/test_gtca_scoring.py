@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from slm_jax.gtca import batches, scoring
-from slm_jax.gtca.batches import Encoded
+from slm_jax.gtca.batches import EncodedExample
 from slm_jax.gtca.branch import Gtca, GtcaConfig
 from slm_jax.gtca.metrics import mcqa_metrics
 from slm_jax.gtca.model import GtcaLM, params_of
@@ -24,7 +24,7 @@ def _example(n_prompt, letters=(7, 8), answer=0, group="", seed=0):
   ids = np.random.default_rng(seed).integers(1, 20, n_prompt + 1)
   tree = SpanTree(SpanNode("ROOT", 0, n_prompt, (SpanNode("a", 0, 1), SpanNode("b", 1, n_prompt))),
                   n_prompt)
-  return Encoded(ids, tree, letters, answer, group, f"e{seed}")
+  return EncodedExample(ids, tree, letters, answer, group, f"e{seed}")
 
 
 def test_letter_scores_with_a_fake_model_whose_log_probs_are_known():
@@ -56,7 +56,7 @@ def test_make_batch_marks_only_the_answer_letter_as_target():
   assert batch["positions"][0] == 4 and batch["answers"].tolist() == [1, -1]
   assert batch["chunks"].start_BLK.shape == (2, 2, 4)
   with pytest.raises(ValueError, match="prompt \\+ 1 letter"):
-    Encoded(np.arange(4), e.tree, (1, 2), 0)
+    EncodedExample(np.arange(4), e.tree, (1, 2), 0)
 
 
 def test_real_scorer_matches_the_decoder_with_and_without_the_branch():

@@ -25,7 +25,7 @@ def synthetic(count: int, seed: int, dim: int = 32, encode: bool = True):
   for _ in range(count):
     n = int(rng.integers(4, 15))
     heads = random_heads(n, rng)
-    s = probe_trees.Sentence(tuple(map(str, range(n))), np.arange(n), heads,
+    s = probe_trees.ProbeSentence(tuple(map(str, range(n))), np.arange(n), heads,
                              probe_trees.tree_distances(heads))
     tree_part = np.zeros((n, 16))
     for i in range(n):

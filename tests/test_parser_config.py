@@ -13,13 +13,13 @@ import pytest
 from slm_jax import cli
 from slm_jax.config_files import ConfigError
 from slm_jax.parser import train
-from slm_jax.parser.config import LOADER, ModelConfig, TrainConfig, named_config
+from slm_jax.parser.config import LOADER, ParserModelConfig, ParserTrainConfig, named_config
 
 GUM = pathlib.Path(train.__file__).resolve().parent / "data" / "gum"
 
 
 def config_of(*argv, monkeypatch):
-  """The TrainConfig `main` would train with (stopped before training)."""
+  """The ParserTrainConfig `main` would train with (stopped before training)."""
   seen = {}
   stop = lambda cfg, workdir, args: seen.setdefault("cfg", cfg) and 0
   monkeypatch.setattr(train, "train", stop)
@@ -33,7 +33,7 @@ def test_the_presets_keep_their_values():
   assert (tiny.model.hidden, tiny.model.heads, tiny.buckets, tiny.tag_weight) == (16, 2,
                                                                                  (8, 16, 32, 64),
                                                                                  0.5)
-  assert named_config("default") == TrainConfig(schedule="cosine", max_epochs=20, tag_weight=0.5,
+  assert named_config("default") == ParserTrainConfig(schedule="cosine", max_epochs=20, tag_weight=0.5,
                                                 members=3)
   gpu = named_config("gpu")
   assert (gpu.model.char_filters, gpu.model.layers, gpu.batch_words, gpu.patience) == (
@@ -77,7 +77,7 @@ def test_problems_are_one_line_naming_the_file(tmp_path, capsys):
 
 def test_the_shipped_models_config_still_loads():
   saved = json.loads((GUM / "config.json").read_text())
-  assert ModelConfig.from_json(saved["model"]) == ModelConfig(**saved["model"])
+  assert ParserModelConfig.from_json(saved["model"]) == ParserModelConfig(**saved["model"])
   with pytest.raises(ConfigError, match=r"unknown key hiden in x/config.json; did you mean "
                                         r"hidden\?"):
-    ModelConfig.from_json({**saved["model"], "hiden": 2}, source="x/config.json")
+    ParserModelConfig.from_json({**saved["model"], "hiden": 2}, source="x/config.json")

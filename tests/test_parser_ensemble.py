@@ -79,7 +79,7 @@ def test_members_that_do_not_fit_are_refused(members, tmp_path):
     ensemble.combine([members[0], nested], tmp_path / "bad")
   with pytest.raises(ValueError, match="at least 2 member folders"):
     ensemble.combine(members[:1], tmp_path / "bad")
-  with pytest.raises(ValueError, match="share one ModelConfig"):
+  with pytest.raises(ValueError, match="share one ParserModelConfig"):
     vocab = Vocab.from_sentences([WORDS], min_count=1)
     Ensemble([SpanScorer(cfg, len(vocab.words), len(vocab.chars), len(LABELS), nnx.Rngs(0))
               for cfg in (CFG, dataclasses.replace(CFG, hidden=8))])

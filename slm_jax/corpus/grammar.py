@@ -6,7 +6,7 @@ into atomic nonterminals (`NP[n]` -> `NP[sg]`, `NP[pl]`), normalizes weights int
 left-hand side and validates the result: every symbol defined, reachable and productive, no unary
 cycles, finite expected size. Any problem raises `GrammarError` naming the file and line.
 
-The compiled `Grammar` is a true CFG: `rules` rewrite a nonterminal into nonterminals, and
+The compiled `Pcfg` is a true CFG: `rules` rewrite a nonterminal into nonterminals, and
 `lexical_rules` rewrite a preterminal into one word. Each nonterminal has a kind: PHRASE nodes
 appear in output trees under their PTB label, HIDDEN helpers are spliced out (their children attach
 to the parent) and LEXICAL (POS) nodes are dropped, leaving the bare word, as in normalized trees.
@@ -66,7 +66,7 @@ class LexicalRule:
   source: str = ""
 
 
-class Grammar:
+class Pcfg:
   """A compiled PCFG. Nonterminals are atomic strings such as `NP[sg]`."""
 
   def __init__(self, start: str, kinds: Mapping[str, str], rules: Sequence[Rule],
@@ -164,13 +164,13 @@ def atom(name: str, values: Sequence[str]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def default_grammar() -> Grammar:
+def default_grammar() -> Pcfg:
   """The embedded treebank's grammar (`data/english.grammar`), loaded once."""
   return load_grammar(DEFAULT_GRAMMAR)
 
 
 def load_grammar(path: str | pathlib.Path,
-                 lexicon_path: str | pathlib.Path | None = None) -> Grammar:
+                 lexicon_path: str | pathlib.Path | None = None) -> Pcfg:
   """Reads, expands, normalizes and validates a grammar (and its `%lexicon`, unless given)."""
   lexicon = None if lexicon_path is None else pathlib.Path(lexicon_path)
   return _Loader(pathlib.Path(path)).load(lexicon)
@@ -203,7 +203,7 @@ class _Loader:
     self.words: dict[str, dict[str, float]] = {}  # preterminal atom -> word -> weight
     self.word_source: dict[str, str] = {}
 
-  def load(self, lexicon_path: pathlib.Path | None) -> Grammar:
+  def load(self, lexicon_path: pathlib.Path | None) -> Pcfg:
     try:
       text = self.path.read_text(encoding="utf-8")
     except OSError as e:
@@ -357,7 +357,7 @@ class _Loader:
           self.word_source.setdefault(cat, where)
 
   # ---- compiling ----------------------------------------------------------------------------
-  def _compile(self) -> Grammar:
+  def _compile(self) -> Pcfg:
     start, start_where = self.start
     start_name, start_feats = self._symbol(start, start_where, values_only=True)
     start = atom(start_name, start_feats)
@@ -388,7 +388,7 @@ class _Loader:
     for cat, entries in self.words.items():
       total = sum(entries.values())
       lexical += [LexicalRule(cat, w, x / total, self.word_source[cat]) for w, x in entries.items()]
-    grammar = Grammar(start, kinds, rules, lexical, self.variables, str(self.path))
+    grammar = Pcfg(start, kinds, rules, lexical, self.variables, str(self.path))
     self._validate(grammar, sources)
     return grammar
 
@@ -414,7 +414,7 @@ class _Loader:
         raise GrammarError(where, f"hidden start symbol {start} must rewrite to exactly one "
                            f"phrase, not {' '.join(rhs)}")
 
-  def _validate(self, g: Grammar, sources) -> None:
+  def _validate(self, g: Pcfg, sources) -> None:
     where = f"{self.path}:1"
     productive = {nt for nt, k in g.kinds.items() if k == LEXICAL}
     changed = True

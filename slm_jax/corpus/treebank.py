@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from slm_jax.corpus.grammar import HIDDEN, LEXICAL, PHRASE, Grammar, default_grammar
+from slm_jax.corpus.grammar import HIDDEN, LEXICAL, PHRASE, Pcfg, default_grammar
 from slm_jax.trees import Tree
 
 SPLITS = {"train": 0, "validation": 1, "test": 2}
@@ -60,7 +60,7 @@ class _Uniforms:
 class Sampler:
   """Top-down sampler over a compiled grammar, with integer-indexed tables."""
 
-  def __init__(self, grammar: Grammar):
+  def __init__(self, grammar: Pcfg):
     names = list(grammar.nonterminals)
     index = {nt: i for i, nt in enumerate(names)}
     self.names = names
@@ -126,17 +126,17 @@ class Sampler:
     return Tree(self.names[nt], tuple(self._derive(c, uniforms) for c in self._pick(nt, uniforms)))
 
 
-_SAMPLERS: weakref.WeakKeyDictionary[Grammar, Sampler] = weakref.WeakKeyDictionary()
+_SAMPLERS: weakref.WeakKeyDictionary[Pcfg, Sampler] = weakref.WeakKeyDictionary()
 
 
-def _sampler(grammar: Grammar | None) -> Sampler:
+def _sampler(grammar: Pcfg | None) -> Sampler:
   grammar = grammar or default_grammar()
   if grammar not in _SAMPLERS:
     _SAMPLERS[grammar] = Sampler(grammar)
   return _SAMPLERS[grammar]
 
 
-def generate_sentence(rng: np.random.Generator, grammar: Grammar | None = None, *,
+def generate_sentence(rng: np.random.Generator, grammar: Pcfg | None = None, *,
                       max_words: int = MAX_WORDS, derivation: bool = False) -> Tree:
   """One sentence tree; with `derivation=True` the full derivation (nonterminal labels such as
   `NP[sg]`, words under preterminals) that `grammar.to_output_tree` maps to the same tree."""
@@ -144,7 +144,7 @@ def generate_sentence(rng: np.random.Generator, grammar: Grammar | None = None, 
 
 
 def generate_document(rng: np.random.Generator, min_sentences: int = MIN_SENTENCES,
-                      max_sentences: int = MAX_SENTENCES, grammar: Grammar | None = None, *,
+                      max_sentences: int = MAX_SENTENCES, grammar: Pcfg | None = None, *,
                       max_words: int = MAX_WORDS, derivation: bool = False) -> list[Tree]:
   """A document: a uniform number in [min_sentences, max_sentences] of independent sentences."""
   if not 1 <= min_sentences <= max_sentences:
@@ -165,7 +165,7 @@ def document_rng(seed: int, index: int, stream: int = 0) -> np.random.Generator:
 
 def generate_documents(num_documents: int, seed: int = 0, *, start: int = 0, stream: int = 0,
                        min_sentences: int = MIN_SENTENCES, max_sentences: int = MAX_SENTENCES,
-                       grammar: Grammar | None = None, max_words: int = MAX_WORDS,
+                       grammar: Pcfg | None = None, max_words: int = MAX_WORDS,
                        derivation: bool = False) -> list[list[Tree]]:
   """Documents `start .. start + num_documents - 1` of `stream`, deterministic for `seed`."""
   return [generate_document(document_rng(seed, i, stream), min_sentences, max_sentences, grammar,

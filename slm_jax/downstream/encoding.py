@@ -52,7 +52,7 @@ from slm_jax.configurations import Configuration
 from slm_jax.data.encode import encode_document
 from slm_jax.downstream import mc_joint, paper_query
 from slm_jax.eval.proposals import FileProposals, NoProposals
-from slm_jax.kinds import BOS_CODE, EOS_CODE, TERMINAL_CODE
+from slm_jax.kinds import BOS_CODE, EOS_CODE, PAUSE_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence, get_scheme
 from slm_jax.splitting import default_splitter
 from slm_jax.tokenizer import Tokenizer
@@ -261,7 +261,9 @@ class TextEncoder:
     context part or an unscored token, 1: the continuation) each token belongs to by its lin1
     unit (HellaSwag: its Ctx_b tokens by `mc_joint.masked_tokens` on the ids), and the
     continuation's divisor. Cached per unit; its events (`multiword_gold`, `not_grafted`,
-    `multi_tree`, `bare_word`) are counted in `joint_stats` once per option unit parsed."""
+    `multi_tree`, `bare_word`; OpenBookQA's `grafted` lines; HellaSwag's `head_masked` — every
+    token of " " + Ctx_b found on its id —, `head_unmasked` — the code's matching stopped short
+    —, `no_head`) are counted in `joint_stats` once per option unit parsed."""
     cached = self._pieces.get(joint)
     if cached is None:
       found = mc_joint.split(joint, self._joint_trees(joint))
@@ -269,13 +271,21 @@ class TextEncoder:
       inner = whole.take(np.arange(1, len(whole) - 1))
       unit_T = inner.unit - 1  # the lin1 symbol of every token within the unit
       part_T = unit_T >= found.cut
+      events = list(found.events)
+      if joint.rule == "openbookqa" and "not_grafted" not in events:
+        events.append("grafted")
       if found.masked:  # HellaSwag's Ctx_b: matched on token ids as the paper code does
-        part_T &= ~mc_joint.masked_tokens(inner.tokens, inner.kinds,
-                                          self.tokenizer.encode_text(found.masked))
+        wanted = self.tokenizer.encode_text(found.masked)
+        masked_T = mc_joint.masked_tokens(inner.tokens, inner.kinds, wanted)
+        part_T &= ~masked_T
+        hits = int((masked_T & (inner.kinds != PAUSE_CODE)).sum())
+        events.append("head_masked" if hits == len(wanted) else "head_unmasked")
+      elif joint.rule == "hellaswag":
+        events.append("no_head")
       piece = _Piece(dataclasses.replace(inner, unit=unit_T), len(found.trees),
                      int(whole.unit[-1]) - 1)
       cached = (piece, part_T.astype(np.int32), found.divisor)
-      self.joint_stats.update(found.events)
+      self.joint_stats.update(events)
       if len(self._pieces) >= COMPONENT_CACHE_LIMIT:
         self._pieces.clear()
       self._pieces[joint] = cached

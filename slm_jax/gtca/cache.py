@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="only the first N examples (blimp: N pairs per paradigm; 0: all)")
   parser.add_argument("--ptb", help="PTB files/folders (comma-separated): sentence records with "
                       "their own trees, for the UUAS probe's GTCA switch")
+  parser.add_argument("--checkpoint", help="the backbone model: a slm_jax training workdir, a "
+                      "Hugging Face checkpoint folder or a .gguf file")
   parser.add_argument("--backbone", help="Hugging Face checkpoint folder or tokenizer.json")
   parser.add_argument("--workdir", help="instead of --backbone: a slm_jax training run")
   parser.add_argument("--options", type=int, default=None,
@@ -136,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     count, rows = merge_shards(args.out)
     print(f"merged {count} shards into {args.out}: {rows} span trees")
     return cli.EXIT_OK
+  if args.checkpoint:  # any model (train.models): a workdir's prompt tokenizer, or the checkpoint's
+    from slm_jax.train import models  # pylint: disable=g-import-not-at-top
+    if bool(args.backbone or args.workdir):
+      raise cli.CliError("give --checkpoint, or the old --backbone / --workdir, not both")
+    if models.model_kind(args.checkpoint) == models.WORKDIR:
+      args.workdir = args.checkpoint
+    else:
+      args.backbone = args.checkpoint
   if bool(args.backbone) == bool(args.workdir):
     raise cli.CliError("give --backbone (a Hugging Face checkpoint) or --workdir (a slm_jax run)"
                        ", one of them (or --merge)")

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from slm_jax.eval.blimp import pair_verdicts
-from slm_jax.gtca.batches import Encoded
+from slm_jax.gtca.batches import EncodedExample
 
 REAL_BLIMP = "blimp_real"  # the real BLiMP's metric; "blimp": the toy's BLiMP-style pairs
 
@@ -108,7 +108,7 @@ def option_drift(with_QO, without_QO, tokens_QO=None) -> float:
   return float(values.mean()) if values.size else float("nan")
 
 
-def mcqa_metrics(scores_QO: np.ndarray, examples: Sequence[Encoded], prefix: str = "toy"
+def mcqa_metrics(scores_QO: np.ndarray, examples: Sequence[EncodedExample], prefix: str = "toy"
                  ) -> dict[str, float]:
   """Accuracy (%) overall (`prefix`) and per example group (`prefix_group`)."""
   correct = mcqa_correct(scores_QO, [e.answer for e in examples])

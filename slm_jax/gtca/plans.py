@@ -2,7 +2,7 @@
 
 `Settings` is everything a run depends on (stored in result.json and every checkpoint's extra,
 validated at construction: a typed `slm_jax.sections` section, the root of
-`run_config.TrainConfig`). `plan(settings)` gives its stages: `backbone` none, `lora_only` one
+`run_config.GtcaTrainConfig`). `plan(settings)` gives its stages: `backbone` none, `lora_only` one
 LoRA stage at α = 0, `direct_joint` one LoRA + GTCA stage at α = 0.15, `gtca` the paper's three
 (LoRA at α = 0; GTCA with α warmed linearly over the first 10% of its steps, `ramp`; both at
 α = 0.15). `ABLATION_SWITCHES` maps each ablation to its branch options and tree source; every
@@ -40,7 +40,7 @@ WARM_FRACTION = 0.1
 class Settings:
   """Everything a run depends on (stored in result.json and every checkpoint's extra): a
   `slm_jax.sections` section (types, then every rule at once: `SectionError`). The fields
-  without `config=False` are also keys of `gtca.train --config` (`run_config.TrainConfig`)."""
+  without `config=False` are also keys of `gtca.train --config` (`run_config.GtcaTrainConfig`)."""
   backbone: str
   out: str
   method: str = option("gtca", config=False)  # one run's: from the sweep's methods × seeds

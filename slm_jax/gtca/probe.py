@@ -42,8 +42,10 @@ def _files(values: Sequence[str] | None) -> list[str]:
 def _parser() -> cli.ArgumentParser:
   parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.probe", description=__doc__)
   source = parser.add_mutually_exclusive_group(required=True)
-  source.add_argument("--workdir", help="an slm_jax training run")
-  source.add_argument("--hf", help="a Hugging Face checkpoint folder (safetensors, tokenizer.json)")
+  source.add_argument("--checkpoint", help="the model probed: a slm_jax training workdir, a "
+                      "Hugging Face checkpoint folder or a .gguf file")
+  source.add_argument("--workdir", help="the old spelling of --checkpoint=WORKDIR")
+  source.add_argument("--hf", help="the old spelling of --checkpoint=FOLDER")
   source.add_argument("--gtca", help="a finished python -m slm_jax.gtca.train run: probe its "
                       "backbone and the run with the branch active (--cache), one plot")
   parser.add_argument("--cache", help="--gtca: the parse cache of the probed sentences "
@@ -103,19 +105,23 @@ def _split_files(args) -> tuple[list[str], list[str]]:
 
 
 def _load(args):
-  """(model, encode_word, bos_id, name)."""
-  if args.workdir:
-    from slm_jax.train.loading import load_run  # pylint: disable=import-outside-toplevel
-    run = load_run(args.workdir)
-    return run.model, run.tokenizer.encode_word, run.tokenizer.bos_id, pathlib.Path(
-        args.workdir).name
+  """(model, encode_word, bos_id, name) of the probed model (`train.models` says what the path
+  is)."""
+  from slm_jax.train import models  # pylint: disable=import-outside-toplevel
+  if args.workdir or args.hf:
+    print(f"note: --{'workdir' if args.workdir else 'hf'} is the old spelling of --checkpoint "
+          "(which names any model)", file=sys.stderr, flush=True)
+  path = args.checkpoint or args.workdir or args.hf
+  if models.model_kind(path) == models.WORKDIR:
+    run = models.open_model(path).run
+    return run.model, run.tokenizer.encode_word, run.tokenizer.bos_id, pathlib.Path(path).name
   from slm_jax.gtca.backbone import frozen_model  # pylint: disable=import-outside-toplevel
   from slm_jax.hf.tokenizer import CheckpointTokenizer  # pylint: disable=import-outside-toplevel
   from slm_jax.tokenizer_bases import ptb_unescape  # pylint: disable=import-outside-toplevel
-  tokenizer = CheckpointTokenizer(args.hf)
-  model = frozen_model(args.hf)
+  tokenizer = CheckpointTokenizer(path)
+  model = frozen_model(path)
   return (model, lambda word: tokenizer.encode(" " + ptb_unescape(word)), tokenizer.bos_id,
-          pathlib.Path(args.hf).name)
+          pathlib.Path(path).name)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -150,7 +156,7 @@ def _main(argv: list[str] | None) -> int:
               label=args.label or name, rank=args.rank, steps=args.steps,
               batch_size=args.batch_size, learning_rate=args.learning_rate,
               forward_batch=args.forward_batch, seed=args.seed, log=log,
-              extra={"model": args.workdir or args.hf, "train_files": len(train_files),
+              extra={"model": args.checkpoint or args.workdir or args.hf, "train_files": len(train_files),
                      "test_files": len(test_files)})
   return cli.EXIT_OK
 

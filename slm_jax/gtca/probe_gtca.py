@@ -32,7 +32,7 @@ from slm_jax.gtca import structural_probe
 from slm_jax.gtca.backbone import frozen_model
 from slm_jax.gtca.batches import padded_chunks
 from slm_jax.gtca.parse_cache import ParseCache
-from slm_jax.gtca.probe_trees import Sentence
+from slm_jax.gtca.probe_trees import ProbeSentence
 from slm_jax.gtca.prompts import TextTokenizer, sentence_prompt
 from slm_jax.gtca.report import DISPLAY
 from slm_jax.gtca.runs import restore_run
@@ -48,7 +48,7 @@ def sentence_encoder(tokenizer: TextTokenizer) -> structural_probe.SentenceEncod
   are the word ids; for a subword backbone (Hugging Face, GGUF) the pieces of the text as
   written, which encoding word by word would not give (BPE marks a word's leading space)."""
 
-  def encode_sentence(s: Sentence) -> tuple[np.ndarray, np.ndarray]:
+  def encode_sentence(s: ProbeSentence) -> tuple[np.ndarray, np.ndarray]:
     prompt = sentence_prompt(" ".join(s.words), tokenizer, bos_id=tokenizer.bos_id)
     lengths_W = np.array([len(w) for w in s.words], np.int64)
     ends_W = np.cumsum(lengths_W + 1) - 1  # one space after each word but the last
@@ -60,7 +60,7 @@ def sentence_encoder(tokenizer: TextTokenizer) -> structural_probe.SentenceEncod
   return encode_sentence
 
 
-def cached_trees(cache: ParseCache, sentences: Sequence[Sentence],
+def cached_trees(cache: ParseCache, sentences: Sequence[ProbeSentence],
                  encode_sentence: structural_probe.SentenceEncoder
                  ) -> dict[tuple[str, ...], SpanTree]:
   """words → span tree of every sentence, read before anything is probed (a miss stops the
@@ -94,7 +94,7 @@ def cached_branch(gtca, trees: dict, n_layers: int, alpha: float, k: int) -> tup
 
 
 def probe_backbone_and_gtca(run_dir: str | pathlib.Path, cache_path: str | pathlib.Path,
-                            train: Sequence[Sentence], test: Sequence[Sentence],
+                            train: Sequence[ProbeSentence], test: Sequence[ProbeSentence],
                             out: str | pathlib.Path, *, log: Callable[[str], None] = print,
                             **options) -> dict[str, dict]:
   """Both probes (module docstring); `options` go to `structural_probe.probe_model` (rank,

@@ -195,7 +195,7 @@ def min_spanning_tree(d_NN: np.ndarray) -> set[tuple[int, int]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Sentence:
+class ProbeSentence:
   """One probed sentence: the model reads `words`; the n non-punctuation words `kept` are probed."""
 
   words: tuple[str, ...]  # every leaf, the model's input
@@ -209,13 +209,13 @@ class Sentence:
     return len(self.kept)
 
 
-def sentence(tree: Tree, punct_words: frozenset) -> Sentence:
+def sentence(tree: Tree, punct_words: frozenset) -> ProbeSentence:
   words, kept, heads = tree_dependencies(tree, punct_words)
-  return Sentence(tuple(words), kept, heads, tree_distances(heads), tree)
+  return ProbeSentence(tuple(words), kept, heads, tree_distances(heads), tree)
 
 
 def sentences_from_trees(trees: Iterable[Tree], punct_words: frozenset,
-                         max_words: int | None = None) -> list[Sentence]:
+                         max_words: int | None = None) -> list[ProbeSentence]:
   """The probed sentences of `trees`: those with ≥ 2 non-punctuation words (and at most
   `max_words` words in all, when given)."""
   out = []

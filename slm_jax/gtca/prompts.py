@@ -15,7 +15,7 @@ lines, then `Answer:` on the next line. A record's `context` adds a `Context: {c
 before the question; its `shots` (solved examples: HellaSwag 10, WinoGrande 5, `mcqa_data`) come
 first in the same turn, each the same block followed by `Answer: {letter}` and a blank line.
 
-Fields (character ranges `[start, end)` into `Prompt.text`): `parse_fields` — what the parser
+Fields (character ranges `[start, end)` into `GtcaPrompt.text`): `parse_fields` — what the parser
 reads (the context and question *text*, without their labels; never a shot); `options_header`
 (`Options:`); `option_lines` (`A. …` each, without the newline); `answer` (`Answer:` … the end).
 
@@ -32,7 +32,7 @@ through the end of the last option line: header, option lines and the newlines b
 the shots' blocks too), 1 elsewhere (zero-width tokens such as a prepended BOS get 1).
 
 An example longer than `max_len` tokens is truncated from the left (as the paper does):
-`Prompt.truncated` counts the dropped tokens (0 when none). `PromptFormat.max_len` bounds the
+`GtcaPrompt.truncated` counts the dropped tokens (0 when none). `PromptFormat.max_len` bounds the
 whole row the model reads: an MCQA prompt is always followed by its answer letter (the training
 target, the scored token), so `PromptFormat` keeps at most `max_len − answer_tokens` prompt
 tokens (`answer_tokens` = 1) and prompt + letter ≤ max_len; a sentence prompt has nothing after it
@@ -130,7 +130,7 @@ class TextTokenizer:
 
 
 @dataclasses.dataclass(frozen=True)
-class Prompt:
+class GtcaPrompt:
   """One example's prompt (see the module docstring for the fields)."""
 
   example_id: str
@@ -202,7 +202,7 @@ class PromptFormat:
     return limit
 
   def prompt(self, record: Mapping[str, Any], tokenizer: TextTokenizer,
-             example_id: str | None = None) -> Prompt:
+             example_id: str | None = None) -> GtcaPrompt:
     """The prompt of a JSON record: MCQA (`question`, `options`, optional `context`, `lead`,
     `shots`), a sentence to score (`sentence`) or CoLA's judgment (`sentence`, `judge`: true);
     `example_id` defaults to the record's `id`. A sentence to score is never chat-wrapped."""
@@ -264,7 +264,7 @@ def _answered(text: str, chat: bool) -> tuple[str, int]:
 
 def _finish(example_id: str, kind: str, text: str, fields: dict[str, Any],
             tokenizer: TextTokenizer, masked: Sequence[tuple[int, int]], max_len: int | None,
-            bos_id: int | None) -> Prompt:
+            bos_id: int | None) -> GtcaPrompt:
   """Tokenizes `text` (field ranges already placed in it), prepends BOS once, truncates, masks."""
   ids_T, offsets_T2 = tokenizer.encode(text)
   if bos_id is not None and not (len(ids_T) and ids_T[0] == bos_id):
@@ -280,7 +280,7 @@ def _finish(example_id: str, kind: str, text: str, fields: dict[str, Any],
   mask_T = np.ones(len(ids_T), np.float32)
   for start, end in masked:
     mask_T[overlapping(offsets_T2, start, end)] = 0.0
-  return Prompt(example_id=example_id, kind=kind, text=text,
+  return GtcaPrompt(example_id=example_id, kind=kind, text=text,
                 parse_fields=tuple(fields["parse"]), options_header=fields.get("header"),
                 option_lines=tuple(fields.get("options", ())), answer=fields.get("answer"),
                 ids_T=ids_T, offsets_T2=offsets_T2, update_mask_T=mask_T, truncated=dropped,
@@ -308,7 +308,7 @@ def _options_block(options: Sequence[str], example_id: str
 def mcqa_prompt(question: str, options: Sequence[str], tokenizer: TextTokenizer, *,
                 context: str = "", example_id: str = "?", max_len: int | None = None,
                 chat_template: Callable[..., str] | None = None, bos_id: int | None = None,
-                lead: str = QUESTION_LABEL, shots: Sequence[Mapping[str, Any]] = ()) -> Prompt:
+                lead: str = QUESTION_LABEL, shots: Sequence[Mapping[str, Any]] = ()) -> GtcaPrompt:
   """The MCQA prompt (module docstring layout); an empty question or no options is an error.
   `lead` replaces `Question: ` (HellaSwag's instruction); `shots` are solved examples
   ({question, options, answer index}) written before the question in the same user turn."""
@@ -357,7 +357,7 @@ def mcqa_prompt(question: str, options: Sequence[str], tokenizer: TextTokenizer,
 
 
 def sentence_prompt(sentence: str, tokenizer: TextTokenizer, *, example_id: str = "?",
-                    max_len: int | None = None, bos_id: int | None = None) -> Prompt:
+                    max_len: int | None = None, bos_id: int | None = None) -> GtcaPrompt:
   """A sentence to be scored (BLiMP, CoLA's threshold variant): the sentence alone — never in
   a chat template, whatever the backbone has (#36) — with BOS once when `bos_id` is given;
   m ≡ 1; an empty sentence is an error."""
@@ -370,7 +370,7 @@ def sentence_prompt(sentence: str, tokenizer: TextTokenizer, *, example_id: str 
 
 def judgment_prompt(sentence: str, tokenizer: TextTokenizer, *, example_id: str = "?",
                     max_len: int | None = None, chat_template: Callable[..., str] | None = None,
-                    bos_id: int | None = None) -> Prompt:
+                    bos_id: int | None = None) -> GtcaPrompt:
   """CoLA's prompted acceptability judgment (the reference's): with a chat template, the CoLA
   system prompt, the sentence as the user turn and `Answer:` after the assistant header; plain:
   the instruction line, `Sentence: …` and `Answer:`. m ≡ 1; the model's next token after

@@ -48,7 +48,7 @@ import numpy as np
 from slm_jax.eval.blimp import pair_verdicts, summarize
 from slm_jax.gtca import ablations, scoring
 from slm_jax.gtca.backbone import Backbone, digit_ids
-from slm_jax.gtca.batches import Encoded, row_width
+from slm_jax.gtca.batches import EncodedExample, row_width
 from slm_jax.gtca.metrics import REAL_BLIMP, matthews_corrcoef, mcqa_metrics, option_drift
 from slm_jax.gtca.cache_builder import parser_identity
 from slm_jax.gtca.parse_cache import GIVEN, ParseCache, StaleCacheError
@@ -155,7 +155,7 @@ def check_tree_source(cache: ParseCache, tree_source: str) -> None:
 
 def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt: PromptFormat,
                   tree_source: str = "gold", seed: int = 0,
-                  counts: collections.Counter | None = None) -> list[Encoded]:
+                  counts: collections.Counter | None = None) -> list[EncodedExample]:
   """Prompt + answer-letter rows of labeled MCQA examples with their cached span trees."""
   check_tree_source(cache, tree_source)
   counts = collections.Counter() if counts is None else counts
@@ -171,7 +171,7 @@ def encode_cached(examples: Sequence, backbone: Backbone, cache: ParseCache, fmt
       tree = ablations.permute_leaves(tree, np.random.default_rng([seed, index]))
     ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[example.answer]]])
     counts["over_context"] += backbone.context is not None and len(ids) > backbone.context
-    out.append(Encoded(ids, tree, backbone.letter_ids[:len(example.options)],
+    out.append(EncodedExample(ids, tree, backbone.letter_ids[:len(example.options)],
                                 example.answer, example.group, example.source))
   counts["encoded"] += len(out)
   return out
@@ -236,7 +236,7 @@ def cola_judgments(scorer, params, examples: Sequence, backbone: Backbone, cache
     counts["truncated"] += prompt.truncated > 0
     ids = np.concatenate([prompt.ids_T, [one if example.label else zero]])
     counts["over_context"] += backbone.context is not None and len(ids) > backbone.context
-    encoded.append(Encoded(ids, cache.get(prompt.ids_T, example.source), (zero, one),
+    encoded.append(EncodedExample(ids, cache.get(prompt.ids_T, example.source), (zero, one),
                            example.label, "", example.source))
   scores_N2 = scoring.letter_scores(scorer, params, encoded, alpha, n_layers=n_layers, k=k,
                                     width=row_width(encoded))

@@ -1,7 +1,7 @@
 """`python -m slm_jax.gtca.train --config=FILE|NAME`: a GTCA sweep as code, read by the one config
 loader (`slm_jax.config_files.ConfigLoader`).
 
-`TrainConfig` is the sweep's section: every config key of `plans.Settings` (`backbone`, `out`,
+`GtcaTrainConfig` is the sweep's section: every config key of `plans.Settings` (`backbone`, `out`,
 `stage_steps`, `batch_size`, `lr`, `alpha`, `lora_rank`, `k`, …: one source, the run settings'
 own fields and rules) plus the sweep's own keys `methods`, `seeds` and `jit_cache`. `LOADER`
 reads it from, lowest precedence first: the defaults, `--config=FILE|NAME` (a file whose
@@ -30,7 +30,7 @@ SWEEP_KEYS = ("methods", "seeds", "jit_cache")  # the sweep's keys (not a run's 
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(Settings):
+class GtcaTrainConfig(Settings):
   """A GTCA sweep: the run settings every run shares, and the (method × seed) grid."""
   methods: tuple[str, ...] = ("gtca",)  # methods and ablations (`plans.variant`)
   seeds: tuple[int, ...] = (0,)
@@ -49,7 +49,7 @@ class TrainConfig(Settings):
         need(False, f"methods: {error}")
 
 
-LOADER = ConfigLoader(TrainConfig, folder=CONFIG_DIR)
+LOADER = ConfigLoader(GtcaTrainConfig, folder=CONFIG_DIR)
 
 
 def names() -> list[str]:
@@ -57,7 +57,7 @@ def names() -> list[str]:
   return LOADER.names()
 
 
-def run_settings(config: TrainConfig, n_options: int) -> list[tuple[str, Settings]]:
+def run_settings(config: GtcaTrainConfig, n_options: int) -> list[tuple[str, Settings]]:
   """(method or ablation name, Settings) of every run, seed-major (a stopped sweep has whole
   seeds); one run writes to `out` itself, several to OUT/NAME/seedS."""
   single = len(config.methods) == 1 and len(config.seeds) == 1

@@ -23,7 +23,7 @@ from flax import nnx
 
 from slm_jax.buckets import bucket
 from slm_jax.eval.scorer import batched_rows
-from slm_jax.gtca.batches import Encoded, padded_chunks, row_width
+from slm_jax.gtca.batches import EncodedExample, padded_chunks, row_width
 from slm_jax.gtca.spans import SpanTree
 from slm_jax.kinds import Kind
 from slm_jax.structure import row_metadata
@@ -57,7 +57,7 @@ def _rows(ids: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
   return [(np.asarray(x, np.int32), np.full(len(x), int(Kind.TERMINAL), np.int32)) for x in ids]
 
 
-def letter_scores(scorer: Callable, params, examples: Sequence[Encoded], alpha: float, *,
+def letter_scores(scorer: Callable, params, examples: Sequence[EncodedExample], alpha: float, *,
                   n_layers: int, k: int, batch_size: int = 32, width: int | None = None,
                   pad_id: int = 0) -> np.ndarray:
   """float64 [Q, O] letter log-likelihoods of every example (NaN beyond its options), batched by

@@ -42,7 +42,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from slm_jax.gtca.prompts import MCQA, Prompt
+from slm_jax.gtca.prompts import MCQA, GtcaPrompt
 from slm_jax.tokenizer_bases import ptb_unescape
 from slm_jax.trees import Tree
 
@@ -244,7 +244,7 @@ def _runs(mask_T: np.ndarray) -> tuple[tuple[int, int], ...]:
   return tuple((int(s), int(e)) for s, e in zip(edges[::2], edges[1::2]))
 
 
-def span_tree(prompt: Prompt, trees: Sequence[Tree]) -> SpanTree:
+def span_tree(prompt: GtcaPrompt, trees: Sequence[Tree]) -> SpanTree:
   """The input's span tree (module docstring) from the parse trees of `prompt.parse_fields`, in
   text order (context sentences, then question sentences)."""
   words = [w for tree in trees for w in tree.leaves()]
@@ -345,7 +345,7 @@ def chunk_batch(span_trees: Sequence[SpanTree], n_layers: int, seq_len: int, k: 
   return ChunkBatch(start_BLK, end_BLK, last_BLK, mask_BT)
 
 
-def parse_sentences(prompt: Prompt, max_words: int | None = None,
+def parse_sentences(prompt: GtcaPrompt, max_words: int | None = None,
                     counts: collections.Counter | None = None) -> list[list[str]]:
   """The PTB-word sentences the parser reads for `prompt`: each parse field split into sentences
   (`slm_jax.splitting`), a sentence longer than max_words cut into pieces of max_words

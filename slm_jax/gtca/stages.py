@@ -45,14 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from slm_jax.gtca.batches import Encoded, make_batch, train_batch
+from slm_jax.gtca.batches import EncodedExample, make_batch, train_batch
 from slm_jax.gtca.plans import Settings, Stage
 from slm_jax import identity
 from slm_jax.train.checkpointing import Checkpointer, CheckpointError, layout_mismatch
-from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
+from slm_jax.train import sharding
+from slm_jax.train.loop import Cadence, Persist, Window, rate_text
 from slm_jax.train.optimizer import OptimizerSection, make_optimizer, trainable_mask
-from slm_jax.train.step_cache import compiled_step
-from slm_jax.train.steps import make_train_step
+from slm_jax.train.state import Trainer, initial_state
 
 ADAPTERS = "lora,gtca"  # the `optimizer.trainable` groups a checkpoint stores
 RECORD = "identity.json"  # a run's and a stage's identity record (slm_jax.identity)
@@ -182,7 +182,7 @@ def _progress(stage: Stage):
   return progress
 
 
-def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Sequence[Encoded],
+def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Sequence[EncodedExample],
               settings: Settings, width: int, n_layers: int, prints: dict, record: dict,
               log: Callable[[str], None] = print, stop_after: int | None = None) -> dict | None:
   """Trains one stage through `train.loop.Loop` (resuming from its own newest checkpoint) and
@@ -194,48 +194,50 @@ def run_stage(index: int, stage: Stage, graphdef, params: dict, train_set: Seque
   result."""
   directory = stage_dir(settings.out, index, stage)
   check_stage_dir(directory, record)
-  checkpointer = Checkpointer(directory, max_to_keep=2, async_save=False)
-  tx = stage_tx(settings, stage)
-  opt_state = tx.init(params)
+  device = jax.devices()[0]  # committed inputs: the step compiles once, not twice
+  setup = initial_state(graphdef, params, stage_tx(settings, stage), stage.steps,
+                        batch_rows=settings.batch_size,
+                        mesh=sharding.make_mesh(1, 1, devices=[device]),
+                        trainable=stage.trainable, shard=False,
+                        cache_key=("gtca", graphdef, stage.trainable, stage.steps, settings.lr))
   digest = digest_line(prints)
   label = f"stage {index + 1} ({stage.name}) "
-  start = 0
-  try:
-    restored = restore_stage(checkpointer, params, opt_state, digest, stage.steps)
-    if restored is not None:
-      params, saved_state, start = restored
-      opt_state = opt_state if saved_state is None else saved_state
-      log(f"{label.rstrip()}: resumed at step {start}/{stage.steps} from {directory}")
-    device = jax.devices()[0]  # committed inputs: the step compiles once, not twice
-    extra = {"backbone": digest, "stage": stage.name, "settings": settings_json(settings)}
-    loop = Loop(checkpointer, jax.device_put({"params": params, "opt_state": opt_state}, device),
-                stage.steps, log=log, label=label, persist=Persist(
-                    target=lambda state: {"adapters": adapters_of(state["params"]),
-                                          "opt_state": state["opt_state"]},
-                    extra=lambda step: dict(extra, step=step)))
-    loop.start = start  # restored above: restore_stage also reads the older checkpoint layout
-    if start >= stage.steps:
-      return loop.state["params"]
-    identity.write_record(directory / RECORD, record)
-    train_step = compiled_step(("gtca", graphdef, stage.trainable, stage.steps, settings.lr),
-                               lambda: make_train_step(graphdef, tx, 1, trainable=stage.trainable))
+  extra = {"backbone": digest, "stage": stage.name, "settings": settings_json(settings)}
+  trainer = Trainer(jax.device_put(setup.state, device), stage.steps, directory, max_to_keep=2,
+                    async_save=False, log=log, label=label, persist=Persist(
+                        target=lambda state: {"adapters": adapters_of(state["params"]),
+                                              "opt_state": state["opt_state"]},
+                        extra=lambda step: dict(extra, step=step)))
 
-    def step_fn(state, batch, step):
-      del step
-      params, opt_state, sums = train_step(state["params"], state["opt_state"], batch)
-      return ({"params": params, "opt_state": opt_state},
-              {**sums, "loss": sums["loss_sum"] / jnp.maximum(sums["count"], 1.0)})
+  def restore(state):  # restore_stage also reads the older checkpoint layout
+    restored = restore_stage(trainer.checkpointer, state["params"], state["opt_state"], digest,
+                             stage.steps)
+    if restored is None:
+      return None
+    params, saved_state, start = restored
+    log(f"{label.rstrip()}: resumed at step {start}/{stage.steps} from {directory}")
+    state = {"params": params, "opt_state": state["opt_state"] if saved_state is None
+             else saved_state}
+    return jax.device_put(state, device), start
+
+  try:
+    start = trainer.resume(restore)
+    if start >= stage.steps:
+      return trainer.state["params"]
+    identity.write_record(directory / RECORD, record)
+    step_fn = setup.step_fn(extra=lambda batch, sums: {
+        "loss": sums["loss_sum"] / jnp.maximum(sums["count"], 1.0)})
 
     def batch_at(step):
       rows = batch_indices(len(train_set), settings.batch_size, step, settings.seed, index)
       batch = make_batch([train_set[i] for i in rows], width, n_layers, settings.k, pad_id=0)
       return jax.device_put(train_batch(batch, stage.alpha(step)), device)
 
-    result = loop.run(step_fn, batch_at, progress=_progress(stage),
-                      cadence=Cadence(log_every=settings.log_every,
-                                      checkpoint_every=settings.checkpoint_every,
-                                      stop_after=stop_after),
-                      loss_of=lambda out: float(out["loss"]), hint="lower --lr")
+    result = trainer.run(step_fn, batch_at, progress=_progress(stage),
+                         cadence=Cadence(log_every=settings.log_every,
+                                         checkpoint_every=settings.checkpoint_every,
+                                         stop_after=stop_after),
+                         loss_of=lambda out: float(out["loss"]), hint="lower --lr")
   finally:
-    checkpointer.close()
+    trainer.close()
   return result.state["params"] if result.step >= stage.steps else None

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import time
+import tempfile
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from slm_jax import cli
-from slm_jax.gtca.probe_trees import EDGE_DEFINITION, Sentence, min_spanning_tree, tree_edges
+from slm_jax.gtca.probe_trees import EDGE_DEFINITION, ProbeSentence, min_spanning_tree, tree_edges
 
 RESULTS_FILE = "uuas.json"
 PLOT_FILE = "uuas.png"
@@ -60,16 +60,16 @@ class ProbeBatch(NamedTuple):
 
   tokens_BT: np.ndarray      # int32 token ids (padding 0)
   word_index_BT: np.ndarray  # int32: each token's index in its sentence's `words` (-1: BOS/pad)
-  sentences: list[Sentence]  # the batch's rows (padding rows are not listed)
+  sentences: list[ProbeSentence]  # the batch's rows (padding rows are not listed)
 
 
 LayerSide = Callable  # side(layer, x_BTD) -> delta_BTD (slm_jax.model.decoder)
 
 
-SentenceEncoder = Callable[[Sentence], tuple[np.ndarray, np.ndarray]]  # → (ids [T], word [T])
+SentenceEncoder = Callable[[ProbeSentence], tuple[np.ndarray, np.ndarray]]  # → (ids [T], word [T])
 
 
-def encode(s: Sentence, encode_word: Callable[[str], Sequence[int]],
+def encode(s: ProbeSentence, encode_word: Callable[[str], Sequence[int]],
            bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
   """(token ids [T], word index of each token [T], -1 for BOS): piece-per-word encoding."""
   ids, index = ([bos_id], [-1]) if bos_id is not None else ([], [])
@@ -102,7 +102,7 @@ def _forward(graphdef, layers: tuple[int, ...]):
   return run
 
 
-def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[str], Sequence[int]],
+def word_vectors(model, sentences: Sequence[ProbeSentence], encode_word: Callable[[str], Sequence[int]],
                  bos_id: int | None = None, *, layers: Sequence[int] | None = None,
                  batch_size: int = 16, side: LayerSide | None = None,
                  side_for: Callable[[ProbeBatch], LayerSide] | None = None,
@@ -170,7 +170,7 @@ def word_vectors(model, sentences: Sequence[Sentence], encode_word: Callable[[st
   return out
 
 
-def offsets(sentences: Sequence[Sentence]) -> np.ndarray:
+def offsets(sentences: Sequence[ProbeSentence]) -> np.ndarray:
   """[N + 1] start of each sentence's words in a [L, M, D] feature array (last = M)."""
   return np.concatenate([[0], np.cumsum([s.n for s in sentences])]).astype(np.int64)
 
@@ -178,7 +178,7 @@ def offsets(sentences: Sequence[Sentence]) -> np.ndarray:
 # --- the probe ----------------------------------------------------------------------------------
 
 
-def _batch(sentences: Sequence[Sentence], start_M: np.ndarray, chosen: Sequence[int]):
+def _batch(sentences: Sequence[ProbeSentence], start_M: np.ndarray, chosen: Sequence[int]):
   """(word rows idx_BW into M, mask_BW, gold d_BWW, n_B) of these sentences, W a bucket."""
   from slm_jax.buckets import bucket  # pylint: disable=import-outside-toplevel
   width = bucket(max(sentences[i].n for i in chosen), 8)
@@ -210,7 +210,19 @@ def probe_loss(B_LKD, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
   return jnp.mean(error_LBWW.sum((-1, -2)) / (n_B * n_B), axis=-1)
 
 
-def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int = 64,
+def _batch_order(rng: np.random.Generator, n: int, batch_size: int, steps: int) -> np.ndarray:
+  """[steps, batch] sentence indices: epochs of `rng` permutations, a new one when the rest of
+  the current one holds less than a batch (the order every probe step draws its batch in)."""
+  order, cursor, out = rng.permutation(n), 0, []
+  for _ in range(steps):
+    if cursor + batch_size > len(order):
+      order, cursor = rng.permutation(n), 0
+    out.append(order[cursor:cursor + batch_size])
+    cursor += batch_size
+  return np.asarray(out)
+
+
+def train_probes(h_LMD: np.ndarray, sentences: Sequence[ProbeSentence], *, rank: int = 64,
                  steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                  seed: int = 0, log: Callable[[str], None] | None = None,
                  log_every: int = 200) -> tuple[np.ndarray, list[float]]:
@@ -220,6 +232,8 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int 
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.loop import Cadence  # pylint: disable=import-outside-toplevel
+  from slm_jax.train.state import Trainer  # pylint: disable=import-outside-toplevel
   if not sentences:
     raise ValueError("train_probes: no training sentences")
   start_M = offsets(sentences)
@@ -236,7 +250,6 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int 
   B_LKD = jnp.asarray(rng.normal(0, 1 / np.sqrt(rank * dim), (n_layers, rank, dim)),
                       jnp.float32)
   tx = optax.adam(learning_rate)
-  opt_state = tx.init(B_LKD)
 
   @jax.jit  # the features are an argument: a closed-over array would be baked into the program
   def step(B_LKD, opt_state, h_LMD, idx_BW, mask_BW, d_BWW, n_B):
@@ -247,31 +260,41 @@ def train_probes(h_LMD: np.ndarray, sentences: Sequence[Sentence], *, rank: int 
     updates, opt_state = tx.update(grad, opt_state, B_LKD)
     return optax.apply_updates(B_LKD, updates), opt_state, losses_L
 
-  order, cursor = rng.permutation(len(sentences)), 0
   batch_size = min(batch_size, len(sentences))
-  running_L, seen = np.zeros(n_layers), 0
+  chosen_SB = _batch_order(rng, len(sentences), batch_size, steps)
   last = [float("nan")] * n_layers
-  started = time.time()
-  for number in range(1, steps + 1):
-    if cursor + batch_size > len(order):
-      order, cursor = rng.permutation(len(sentences)), 0
-    chosen = order[cursor:cursor + batch_size]
-    cursor += batch_size
-    B_LKD, opt_state, losses_L = step(B_LKD, opt_state, h_device, *map(jnp.asarray, _batch(
-        sentences, start_M, chosen)))
-    running_L, seen = running_L + np.asarray(losses_L), seen + 1
-    if number % log_every == 0 or number == steps:
-      last = (running_L / seen).tolist()
-      if log is not None:
-        per_layer = " ".join(f"{v:.3f}" for v in last)
-        log(f"probe step {number}/{steps} ({time.time() - started:.0f}s): loss by layer "
-            f"[{per_layer}]")
-      running_L, seen = np.zeros(n_layers), 0
+
+  def step_fn(state, batch, number):
+    del number
+    B, opt_state, losses_L = step(state["B"], state["opt_state"], h_device, *batch)
+    return {"B": B, "opt_state": opt_state}, {"losses": losses_L, "loss": losses_L.sum()}
+
+  def progress(window, done):
+    nonlocal last
+    total_L = np.zeros(n_layers)  # float64, summed in step order
+    for out in window.outs:
+      total_L = total_L + np.asarray(out["losses"])
+    last = (total_L / len(window.outs)).tolist()
+    return {"loss_by_layer": last}, ["loss by layer [" + " ".join(f"{v:.3f}" for v in last)
+                                     + "]"]
+
+  with tempfile.TemporaryDirectory(prefix="probe_") as folder:  # seconds of training: no resume
+    trainer = Trainer({"B": B_LKD, "opt_state": tx.init(B_LKD)}, steps, folder,
+                      log=log or (lambda line: None), label="probe ")
+    try:
+      result = trainer.run(step_fn, lambda number: tuple(map(jnp.asarray, _batch(
+          sentences, start_M, chosen_SB[number]))), progress=progress,
+                           cadence=Cadence(log_every=log_every),
+                           loss_of=lambda out: float(out["loss"]),
+                           hint="lower the probe's learning rate")
+    finally:
+      trainer.close()
+  B_LKD = result.state["B"]
   return np.asarray(B_LKD) * scale_L[:, None, None], last
 
 
 def predicted_distances(B_LKD: np.ndarray, h_LMD: np.ndarray,
-                        sentences: Sequence[Sentence]) -> list[list[np.ndarray]]:
+                        sentences: Sequence[ProbeSentence]) -> list[list[np.ndarray]]:
   """[layer][sentence] → predicted squared distances [n, n] (float64)."""
   p_LMK = np.einsum("lmd,lkd->lmk", h_LMD.astype(np.float64), B_LKD.astype(np.float64))
   start_M = offsets(sentences)
@@ -286,20 +309,20 @@ def predicted_distances(B_LKD: np.ndarray, h_LMD: np.ndarray,
   return out
 
 
-def uuas(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+def uuas(distances: Sequence[np.ndarray], sentences: Sequence[ProbeSentence]) -> float:
   """Gold edges recovered by the MST of `distances` / gold edges, over all sentences."""
   found = sum(len(min_spanning_tree(d) & tree_edges(s.heads)) for d, s in zip(distances, sentences))
   total = sum(s.n - 1 for s in sentences)
   return found / total if total else float("nan")
 
 
-def linear_baseline_uuas(sentences: Sequence[Sentence]) -> float:
+def linear_baseline_uuas(sentences: Sequence[ProbeSentence]) -> float:
   """UUAS of the chain attaching every probed word to the next one."""
   found = sum(len({(i, i + 1) for i in range(s.n - 1)} & tree_edges(s.heads)) for s in sentences)
   return found / max(1, sum(s.n - 1 for s in sentences))
 
 
-def spearman(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> float:
+def spearman(distances: Sequence[np.ndarray], sentences: Sequence[ProbeSentence]) -> float:
   """Mean over sentences (≥ 3 probed words) of Spearman ρ between predicted and gold distances over
   all word pairs i < j (a simplification of Hewitt & Manning's per-word DSpr.); constant
   predictions count as ρ = 0."""
@@ -317,7 +340,7 @@ def spearman(distances: Sequence[np.ndarray], sentences: Sequence[Sentence]) -> 
 
 
 def evaluate(B_LKD: np.ndarray, h_LMD: np.ndarray,
-             sentences: Sequence[Sentence]) -> tuple[list[float], list[float]]:
+             sentences: Sequence[ProbeSentence]) -> tuple[list[float], list[float]]:
   """(UUAS per layer, Spearman per layer) of trained probes on test features."""
   per_layer = predicted_distances(B_LKD, h_LMD, sentences)
   return ([uuas(d, sentences) for d in per_layer], [spearman(d, sentences) for d in per_layer])
@@ -371,7 +394,7 @@ def read_results(path: str | pathlib.Path) -> dict:
 
 
 def probe_model(model, encode_word: Callable[[str], Sequence[int]], bos_id: int | None,
-                train: Sequence[Sentence], test: Sequence[Sentence], out: str | pathlib.Path, *,
+                train: Sequence[ProbeSentence], test: Sequence[ProbeSentence], out: str | pathlib.Path, *,
                 layers: Sequence[int] | None = None, label: str = "model", rank: int = 64,
                 steps: int = 2000, batch_size: int = 32, learning_rate: float = 1e-3,
                 forward_batch: int = 16, seed: int = 0, side: LayerSide | None = None,

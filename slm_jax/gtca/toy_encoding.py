@@ -1,7 +1,7 @@
 """The toy task's rows (SPEC §10, docs/GTCA_TOY.md): MCQA prompts and BLiMP-style sentence pairs.
 
 - `encode_items`: each toy item as a prompt (the backbone's prompt format: BOS, its chat template
-  when it has one) + answer-letter row (`batches.Encoded`) with the span tree of its question under
+  when it has one) + answer-letter row (`batches.EncodedExample`) with the span tree of its question under
   a tree source (`ablations.question_tree`: gold, weak, random, permuted); a row is cut from the
   left to the backbone's context, letter included, and counted.
 - `encode_pairs`: the test items as minimal pairs — the sentence with the agreeing verb vs the
@@ -19,7 +19,7 @@ import numpy as np
 
 from slm_jax.gtca import ablations
 from slm_jax.gtca.backbone import Backbone
-from slm_jax.gtca.batches import Encoded
+from slm_jax.gtca.batches import EncodedExample
 from slm_jax.gtca.prompts import PromptFormat, sentence_prompt
 from slm_jax.gtca.spans import span_tree
 from slm_jax.gtca.toy_task import ToyItem, filled
@@ -27,7 +27,7 @@ from slm_jax.gtca.toy_task import ToyItem, filled
 
 def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
                  seed: int, counts: collections.Counter | None = None,
-                 weak_parser: str = "") -> list[Encoded]:
+                 weak_parser: str = "") -> list[EncodedExample]:
   """Prompt + answer-letter rows and span trees of toy items under `tree_source`; the random
   and permuted sources draw from `SeedSequence([seed, split stream, item index])`. A row is cut
   from the left to the backbone's context, letter included (`counts["truncated"]` counts them)."""
@@ -49,7 +49,7 @@ def encode_items(items: Sequence[ToyItem], backbone: Backbone, tree_source: str,
     if tree_source == "permuted":
       tree = ablations.permute_leaves(tree, rng)
     ids = np.concatenate([prompt.ids_T, [backbone.letter_ids[item.answer]]])
-    out.append(Encoded(ids, tree, backbone.letter_ids[:len(item.options)], item.answer,
+    out.append(EncodedExample(ids, tree, backbone.letter_ids[:len(item.options)], item.answer,
                        item.attractor, example_id))
   return out
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from slm_jax import files
 from slm_jax.corpus import treebank
-from slm_jax.corpus.grammar import DATA_DIR, Grammar, GrammarError, base_name, default_grammar
+from slm_jax.corpus.grammar import DATA_DIR, GrammarError, Pcfg, base_name, default_grammar
 from slm_jax.trees import Tree
 
 SLOT = "___"
@@ -205,7 +205,7 @@ def _replace_leaf(tree: Tree, index: int, word: str) -> Tree:
 OPTION_ORDERS = ("random", "fixed")
 
 
-def make_item(derivation: Tree, grammar: Grammar, pairs, rng: np.random.Generator,
+def make_item(derivation: Tree, grammar: Pcfg, pairs, rng: np.random.Generator,
               number: str | None, split: str = "", index: int = 0,
               option_order: str = "random") -> ToyItem | None:
   """The item of one sampled derivation (the last qualifying clause), None if none qualifies
@@ -232,7 +232,7 @@ def make_item(derivation: Tree, grammar: Grammar, pairs, rng: np.random.Generato
                  _replace_leaf(tree, slot, SLOT), slot, attractor, subject_number, split, index)
 
 
-def _split_items(split: str, count: int, seed: int, max_words: int, grammar: Grammar, pairs,
+def _split_items(split: str, count: int, seed: int, max_words: int, grammar: Pcfg, pairs,
                  seen: set[str], option_order: str) -> tuple[list[ToyItem], dict]:
   items, sampled, duplicates = [], 0, 0
   for i in range(count):
@@ -260,7 +260,7 @@ def _split_items(split: str, count: int, seed: int, max_words: int, grammar: Gra
 
 
 def make_toy_task(train: int = 2000, dev: int = 200, test: int = 500, seed: int = 0, *,
-                  max_words: int = 20, grammar: Grammar | None = None,
+                  max_words: int = 20, grammar: Pcfg | None = None,
                   option_order: str = "random") -> ToyTask:
   """The three splits (sizes in items), deterministic for `seed` (see the module docstring)."""
   for name, n in (("train", train), ("dev", dev), ("test", test)):

@@ -117,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bare = {"nargs": "?", "const": "true"} if name in BARE_FLAGS else {}
     parser.add_argument(f"--{name}", default=None, **bare,
                         help="; ".join(part for part in (text, shown) if part))
+  parser.add_argument("--checkpoint", dest="backbone", default=None,
+                      help="the backbone model, as every CLI spells a model (= --backbone, the "
+                      "config key's flag)")
   overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
   args = parser.parse_args(rest)
   config = CONFIG.load(args.config, overrides, CONFIG.flag_values(args))

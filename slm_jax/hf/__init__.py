@@ -16,4 +16,4 @@ Nothing here imports torch or transformers.
 from slm_jax.hf.config import ARCHITECTURES, ExportError, HfConfigError
 from slm_jax.hf.load import (Checkpoint, check_matches, import_config, load_checkpoint,
                              load_model, load_params)
-from slm_jax.hf.safetensors_io import CheckpointError, CheckpointFiles
+from slm_jax.hf.safetensors_io import HfCheckpointError, CheckpointFiles

@@ -39,7 +39,7 @@ import numpy as np
 from slm_jax.hf.config import HfConfigError
 from slm_jax.hf.gguf_quant import check_type, dequantize_rows, type_name
 from slm_jax.hf.layout import sources
-from slm_jax.hf.safetensors_io import CheckpointError, TensorInfo
+from slm_jax.hf.safetensors_io import HfCheckpointError, TensorInfo
 
 GGUF_SUFFIX = ".gguf"
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -64,7 +64,7 @@ class GgufFile:
     try:
       self.reader = gguf.GGUFReader(self.path)
     except (ValueError, OSError, KeyError, IndexError) as error:
-      raise CheckpointError(f"{self.path}: not a readable GGUF file ({error}); it may be "
+      raise HfCheckpointError(f"{self.path}: not a readable GGUF file ({error}); it may be "
                             "truncated or still downloading") from None
     self.metadata = {name: field.contents() for name, field in self.reader.fields.items()}
     self.raw = {t.name: t for t in self.reader.tensors}
@@ -257,7 +257,7 @@ class GgufTensors:
 
   def info(self, name: str) -> TensorInfo:
     if name not in self._where:
-      raise CheckpointError(f"{self.folder}: tensor {name} not found in the GGUF file")
+      raise HfCheckpointError(f"{self.folder}: tensor {name} not found in the GGUF file")
     return self.tensors[name]
 
   def nbytes(self) -> int:
@@ -267,7 +267,7 @@ class GgufTensors:
     """float32 tensor `name` (HF layout), or its slice `index`, dequantizing only those rows."""
     tensor, order = self._where[name] if name in self._where else (None, None)
     if tensor is None:
-      raise CheckpointError(f"{self.folder}: tensor {name} not found in the GGUF file")
+      raise HfCheckpointError(f"{self.folder}: tensor {name} not found in the GGUF file")
     shape = self.tensors[name].shape
     index = tuple(index or ()) + (slice(None),) * (len(shape) - len(index or ()))
     rows = np.arange(shape[0])[index[0]]

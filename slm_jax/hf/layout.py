@@ -1,7 +1,7 @@
 """Where each decoder parameter lives in a Hugging Face checkpoint, in both directions.
 
 `sources(cfg, arch)` maps every parameter path of `Decoder(cfg)` (`blocks/3/attn/q/kernel`) to
-its `Source`: the HF tensor(s) it is made of and how. HF `nn.Linear` weights are [out, in], our
+its `TensorSource`: the HF tensor(s) it is made of and how. HF `nn.Linear` weights are [out, in], our
 kernels [in, out] (`transpose`); our fused up-projection is [up | gate] (`layers.SwiGLU`), two
 HF tensors concatenated along the last axis; the embedding and an untied head carry the
 vocabulary on HF axis 0 (`vocab`): rows past the checkpoint's are new (reserved structural
@@ -27,7 +27,7 @@ _BLOCK_NORMS = {
 }
 
 
-class Source(NamedTuple):
+class TensorSource(NamedTuple):
   """HF tensors `names` (concatenated along the parameter's last axis), transposed or not."""
 
   names: tuple[str, ...]
@@ -35,35 +35,35 @@ class Source(NamedTuple):
   vocab: bool = False  # HF axis 0 is the vocabulary
 
 
-def sources(cfg, arch: str) -> dict[str, Source]:
-  """Parameter path → Source for `Decoder(cfg)` stored as architecture `arch`."""
+def sources(cfg, arch: str) -> dict[str, TensorSource]:
+  """Parameter path → TensorSource for `Decoder(cfg)` stored as architecture `arch`."""
   attn_norm, mlp_norm = _BLOCK_NORMS[arch]
-  out = {"embed_tokens/embedding": Source(("model.embed_tokens.weight",), vocab=True),
-         "final_norm/weight": Source(("model.norm.weight",))}
+  out = {"embed_tokens/embedding": TensorSource(("model.embed_tokens.weight",), vocab=True),
+         "final_norm/weight": TensorSource(("model.norm.weight",))}
   if not cfg.tie_embeddings:
-    out["lm_head/kernel"] = Source(("lm_head.weight",), transpose=True, vocab=True)
+    out["lm_head/kernel"] = TensorSource(("lm_head.weight",), transpose=True, vocab=True)
   for i in range(cfg.n_layers):
     hf, ours = f"model.layers.{i}.", f"blocks/{i}/"
-    out[ours + "attn_norm/weight"] = Source((hf + attn_norm + ".weight",))
-    out[ours + "mlp_norm/weight"] = Source((hf + mlp_norm + ".weight",))
+    out[ours + "attn_norm/weight"] = TensorSource((hf + attn_norm + ".weight",))
+    out[ours + "mlp_norm/weight"] = TensorSource((hf + mlp_norm + ".weight",))
     biased = {"q": cfg.qkv_bias, "k": cfg.qkv_bias, "v": cfg.qkv_bias, "o": cfg.o_bias}
     for name, bias in biased.items():
-      out[f"{ours}attn/{name}/kernel"] = Source((f"{hf}self_attn.{name}_proj.weight",), True)
+      out[f"{ours}attn/{name}/kernel"] = TensorSource((f"{hf}self_attn.{name}_proj.weight",), True)
       if bias:
-        out[f"{ours}attn/{name}/bias"] = Source((f"{hf}self_attn.{name}_proj.bias",))
+        out[f"{ours}attn/{name}/bias"] = TensorSource((f"{hf}self_attn.{name}_proj.bias",))
     if cfg.qk_norm:
       for name in ("q_norm", "k_norm"):
-        out[f"{ours}attn/{name}/weight"] = Source((f"{hf}self_attn.{name}.weight",))
+        out[f"{ours}attn/{name}/weight"] = TensorSource((f"{hf}self_attn.{name}.weight",))
     up = (f"{hf}mlp.up_proj", f"{hf}mlp.gate_proj")
-    out[ours + "mlp/up/kernel"] = Source(tuple(n + ".weight" for n in up), True)
-    out[ours + "mlp/down/kernel"] = Source((f"{hf}mlp.down_proj.weight",), True)
+    out[ours + "mlp/up/kernel"] = TensorSource(tuple(n + ".weight" for n in up), True)
+    out[ours + "mlp/down/kernel"] = TensorSource((f"{hf}mlp.down_proj.weight",), True)
     if cfg.mlp_bias:
-      out[ours + "mlp/up/bias"] = Source(tuple(n + ".bias" for n in up))
-      out[ours + "mlp/down/bias"] = Source((f"{hf}mlp.down_proj.bias",))
+      out[ours + "mlp/up/bias"] = TensorSource(tuple(n + ".bias" for n in up))
+      out[ours + "mlp/down/bias"] = TensorSource((f"{hf}mlp.down_proj.bias",))
   return out
 
 
-def hf_shapes(source: Source, shape: tuple[int, ...], hf_vocab: int) -> dict[str, tuple]:
+def hf_shapes(source: TensorSource, shape: tuple[int, ...], hf_vocab: int) -> dict[str, tuple]:
   """The shape each HF tensor of `source` must have for a parameter of `shape`."""
   part = (*shape[:-1], shape[-1] // len(source.names))
   hf = part[::-1] if source.transpose else part
@@ -80,7 +80,7 @@ def _bounds(index: tuple, shape: tuple[int, ...]) -> list[tuple[int, int]]:
   return [s.indices(n)[:2] for s, n in zip(index, shape)]
 
 
-def read_slice(source: Source, index: tuple, shape: tuple[int, ...], hf_vocab: int,
+def read_slice(source: TensorSource, index: tuple, shape: tuple[int, ...], hf_vocab: int,
                fetch: Fetch) -> np.ndarray:
   """The block `index` of a parameter of `shape`, read from its HF tensors' slices only.
 
@@ -114,7 +114,7 @@ def _fetch_rows(name: str, bounds: list[tuple[int, int]], rows: int | None,
   return block
 
 
-def to_hf(source: Source, array: np.ndarray) -> dict[str, np.ndarray]:
+def to_hf(source: TensorSource, array: np.ndarray) -> dict[str, np.ndarray]:
   """The HF tensors of one parameter (export)."""
   parts = np.split(np.asarray(array), len(source.names), axis=-1)
   return {name: np.ascontiguousarray(part.T if source.transpose else part)

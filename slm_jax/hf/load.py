@@ -36,7 +36,7 @@ from flax import nnx
 from slm_jax.hf.config import CONFIG_FILE, architecture, model_config, read_config
 from slm_jax.hf.gguf import GgufTensors, is_gguf, open_gguf
 from slm_jax.hf.layout import hf_shapes, read_slice, sources
-from slm_jax.hf.safetensors_io import CheckpointError, CheckpointFiles
+from slm_jax.hf.safetensors_io import HfCheckpointError, CheckpointFiles
 from slm_jax.hf.tokenizer import TOKENIZER_FILE, CheckpointTokenizer
 from slm_jax.model.config import ModelConfig
 from slm_jax.model.decoder import Decoder
@@ -100,17 +100,17 @@ def _check_tensors(files: CheckpointFiles | GgufTensors, srcs: dict, shapes: dic
                    hf_vocab: int, hf: dict, config_path: str) -> None:
   """Every tensor the model needs exists with the right shape and a float dtype."""
   if "lm_head/kernel" in srcs and "lm_head.weight" not in files:
-    raise CheckpointError(f"{config_path} says tie_word_embeddings="
+    raise HfCheckpointError(f"{config_path} says tie_word_embeddings="
                           f"{str(hf.get('tie_word_embeddings', False)).lower()} (an untied "
                           f"head) but no checkpoint file in {files.folder} holds lm_head.weight")
   for path, source in srcs.items():
     for name, shape in hf_shapes(source, shapes[path], hf_vocab).items():
       info = files.info(name)
       if info.shape != shape:
-        raise CheckpointError(f"{info.file}: tensor {name} has shape {list(info.shape)}, but "
+        raise HfCheckpointError(f"{info.file}: tensor {name} has shape {list(info.shape)}, but "
                               f"{config_path} implies {list(shape)} (for {path})")
       if info.dtype not in FLOAT_DTYPES:
-        raise CheckpointError(f"{info.file}: tensor {name} has dtype {info.dtype}; expected "
+        raise HfCheckpointError(f"{info.file}: tensor {name} has dtype {info.dtype}; expected "
                               f"one of {', '.join(FLOAT_DTYPES)}")
   used = {n for s in srcs.values() for n in s.names}
   unused = sorted(n for n in files.tensors if n not in used and not n.endswith(_IGNORED_SUFFIXES)

@@ -28,7 +28,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SHARD_BYTES = 5 * 2**30  # transformers' default max_shard_size ("5GB")
 
 
-class CheckpointError(ValueError):
+class HfCheckpointError(ValueError):
   """A checkpoint folder that cannot be read as safetensors (names the file and tensor)."""
 
 
@@ -43,7 +43,7 @@ def _open(path: pathlib.Path):
   try:
     return safe_open(str(path), framework="numpy")
   except (SafetensorError, OSError) as error:
-    raise CheckpointError(f"{path}: not a readable safetensors file ({error}); the file may be "
+    raise HfCheckpointError(f"{path}: not a readable safetensors file ({error}); the file may be "
                           "truncated or still downloading") from None
 
 
@@ -57,19 +57,19 @@ class CheckpointFiles:
       try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
       except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise CheckpointError(f"{index}: not a safetensors index ({error!r})") from None
+        raise HfCheckpointError(f"{index}: not a safetensors index ({error!r})") from None
       files: dict[str, list[str]] = {}
       for name, file in weight_map.items():
         files.setdefault(file, []).append(name)
     elif single.is_file():
       files = {SINGLE_FILE: []}
     else:
-      raise CheckpointError(f"{self.folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
+      raise HfCheckpointError(f"{self.folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
     self.tensors: dict[str, TensorInfo] = {}
     for file, listed in files.items():
       path = self.folder / file
       if not path.is_file():
-        raise CheckpointError(f"{index}: shard {file} is missing from {self.folder} (it holds "
+        raise HfCheckpointError(f"{index}: shard {file} is missing from {self.folder} (it holds "
                               f"{len(listed)} tensors, e.g. {sorted(listed)[0]})")
       with _open(path) as handle:
         names = set(handle.keys())
@@ -78,7 +78,7 @@ class CheckpointFiles:
           self.tensors[name] = TensorInfo(path, tuple(piece.get_shape()), piece.get_dtype())
       absent = sorted(set(listed) - names)
       if absent:
-        raise CheckpointError(f"{index} places tensor {absent[0]} in {file}, which does not "
+        raise HfCheckpointError(f"{index} places tensor {absent[0]} in {file}, which does not "
                               f"hold it ({len(absent)} such tensors)")
 
   def __contains__(self, name: str) -> bool:
@@ -86,7 +86,7 @@ class CheckpointFiles:
 
   def info(self, name: str) -> TensorInfo:
     if name not in self.tensors:
-      raise CheckpointError(f"{self.folder}: tensor {name} not found in the checkpoint files")
+      raise HfCheckpointError(f"{self.folder}: tensor {name} not found in the checkpoint files")
     return self.tensors[name]
 
   def nbytes(self) -> int:
@@ -101,7 +101,7 @@ class CheckpointFiles:
         piece = handle.get_slice(name)
         return np.asarray(piece[index] if index is not None else piece[:])
       except (SafetensorError, OSError) as error:
-        raise CheckpointError(f"{info.file}: cannot read tensor {name} ({error})") from None
+        raise HfCheckpointError(f"{info.file}: cannot read tensor {name} ({error})") from None
 
 
 def write_checkpoint(folder: str | pathlib.Path,

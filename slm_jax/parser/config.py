@@ -1,10 +1,10 @@
-"""Frozen configurations of the chart parser: the model (`ModelConfig`) and its training
-(`TrainConfig`, whose `model` key holds the model's), both `sections` sections with their rules in
+"""Frozen configurations of the chart parser: the model (`ParserModelConfig`) and its training
+(`ParserTrainConfig`, whose `model` key holds the model's), both `sections` sections with their rules in
 `__post_init__` (every problem at once). `LOADER` reads them through the one config loader
 (`slm_jax.config_files`: `python -m slm_jax.parser.train --config=FILE|NAME --config.KEY=VALUE`);
 the packaged configs (`parser/configs/`) are `tiny` (tests), `default` (CPU) and `gpu` (full
-training on an accelerator), `named_config(NAME)` loads one. `ModelConfig` is saved beside the
-weights (`config.json`), so a shipped model is rebuilt from it alone (`ModelConfig.from_json`,
+training on an accelerator), `named_config(NAME)` loads one. `ParserModelConfig` is saved beside the
+weights (`config.json`), so a shipped model is rebuilt from it alone (`ParserModelConfig.from_json`,
 checked by the same loader).
 """
 
@@ -24,7 +24,7 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parent / "configs"
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ParserModelConfig:
   """Word encoder (character CNN + word embeddings → BiLSTM or transformer) and the label MLP."""
 
   encoder: str = "bilstm"  # "bilstm" | "transformer"
@@ -63,16 +63,16 @@ class ModelConfig:
     return dataclasses.asdict(self)
 
   @classmethod
-  def from_json(cls, data: dict[str, Any], source: str | None = None) -> ModelConfig:
+  def from_json(cls, data: dict[str, Any], source: str | None = None) -> ParserModelConfig:
     """The model of a saved `config.json`'s "model" entry (`source`: the file, for problems)."""
     return MODEL_LOADER.validate(data, source=source)
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class ParserTrainConfig:
   """Optimization, batching, evaluation and stopping."""
 
-  model: ModelConfig = ModelConfig()
+  model: ParserModelConfig = ParserModelConfig()
   learning_rate: float = 2e-3
   weight_decay: float = 1e-4
   warmup_steps: int = 200
@@ -127,10 +127,10 @@ class TrainConfig:
     return sections.to_dict(self)
 
 
-LOADER = ConfigLoader(TrainConfig, folder=CONFIG_DIR)
-MODEL_LOADER = ConfigLoader(ModelConfig)
+LOADER = ConfigLoader(ParserTrainConfig, folder=CONFIG_DIR)
+MODEL_LOADER = ConfigLoader(ParserModelConfig)
 
 
-def named_config(name: str) -> TrainConfig:
+def named_config(name: str) -> ParserTrainConfig:
   """The packaged config `name` (`tiny`, `default`, `gpu`)."""
   return LOADER.load(name)

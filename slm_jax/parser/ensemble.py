@@ -1,5 +1,5 @@
 """Combining trained parsers into one `model.Ensemble` folder: the members' saved folders must share
-one vocabulary, one label set and one `ModelConfig` (members of one `TrainConfig.members` run do:
+one vocabulary, one label set and one `ParserModelConfig` (members of one `ParserTrainConfig.members` run do:
 the vocabularies are built from the same training trees; only the seed differs). The result is an
 ordinary parser folder (`weights.save_parser`; `config.json` gains `members` and each member's dev
 F1), loaded by `api.load_parser` like a single model.

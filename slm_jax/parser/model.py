@@ -23,14 +23,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from slm_jax.parser.config import ModelConfig
+from slm_jax.parser.config import ParserModelConfig
 from slm_jax.parser.vocab import PAD
 
 
 class CharCNN(nnx.Module):
   """Characters of each token → one vector (convolution, ReLU, max over the word)."""
 
-  def __init__(self, num_chars: int, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, num_chars: int, cfg: ParserModelConfig, rngs: nnx.Rngs):
     self.embed = nnx.Embed(num_chars, cfg.char_dim, rngs=rngs)
     self.conv = nnx.Conv(cfg.char_dim, cfg.char_filters, kernel_size=(cfg.char_kernel,),
                          padding="SAME", rngs=rngs)
@@ -44,7 +44,7 @@ class CharCNN(nnx.Module):
 
 
 class BiLSTM(nnx.Module):
-  def __init__(self, d_in: int, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, d_in: int, cfg: ParserModelConfig, rngs: nnx.Rngs):
     self.layers = nnx.List()
     for layer in range(cfg.layers):
       width = d_in if layer == 0 else 2 * cfg.hidden
@@ -65,7 +65,7 @@ class BiLSTM(nnx.Module):
 
 
 class TransformerLayer(nnx.Module):
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ParserModelConfig, rngs: nnx.Rngs):
     d = 2 * cfg.hidden
     self.norm1 = nnx.LayerNorm(d, rngs=rngs)
     self.attention = nnx.MultiHeadAttention(cfg.heads, d, dropout_rate=cfg.dropout, decode=False,
@@ -82,7 +82,7 @@ class TransformerLayer(nnx.Module):
 
 
 class Transformer(nnx.Module):
-  def __init__(self, d_in: int, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, d_in: int, cfg: ParserModelConfig, rngs: nnx.Rngs):
     d = 2 * cfg.hidden
     self.project = nnx.Linear(d_in, d, rngs=rngs)
     self.positions = nnx.Embed(cfg.max_words + 2, d, rngs=rngs)
@@ -102,7 +102,7 @@ class Transformer(nnx.Module):
 class SpanScorer(nnx.Module):
   """(word ids, character ids, lengths) → span label scores s(i, j, ℓ), `scores_BFFL`."""
 
-  def __init__(self, cfg: ModelConfig, num_words: int, num_chars: int, num_labels: int,
+  def __init__(self, cfg: ParserModelConfig, num_words: int, num_chars: int, num_labels: int,
                rngs: nnx.Rngs):
     self.cfg = cfg
     self.chars = CharCNN(num_chars, cfg, rngs)
@@ -149,7 +149,7 @@ class Ensemble(nnx.Module):
     if len(members) < 2:
       raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
     if any(m.cfg != members[0].cfg for m in members[1:]):
-      raise ValueError("ensemble members must share one ModelConfig")
+      raise ValueError("ensemble members must share one ParserModelConfig")
     self.cfg = members[0].cfg
     self.members = nnx.List(members)
 
@@ -166,7 +166,7 @@ class PosTagger(nnx.Module):
   constituency trees were parsed from gold POS tags, so predicting them shapes the encoder). Not
   part of a saved parser."""
 
-  def __init__(self, cfg: ModelConfig, num_tags: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ParserModelConfig, num_tags: int, rngs: nnx.Rngs):
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.out = nnx.Linear(2 * cfg.hidden, num_tags, rngs=rngs)
 

@@ -2,7 +2,7 @@
 [--config.KEY=VALUE] [--train=FILES --dev=FILES --test=FILES | --split=gum] [--export=DIR]
 [--max_minutes=M]`.
 
-Settings (`slm_jax.parser.config.TrainConfig`) come from the one config loader
+Settings (`slm_jax.parser.config.ParserTrainConfig`) come from the one config loader
 (`slm_jax.config_files`): `--config=FILE|NAME` (a file whose get_config() returns some keys, or a
 packaged config: tiny, default (the default), gpu), then the flags `--encoder` (= `model.encoder`),
 `--max_minutes`, `--max_epochs`, `--eval_every`, `--seed`, `--members`, then `--config.KEY=VALUE`
@@ -63,7 +63,7 @@ from slm_jax import cli, config_files, locks
 from slm_jax.parser import config as parser_config
 from slm_jax.parser import crf, ensemble, evalb
 from slm_jax.parser.api import Parser, load_parser
-from slm_jax.parser.config import TrainConfig
+from slm_jax.parser.config import ParserTrainConfig
 from slm_jax.parser.corpus import resolve, resolve_tagged
 from slm_jax.parser.labels import LabelVocab, binarize
 from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
@@ -87,7 +87,7 @@ def tag_vocabulary(tags: list[list[str] | None]) -> list[str]:
   return [""] + sorted({tag for sentence in tags if sentence for tag in sentence})
 
 
-def make_batches(examples: list[Example], cfg: TrainConfig, epoch: int
+def make_batches(examples: list[Example], cfg: ParserTrainConfig, epoch: int
                  ) -> list[tuple[int, list[int]]]:
   """(padded length N, example indices) per batch of one epoch, seeded by (seed, epoch)."""
   rng = np.random.default_rng([cfg.seed, epoch])
@@ -103,7 +103,7 @@ def make_batches(examples: list[Example], cfg: TrainConfig, epoch: int
 
 
 def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int, vocab: Vocab,
-                 cfg: TrainConfig, keep_W: np.ndarray | None, rng: np.random.Generator):
+                 cfg: ParserTrainConfig, keep_W: np.ndarray | None, rng: np.random.Generator):
   """Arrays of one padded batch (rows fixed per bucket so each bucket compiles once)."""
   chosen = [examples[k] for k in indices]
   sentences = [e.words for e in chosen] + [["."]] * (rows - len(chosen))
@@ -125,7 +125,7 @@ def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int,
                                  real_B, tags_BN)))
 
 
-def rows_for(N: int, cfg: TrainConfig) -> int:
+def rows_for(N: int, cfg: ParserTrainConfig) -> int:
   """Sentences per batch of padded length N: `batch_words` padded words."""
   return max(1, cfg.batch_words // N)
 
@@ -161,7 +161,7 @@ def make_step(graphdef, tx, tag_weight: float):
   return step
 
 
-def learning_rate(cfg: TrainConfig, meta: dict, steps_per_epoch: int) -> float:
+def learning_rate(cfg: ParserTrainConfig, meta: dict, steps_per_epoch: int) -> float:
   """The step's learning rate: linear warmup, then the plateau scale or the cosine."""
   warmup = min(1.0, (meta["step"] + 1) / cfg.warmup_steps)
   if cfg.schedule == "plateau":
@@ -247,7 +247,7 @@ class ParserData:
   info: dict  # names and counts (summary.json's "data")
 
 
-def load_data(cfg: TrainConfig, args) -> ParserData:
+def load_data(cfg: ParserTrainConfig, args) -> ParserData:
   """The training trees (longer than `max_train_words`: skipped, counted), dev and test."""
   train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
   (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(args)
@@ -271,7 +271,7 @@ RESUMABLE_KEYS = frozenset({"config.max_minutes", "config.max_epochs", "config.l
                             "config.checkpoint_every_s", "config.members"})
 
 
-def run_identity(cfg: TrainConfig, data: ParserData) -> dict:
+def run_identity(cfg: ParserTrainConfig, data: ParserData) -> dict:
   """What makes a parser run (WORKDIR/identity.json): its config and its training and dev data
   (the test set is only scored: it may change)."""
   info = data.info
@@ -292,7 +292,7 @@ def check_run(workdir: pathlib.Path, record: dict) -> None:
                                  "--workdir")
 
 
-def _progress(cfg: TrainConfig, steps_per_epoch: int):
+def _progress(cfg: ParserTrainConfig, steps_per_epoch: int):
   """The parser's window: word-weighted CRF (and POS) loss, lr, words/s, epoch position."""
 
   def progress(window: Window, done: int) -> tuple[dict, list[str]]:
@@ -315,7 +315,7 @@ def _progress(cfg: TrainConfig, steps_per_epoch: int):
   return progress
 
 
-def train(cfg: TrainConfig, workdir: pathlib.Path, args, data: ParserData | None = None) -> int:
+def train(cfg: ParserTrainConfig, workdir: pathlib.Path, args, data: ParserData | None = None) -> int:
   """One parser run in `workdir` (resuming its newest checkpoint) on `data` (read from `args`
   when not given); 0 when it ended, `EXIT_INCOMPLETE` when it stopped at `max_minutes`."""
   data = data or load_data(cfg, args)
@@ -417,7 +417,7 @@ def train(cfg: TrainConfig, workdir: pathlib.Path, args, data: ParserData | None
                 data.test_trees, started)
 
 
-def _steps(cfg: TrainConfig, examples: list[Example], vocab: Vocab, steps_per_epoch: int,
+def _steps(cfg: ParserTrainConfig, examples: list[Example], vocab: Vocab, steps_per_epoch: int,
            step_fn, rest, meta: dict):
   """(step function, batch of a step) of the loop: epoch e's batches are `make_batches(…, e)`,
   word dropout drawn from (seed, epoch, position), the learning rate from the step and the
@@ -447,7 +447,7 @@ def _steps(cfg: TrainConfig, examples: list[Example], vocab: Vocab, steps_per_ep
   return run_step, batch_at
 
 
-def _dev_evaluation(cfg: TrainConfig, graphdef, rest, vocab, labels, dev_trees, workdir, meta,
+def _dev_evaluation(cfg: ParserTrainConfig, graphdef, rest, vocab, labels, dev_trees, workdir, meta,
                     steps_per_epoch: int, train_seconds, log) -> Hook:
   """Dev F1 every `eval_every` steps of an epoch and at its end: the best model is exported to
   WORKDIR/best, the plateau schedule decays, `patience` evaluations without gain stop the run;
@@ -499,7 +499,7 @@ def member_finished(folder: pathlib.Path) -> bool:
   return not json.loads(path.read_text(encoding="utf-8")).get("resumable", False)
 
 
-def train_ensemble(cfg: TrainConfig, workdir: pathlib.Path, args) -> int:
+def train_ensemble(cfg: ParserTrainConfig, workdir: pathlib.Path, args) -> int:
   """`cfg.members` runs in WORKDIR/memberK (seed + K), then their ensemble (module docstring).
   The members are a `train.sweep`: each member folder's identity.json is checked before the
   first member trains, and a finished member is used as it is only when it matches."""

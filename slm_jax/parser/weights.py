@@ -1,5 +1,5 @@
 """Saving and loading a parser: `model.safetensors` (weights under `/`-joined NNX paths, float32
-or float16 on disk, float32 in memory), `config.json` (the `ModelConfig`, the label vocabulary
+or float16 on disk, float32 in memory), `config.json` (the `ParserModelConfig`, the label vocabulary
 and, for an `Ensemble`, its number of `members`; their weights sit under `members/K/…`) and
 `vocab.json` (words, characters).
 
@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 from flax import nnx
 
-from slm_jax.parser.config import ModelConfig
+from slm_jax.parser.config import ParserModelConfig
 from slm_jax.parser.labels import LabelVocab
 from slm_jax.parser.model import Ensemble, SpanScorer
 from slm_jax.parser.vocab import Vocab
@@ -100,7 +100,7 @@ def load_parts(folder: str | pathlib.Path
   try:
     if config.get("format") != FORMAT:
       raise ValueError(f"format {config.get('format')!r}, expected {FORMAT!r}")
-    cfg = ModelConfig.from_json(config["model"])
+    cfg = ParserModelConfig.from_json(config["model"])
     labels = LabelVocab.from_json(config["labels"])
     members = config.get("members", 1)  # absent: one scorer; an ensemble has ≥ 2
     if "members" in config and (type(members) is not int or members < 2):

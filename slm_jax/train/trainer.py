@@ -28,12 +28,12 @@ from slm_jax.hf.tokenizer_fit import check_tokenizer_fits
 from slm_jax.model.decoder import non_embedding_param_count, param_count
 from slm_jax.model.loss import LossMetrics
 from slm_jax.train import mfu, sharding
-from slm_jax.train.checkpointing import Checkpointer, data_extra, host_data
+from slm_jax.train.checkpointing import data_extra, host_data
 from slm_jax.train.loop import (Cadence, Hook, Loop, NonFiniteLossError,  # noqa: F401  (re-exported)
                                 Persist, Window, every, rate_text)
 from slm_jax.train.metrics_io import MetricsWriter
-from slm_jax.train.optimizer import make_optimizer, make_schedule
 from slm_jax.train.params import backbone_check, build_params, fingerprints
+from slm_jax.train.state import Trainer, initial_state
 from slm_jax.train.steps import make_eval_step, make_train_step  # noqa: F401  (re-exported)
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, NothingToDo, check_workdir
 
@@ -199,22 +199,22 @@ def train(cfg: Any, workdir: str | pathlib.Path,
         flush=True)
 
   mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
-  layout = sharding.check_batch(cfg.train.global_batch, cfg.optimizer.grad_accum_steps, mesh)
-  if layout.padded_rows != layout.rows:
-    print(f"batch: {layout.rows} rows do not split into {cfg.optimizer.grad_accum_steps} "
-          f"micro-batches over {sharding.batch_divisor(mesh)} devices; running "
-          f"{layout.accumulation} micro-batches of {layout.micro_rows} rows, "
-          f"{layout.padded_rows - layout.rows} of them padding without targets", flush=True)
+  sharding.check_batch(cfg.train.global_batch, cfg.optimizer.grad_accum_steps, mesh)  # first
   mconfig = cfg.model.replace(vocab_size=tokenizer.vocab_size)
   graphdef, params = build_params(mconfig, mesh, cfg.train.seed)
   trainable = cfg.optimizer.trainable
   loaded = fingerprints(params, trainable)
   total_steps = cfg.train.steps
-  tx = make_optimizer(cfg.optimizer, total_steps, accumulate=False)
-  schedule = make_schedule(cfg.optimizer, total_steps)
-  param_sh = sharding.tree_shardings(params, mesh)
-  opt_sh = sharding.tree_shardings(jax.eval_shape(tx.init, params), mesh)
-  opt_state = jax.jit(tx.init, out_shardings=opt_sh)(params)
+  setup = initial_state(graphdef, params, cfg.optimizer, total_steps,
+                        batch_rows=cfg.train.global_batch,
+                        micro_batches=cfg.optimizer.grad_accum_steps, mesh=mesh,
+                        trainable=trainable)
+  layout, schedule = setup.layout, setup.schedule
+  if layout.padded_rows != layout.rows:
+    print(f"batch: {layout.rows} rows do not split into {cfg.optimizer.grad_accum_steps} "
+          f"micro-batches over {sharding.batch_divisor(mesh)} devices; running "
+          f"{layout.accumulation} micro-batches of {layout.micro_rows} rows, "
+          f"{layout.padded_rows - layout.rows} of them padding without targets", flush=True)
   print(sharding.describe(mesh), flush=True)
   print(f"model: {configuration.name} ({configuration.linearization} + "
         f"{configuration.attention.name}), {param_count(mconfig):,} parameters "
@@ -225,12 +225,13 @@ def train(cfg: Any, workdir: str | pathlib.Path,
     batches.restore(host_data(restored.extra))
     return restored.state
 
-  checkpointer = Checkpointer(workdir / CHECKPOINTS, max_to_keep=cfg.checkpoint.max_to_keep)
-  loop = Loop(checkpointer, {"params": params, "opt_state": opt_state}, total_steps,
-              persist=Persist(extra=lambda step: {**data_extra(batches.state()), "step": step},
-                              restore=restore),
-              log=lambda line: print(line, flush=True))
-  start_step = loop.resume() if cfg.checkpoint.resume else 0
+  trainer = Trainer(setup.state, total_steps, workdir / CHECKPOINTS,
+                    max_to_keep=cfg.checkpoint.max_to_keep,
+                    persist=Persist(extra=lambda step: {**data_extra(batches.state()),
+                                                        "step": step}, restore=restore),
+                    log=lambda line: print(line, flush=True))
+  checkpointer = trainer.checkpointer
+  start_step = trainer.resume() if cfg.checkpoint.resume else 0
   if start_step >= total_steps:
     checkpointer.close()
     raise NothingToDo(start_step, total_steps, workdir)
@@ -245,16 +246,9 @@ def train(cfg: Any, workdir: str | pathlib.Path,
           "train.eval_syntax_every is set but no live-metrics factory was given: run through "
           "`python -m slm_jax.main` or pass live_metrics=slm_jax.eval.live.LiveSyntax")
     live = live_metrics(cfg.train, graphdef, tokenizer, configuration)
-  step_shardings = (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
-                    sharding.replicated(mesh))
-  train_step = make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable)
   eval_step = make_eval_step(graphdef)
   tokens_per_step = cfg.train.global_batch * cfg.data.seq_len
-
-  def step_fn(state, batch, step):
-    del step
-    params, opt_state, sums = train_step(state["params"], state["opt_state"], batch)
-    return {"params": params, "opt_state": opt_state}, sums
+  step_fn = setup.step_fn()
 
   def held_out(done, state):
     result = evaluate(eval_step, state["params"], eval_data, cfg.eval.batch_size,
@@ -272,7 +266,7 @@ def train(cfg: Any, workdir: str | pathlib.Path,
   progress = slm_progress(schedule, tokens_per_step,
                           mfu.model_flops_per_token(mconfig, cfg.data.seq_len),
                           mesh.devices.size, mesh.devices.flat[0].device_kind)
-  result = loop.run(
+  result = trainer.run(
       step_fn, lambda step: _device_batch(next(batches), mesh, batches.host_local,
                                           layout.padded_rows),
       cadence=Cadence(log_every=cfg.train.log_every, checkpoint_every=cfg.train.checkpoint_every),
