@@ -20,8 +20,9 @@
   start by hand.
 
 Pre-training (`train.trainer`), fine-tuning (`downstream.finetune`), GTCA stages
-(`gtca.stages`), the chart parser (`parser.train`) and the structural probe
-(`gtca.structural_probe`) run through it.
+(`gtca.stages`) and the structural probe (`gtca.structural_probe`) run through it. The chart
+parser (`parser.train`) does not yet: it keeps its own step and `adamw(1.0)` with the learning
+rate of its plateau schedule applied by hand (on the shared loop and checkpointer).
 """
 
 from __future__ import annotations
