@@ -15,7 +15,7 @@ topology (`slm_jax.kernels.mosaic_compile`), so the numbers are the compiler's, 
   default scoped limit (a refusal names the limit).
 - The largest square block per generation and dtype that compiles at the default limit.
 The defaults `tpu_attention.SMEM_PLAN_ENTRIES` and `BLOCK_Q` / `BLOCK_K` are chosen from these
-tables (docs/MOSAIC_LIMITS.md has the measured ones). Slow on 2 cores (minutes per generation).
+tables (docs/AOT_V5P64.md has the measured ones). Slow on 2 cores (minutes per generation).
 """
 
 from __future__ import annotations

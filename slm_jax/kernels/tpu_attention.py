@@ -49,7 +49,8 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402  pylint: disable=
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - m) never NaN
 # Largest plan (B·C·I·J int32 entries, 128 KiB) kept in scalar memory by one launch; larger
-# batches run in row chunks. An assumption about SMEM capacity, not yet measured on a TPU.
+# batches run in row chunks. libtpu compiles plans up to 4× this on v4 / v5e / v5p and refuses 8×
+# (1 MiB SMEM; benchmarks/mosaic_limits.py, docs/AOT_V5P64.md); not yet run on a TPU.
 SMEM_PLAN_ENTRIES = 1 << 15
 BLOCK_Q = BLOCK_K = 128  # default tile sizes
 # Scoped VMEM limit per kernel ("forward", "dq", "dkv") in bytes; absent: the compiler's default.
