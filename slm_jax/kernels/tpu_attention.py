@@ -50,9 +50,15 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402  pylint: disable=
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - m) never NaN
 # Largest plan (B·C·I·J int32 entries, 128 KiB) kept in scalar memory by one launch; larger
 # batches run in row chunks. libtpu compiles plans up to 4× this on v4 / v5e / v5p and refuses 8×
-# (1 MiB SMEM; benchmarks/mosaic_limits.py, docs/AOT_V5P64.md); not yet run on a TPU.
+# (1 MiB SMEM; benchmarks/mosaic_limits.py, docs/AOT_V5P64.md); not yet run on a TPU. Kept at
+# a quarter of what compiles: the scalar memory other operands share stays free, and the row
+# chunks it causes are rare (a plan past 32,768 entries is a large batch of long rows).
 SMEM_PLAN_ENTRIES = 1 << 15
-BLOCK_Q = BLOCK_K = 128  # default tile sizes
+# Default tile sizes: 128 compiles in every generation measured at a fraction of the default
+# 16 MiB scoped VMEM (v4 1.4 / 1.9 MiB, v5e 0.8 MiB bfloat16 / float32); 1024 does not fit v4's
+# default limit (asks 16.7 MiB). 128 also matches the MXU's width; larger tiles are a tuning
+# choice to time on a TPU, not a compile limit (docs/AOT_V5P64.md).
+BLOCK_Q = BLOCK_K = 128
 # Scoped VMEM limit per kernel ("forward", "dq", "dkv") in bytes; absent: the compiler's default.
 VMEM_LIMIT_BYTES: dict[str, int] = {}
 
