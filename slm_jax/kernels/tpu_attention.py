@@ -55,7 +55,7 @@ MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - m) nev
 # chunks it causes are rare (a plan past 32,768 entries is a large batch of long rows).
 SMEM_PLAN_ENTRIES = 1 << 15
 # Default tile sizes: 128 compiles in every generation measured at a fraction of the default
-# 16 MiB scoped VMEM (v4 1.4 / 1.9 MiB, v5e 0.8 MiB bfloat16 / float32); 1024 does not fit v4's
+# 16 MiB scoped VMEM (v4: 1.4 MiB bfloat16, 1.9 float32; v5e: 0.8 bfloat16); 1024 does not fit v4's
 # default limit (asks 16.7 MiB). 128 also matches the MXU's width; larger tiles are a tuning
 # choice to time on a TPU, not a compile limit (docs/AOT_V5P64.md).
 BLOCK_Q = BLOCK_K = 128
