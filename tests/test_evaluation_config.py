@@ -100,3 +100,14 @@ def test_the_evaluation_library_reads_no_argparse_namespace():
           and node.value.id == "args"):
         reads.append(f"{path.name}:{node.lineno} args.{node.attr}")
   assert reads == []
+
+
+def test_every_flag_spelling_still_reaches_its_key():
+  config = evaluate.parse_args(["--workdir=a", "--workdir=b", "--checkpoint=c.gguf",
+                                "--checkpoint=d.gguf", "--out=o", "--downstream_data=data",
+                                "--docppl_ptb=x.mrg", "--docppl-ptb=y.mrg", "--mc-tasks=piqa",
+                                "--gen_beam=3", "--beam-score-cnt2=false"])
+  assert config.models.workdirs == ("a", "b") and config.models.checkpoints == ("c.gguf", "d.gguf")
+  assert config.downstream.dir == "data" and config.downstream.mc_tasks == ("piqa",)
+  assert config.syntactic.docppl_ptb == ("x.mrg", "y.mrg")
+  assert config.generation.gen_beam == 3 and config.syntactic.beam_score_cnt2 is False
