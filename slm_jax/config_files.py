@@ -3,7 +3,8 @@ the CLI's own flags as aliases of keys.
 
 A CLI's settings are a tree of `slm_jax.sections` dataclasses: a root whose fields are values or
 nested sections (`RunConfig` of `python -m slm_jax.main`, one section per part of a run;
-`FinetuneSettings` of `python -m slm_jax.finetune`; the parser's `TrainConfig` with its `model`).
+`FinetuneSettings` of `python -m slm_jax.finetune`; the parser's `TrainConfig` with its `model`;
+`EvaluationConfig` of `python -m slm_jax.evaluate`, `slm_jax.evaluation.config`).
 `ConfigLoader(root, folder=…, aliases=…)` builds one from, lowest precedence first:
 
 1. the dataclasses' defaults;

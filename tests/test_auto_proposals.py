@@ -54,8 +54,9 @@ def test_chain_takes_the_first_source_with_trees_and_counts_each():
 
 def test_auto_is_the_default_and_gives_a_real_blimp_sentence_parser_trees():
   args = evaluate.parse_args(["--workdir=w", "--out=o"])
-  assert args.blimp_proposals == "auto" and args.docppl_proposals is None  # None: auto
-  source = blimp_source(args.blimp_proposals, 5, 0)
+  assert args.syntactic.blimp_proposals == "auto"
+  assert args.syntactic.docppl_proposals is None  # None: auto
+  source = blimp_source(args.syntactic.blimp_proposals, 5, 0)
   real = word_tokenize("The teachers who the student admired were talking about the lecture.")
   embedded = tuple(embedded_corpus("test", 1, 0)[0][0].leaves())
   trees = source.proposals(real)

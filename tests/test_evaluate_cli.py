@@ -161,8 +161,9 @@ def test_cli_flag_spellings(tmp_path):
   underscored = evaluate.parse_args(common + ["--max_items=3", "--blimp_proposals=flat",
                                               "--fast_track=5", "--batch_size=4",
                                               "--sg_suites=a"])
-  assert vars(dashed) == vars(underscored)
-  assert (dashed.max_items, dashed.blimp_proposals, dashed.fast_track) == (3, "flat", 5)
+  assert dashed == underscored
+  assert (dashed.run.max_items, dashed.syntactic.blimp_proposals,
+          dashed.syntactic.fast_track) == (3, "flat", 5)
 
 
 def test_cli_help_shows_the_paper_defaults(capsys):
@@ -176,7 +177,7 @@ def test_cli_help_shows_the_paper_defaults(capsys):
     assert flag in text and f"(default: {default})" in text, flag
   args = evaluate.parse_args(["--workdir=x", "--out=y", "--beam_score_cnt2=false", "--beam=8",
                               "--sub_beam=16", "--max_len_factor=4", "--min_len=7"])
-  assert sources.beam_options(args) == dict(beam=16, word_beam=8, fast_track=30,
+  assert sources.beam_options(args.syntactic) == dict(beam=16, word_beam=8, fast_track=30,
                                              max_len_factor=4.0, min_len=7, score_cnt2=False)
   assert "never scored" in summary.conventions(args)["beam_cnt2"]
   with pytest.raises(SystemExit):

@@ -108,11 +108,11 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
   real = evaluation_run.evaluate_run
   calls = []
 
-  def second_fails(workdir, args, data, index, **kwargs):
+  def second_fails(workdir, config, data, index, **kwargs):
     calls.append(workdir)
     if len(calls) == 2:
       raise RuntimeError("device lost")
-    return real(workdir, args, data, index, **kwargs)
+    return real(workdir, config, data, index, **kwargs)
 
   monkeypatch.setattr(evaluation_run, "evaluate_run", second_fails)
   out = tmp_path / "report"

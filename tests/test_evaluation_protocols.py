@@ -20,14 +20,18 @@ COMMON = ["--workdir=w", "--out=o"]
 
 def test_paper_protocol_sets_the_paper_codes_choices_and_flags_win():
   paper = evaluate.parse_args(COMMON + ["--protocol=paper"])
-  assert (paper.tree_scoring, paper.beam_score_cnt2, paper.sg_suites) == (
+  syntactic = paper.syntactic
+  assert (syntactic.tree_scoring, syntactic.beam_score_cnt2, syntactic.sg_suites) == (
       "terminal", False, "paper32")
-  assert (paper.blimp_proposals, paper.mc_format, paper.dtype) == ("auto", "paper", "float32")
+  assert (syntactic.blimp_proposals, paper.downstream.mc_format, paper.run.dtype) == (
+      "auto", "paper", "float32")
   spec = evaluate.parse_args(COMMON + ["--protocol=spec"])
-  assert (spec.tree_scoring, spec.beam_score_cnt2, spec.sg_suites) == ("joint", True, "hu31")
+  assert (spec.syntactic.tree_scoring, spec.syntactic.beam_score_cnt2,
+          spec.syntactic.sg_suites) == ("joint", True, "hu31")
   mixed = evaluate.parse_args(COMMON + ["--protocol=paper", "--sg-suites=hu31",
                                         "--mc_format=olmes"])
-  assert (mixed.sg_suites, mixed.mc_format, mixed.tree_scoring) == ("hu31", "olmes", "terminal")
+  assert (mixed.syntactic.sg_suites, mixed.downstream.mc_format,
+          mixed.syntactic.tree_scoring) == ("hu31", "olmes", "terminal")
   text = protocols.choices_text(paper)
   assert text.startswith("choices in force (protocol paper): tree_scoring=terminal, ")
   for key in ("beam_score_cnt2=False", "sg_suites=paper32", "blimp_proposals=auto",
@@ -66,12 +70,13 @@ def test_sentences_per_batch_reaches_every_batched_search_and_no_identity():
   partial-results key: `beam_options`) leaves it out."""
   from tests.test_pushdown_model import tiny_model  # pylint: disable=g-import-not-at-top
   args = evaluate.parse_args(COMMON + ["--sentences_per_batch=3"])
-  assert sources.search_options(args) == dict(sources.beam_options(args), sentences_per_batch=3)
-  assert "sentences_per_batch" not in sources.beam_options(args)
-  assert evaluate.parse_args(COMMON).sentences_per_batch == SENTENCES_PER_BATCH
+  assert sources.search_options(args.syntactic) == dict(sources.beam_options(args.syntactic),
+                                                        sentences_per_batch=3)
+  assert "sentences_per_batch" not in sources.beam_options(args.syntactic)
+  assert evaluate.parse_args(COMMON).syntactic.sentences_per_batch == SENTENCES_PER_BATCH
   pushdown = CONFIGURATIONS["pushdown"]
   tokenizer = make_tokenizer("word", words=["cats", "sleep"])
   run = _Run(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, pushdown)
   _, scorer = protocol(pushdown).evaluation_scorer(run, batch_size=4, beam=5,
-                                                   sentences_per_batch=args.sentences_per_batch)
+                                                   sentences_per_batch=args.syntactic.sentences_per_batch)
   assert (scorer.beam, scorer.sentences_per_batch) == (5, 3)

@@ -59,5 +59,5 @@ def test_evaluate_takes_a_workdir_as_checkpoint_as_a_trained_run(tmp_path, capsy
   from slm_jax import evaluate  # pylint: disable=import-outside-toplevel
   run = _workdir(tmp_path / "run")
   args = evaluate.parse_args([f"--checkpoint={run}", "--tasks=blimp", f"--out={tmp_path / 'o'}"])
-  assert args.workdir == [str(run)] and args.checkpoint == []
+  assert args.models.workdirs == (str(run),) and args.models.checkpoints == ()
   assert "evaluated as a trained run" in capsys.readouterr().out

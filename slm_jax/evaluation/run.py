@@ -1,9 +1,10 @@
-"""One evaluation of trained runs: what `python -m slm_jax.evaluate` runs (its flags: `args`).
+"""One evaluation of trained runs: what `python -m slm_jax.evaluate` runs.
 
-`evaluate(args)`: the inputs checked before anything is scored (`evaluation.inputs`), the task
-data and proposal sources built once (`evaluation.sources`), then per run (`evaluate_run`: each
-`--workdir`, then each `--checkpoint`, a pretrained checkpoint loaded by
-`evaluation.checkpoints` and scored as raw text, SPEC §13) its scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
+`evaluate(config)` (an `evaluation.config.EvaluationConfig`, never a command line): the inputs
+checked before anything is scored (`evaluation.inputs`), the task data and proposal sources built
+once (`evaluation.sources`), then per run (`evaluate_run`: each workdir, then each checkpoint, a
+pretrained checkpoint loaded by `evaluation.checkpoints` and scored as raw text, SPEC §13) its
+scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
 the Pushdown reference's), SyntaxGym, BLiMP and doc-PPL (`slm_jax.eval`) and the downstream tasks
 (`evaluate_downstream` → `downstream.run`); after every run the finished ones are kept in
 `OUT/results.partial.json` (written atomically; a rerun reuses a run whose identity — path, step
@@ -36,43 +37,43 @@ from slm_jax.eval.raw_docppl import raw_doc_ppl
 from slm_jax.eval.raw_text import RawTextScorer, evaluate_blimp_raw, region_units
 from slm_jax.eval.sg_partial import InFlight, SuitesInFlight
 from slm_jax.evaluation.checkpoints import load_checkpoint_run
-from slm_jax.evaluation.inputs import (DOWNSTREAM_TASKS, check_beam_runs, check_file_coverage,
-                                       check_inputs, syntaxgym_dir)
+from slm_jax.evaluation.config import DOWNSTREAM_TASKS, EvaluationConfig
+from slm_jax.evaluation.inputs import (check_beam_runs, check_file_coverage, check_inputs,
+                                       syntaxgym_dir)
 from slm_jax.evaluation.resume import FinishedRuns, model_key
 from slm_jax.evaluation.sources import (beam_options, beam_source, blimp_source, docppl_data,
                                         search_options, source_stats)
 from slm_jax.evaluation.summary import bootstrap_all, conventions, log, notes, sg_summary
 
 
-def evaluate(args) -> dict[str, pathlib.Path]:
-  """The whole evaluation of `args` (module docstring); returns the files written
+def evaluate(config: EvaluationConfig) -> dict[str, pathlib.Path]:
+  """The whole evaluation of `config` (module docstring); returns the files written
   (`eval.report.write_reports`: kind → path)."""
   started = time.time()
-  from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
-  if beam_tasks(args):
-    check_beam_runs(args.workdir)  # a linearization beam proposals cannot invert: say so first
-  check_inputs(args)  # then every input, before anything is scored
-  with locks.writer_lock(args.out, what="evaluation"):  # one evaluation per --out
-    return _evaluate(args, started)
+  if beam_tasks(config):  # a linearization beam proposals cannot invert: said first
+    check_beam_runs(config.models.workdirs)
+  config = check_inputs(config)  # then every input, before anything is scored
+  with locks.writer_lock(config.run.out, what="evaluation"):  # one evaluation per --out
+    return _evaluate(config, started)
 
 
-def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
+def _evaluate(config: EvaluationConfig, started: float) -> dict[str, pathlib.Path]:
   from slm_jax.train.loading import run_config  # pylint: disable=g-import-not-at-top
-  first_cfg = run_config(args.workdir[0])[0] if args.workdir else None
-  data, settings = task_data(args, first_cfg)
-  check_file_coverage(args, data)
-  partial = pathlib.Path(args.out) / "results.partial.json"
+  first_cfg = run_config(config.models.workdirs[0])[0] if config.models.workdirs else None
+  data, settings = task_data(config, first_cfg)
+  check_file_coverage(config, data)
+  partial = pathlib.Path(config.run.out) / "results.partial.json"
   finished = FinishedRuns(partial, settings)  # runs a killed evaluation finished: reused
   if finished.note:
     log(finished.note)
   entries, arrays = [], []
-  runs = ([(path, index, False) for index, path in enumerate(args.workdir)]
-          + [(path, index, True) for index, path in enumerate(args.checkpoint)])
+  runs = ([(path, index, False) for index, path in enumerate(config.models.workdirs)]
+          + [(path, index, True) for index, path in enumerate(config.models.checkpoints)])
   for path, index, checkpoint in runs:
     key = model_key(path)  # path, step, content digest: another model there is another key
     reused = finished.take(key)
     if reused is None:
-      entry, arr = evaluate_run(path, args, data, index, checkpoint=checkpoint, key=key)
+      entry, arr = evaluate_run(path, config, data, index, checkpoint=checkpoint, key=key)
     else:
       entry, arr = reused
       log(f"{path}: step {key['step']} finished before (content digest {key['digest']}): "
@@ -82,22 +83,22 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
     # What is done so far survives a later run's failure (removed once results.json is written).
     finished.keep(entries, arrays)
   names = report.display_names([e["configuration"] for e in entries],
-                               [*args.workdir, *args.checkpoint])
+                               [*config.models.workdirs, *config.models.checkpoints])
   for name, entry in zip(names, entries):
     entry["name"] = name
-  results = {"settings": settings, "conventions": conventions(args),
+  results = {"settings": settings, "conventions": conventions(config),
              "models": [{"name": e.pop("name"), **e} for e in entries]}
-  results["bootstrap"] = bootstrap_all(names, arrays, args.bootstrap_resamples,
-                                       args.bootstrap_seed)
-  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+  results["bootstrap"] = bootstrap_all(names, arrays, config.run.bootstrap_resamples,
+                                       config.run.bootstrap_seed)
+  if config.has(*DOWNSTREAM_TASKS):
     from slm_jax.downstream import report as downstream_report  # pylint: disable=g-import-not-at-top
     results["bootstrap_downstream"] = downstream_report.bootstrap_downstream(
-        results, args.bootstrap_resamples, args.bootstrap_seed)
+        results, config.run.bootstrap_resamples, config.run.bootstrap_seed)
     extra = dict(sections=[downstream_report.markdown_section],
                  plots={"downstream_png": ("downstream.png", downstream_report.plot_downstream)})
   else:
     extra = {}
-  results["notes"] = notes(args, data, results, beam_tasks(args))
+  results["notes"] = notes(config, data, results, beam_tasks(config))
   results["notes"] += [f"{m['name']}: {m['reference']}." for m in results["models"]
                        if "checkpoint" in m]
   results["settings"]["wall_s"] = round(time.time() - started, 1)
@@ -106,91 +107,99 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
     circuits = data["sg_dir"].parent / "circuits.json"
     if circuits.is_file():
       circuit_suites = json.loads(circuits.read_text())["circuit_suites"]
-  paths = report.write_reports(results, args.out, circuit_suites, **extra)
+  paths = report.write_reports(results, config.run.out, circuit_suites, **extra)
   partial.unlink(missing_ok=True)
   return paths
 
 
-def beam_tasks(args) -> list[str]:
-  """The tasks whose proposals come from each run's own beam search (`--*_proposals=beam`)."""
-  return [t for t, arg in (("blimp", args.blimp_proposals), ("docppl", args.docppl_proposals))
-          if t in args.tasks and arg == "beam"]
+def beam_tasks(config: EvaluationConfig) -> list[str]:
+  """The tasks whose proposals come from each run's own beam search (`*_proposals=beam`)."""
+  syntactic = config.syntactic
+  return [t for t, arg in (("blimp", syntactic.blimp_proposals),
+                           ("docppl", syntactic.docppl_proposals))
+          if t in config.tasks and arg == "beam"]
 
 
-def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
+def task_data(config: EvaluationConfig, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
   """(the data every run is scored on — suites folder, BLiMP pairs or folder, doc-PPL documents,
   shared proposal sources, downstream options and tree source —, the settings recorded in
   results.json); `first_cfg` is the first run's config (its embedded corpus seed)."""
+  syntactic, downstream, generation = config.syntactic, config.downstream, config.generation
+  max_items, seed = config.run.max_items, config.run.seed
   data: dict[str, Any] = {}
-  settings: dict[str, Any] = {"tasks": ",".join(args.tasks), "max_items": args.max_items,
-                              "proposals_K": args.proposals}
-  if beam_tasks(args) or "sg" in args.tasks:
-    settings.update(beam=args.beam, sub_beam=args.sub_beam or args.beam,
-                    fast_track=args.fast_track, max_len_factor=args.max_len_factor,
-                    min_len=args.min_len, beam_score_cnt2=args.beam_score_cnt2)
-  settings.update(dtype=args.dtype, tree_scoring=args.tree_scoring,
-                  bootstrap_seed=args.bootstrap_seed)
-  if "sg" in args.tasks:
-    data["sg_dir"] = syntaxgym_dir(args.syntaxgym_dir)
-    settings.update(sg_dir=str(data["sg_dir"]), sg_suites=args.sg_suites)
-  if "blimp" in args.tasks and args.data_source == "tfds":
+  settings: dict[str, Any] = {"tasks": ",".join(config.tasks), "max_items": max_items,
+                              "proposals_K": syntactic.proposals}
+  if beam_tasks(config) or "sg" in config.tasks:
+    settings.update(beam=syntactic.beam, sub_beam=syntactic.sub_beam or syntactic.beam,
+                    fast_track=syntactic.fast_track, max_len_factor=syntactic.max_len_factor,
+                    min_len=syntactic.min_len, beam_score_cnt2=syntactic.beam_score_cnt2)
+  settings.update(dtype=config.run.dtype, tree_scoring=syntactic.tree_scoring,
+                  bootstrap_seed=config.run.bootstrap_seed)
+  if "sg" in config.tasks:
+    data["sg_dir"] = syntaxgym_dir(syntactic.syntaxgym_dir)
+    settings.update(sg_dir=str(data["sg_dir"]), sg_suites=syntactic.sg_suites)
+  if "blimp" in config.tasks and syntactic.data_source == "tfds":
     from slm_jax.eval.tfds_sets import blimp_pairs_from_tfds  # pylint: disable=g-import-not-at-top
     data["blimp_dir"] = None
-    data["blimp_paradigms"] = blimp_pairs_from_tfds(args.tfds_dir, max_items=args.max_items)
-    data["blimp_proposals"] = blimp_source(args.blimp_proposals, args.proposals, args.seed)
-    settings.update(blimp_source=f"tfds {args.tfds_dir or '(default data_dir)'}",
-                    blimp_proposals=args.blimp_proposals)
-  elif "blimp" in args.tasks:
-    data["blimp_dir"] = (pathlib.Path(args.blimp_dir) if args.blimp_dir
+    data["blimp_paradigms"] = blimp_pairs_from_tfds(syntactic.tfds_dir, max_items=max_items)
+    data["blimp_proposals"] = blimp_source(syntactic.blimp_proposals, syntactic.proposals, seed)
+    settings.update(blimp_source=f"tfds {syntactic.tfds_dir or '(default data_dir)'}",
+                    blimp_proposals=syntactic.blimp_proposals)
+  elif "blimp" in config.tasks:
+    data["blimp_dir"] = (pathlib.Path(syntactic.blimp_dir) if syntactic.blimp_dir
                          else cli.shared_data("blimp", "--blimp_dir"))
-    data["blimp_proposals"] = blimp_source(args.blimp_proposals, args.proposals, args.seed)
-    settings.update(blimp_dir=str(data["blimp_dir"]), blimp_proposals=args.blimp_proposals)
-  if "docppl" in args.tasks:
-    data["documents"], data["docppl_proposals"], info = docppl_data(args, first_cfg)
+    data["blimp_proposals"] = blimp_source(syntactic.blimp_proposals, syntactic.proposals, seed)
+    settings.update(blimp_dir=str(data["blimp_dir"]), blimp_proposals=syntactic.blimp_proposals)
+  if "docppl" in config.tasks:
+    data["documents"], data["docppl_proposals"], info = docppl_data(config, first_cfg)
     settings.update({f"docppl_{k}": v for k, v in info.items()})
-  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+  if config.has(*DOWNSTREAM_TASKS):
     from slm_jax.downstream.encoding import make_tree_source  # pylint: disable=g-import-not-at-top
     from slm_jax.downstream.run import DownstreamOptions  # pylint: disable=g-import-not-at-top
     data["downstream_options"] = DownstreamOptions(
-        pathlib.Path(args.downstream_dir), tuple(args.mc_tasks), max_items=args.max_items,
-        batch_size=args.batch_size, beam=args.gen_beam, max_tokens=args.gen_max_tokens,
-        max_words=args.gen_max_words, mc_format=args.mc_format, olmes_regime=args.olmes_regime,
-        articles_per_batch=args.articles_per_batch)
-    data["tree_source"] = functools.cache(lambda: make_tree_source(args.tree_source))
-    settings.update(downstream_dir=args.downstream_dir, tree_source=args.tree_source)
-    if "mc" in args.tasks:
-      settings.update(mc_tasks=",".join(args.mc_tasks), olmes_regime=args.olmes_regime)
-    if "xsum" in args.tasks:
-      settings.update(gen_beam=args.gen_beam, gen_max_tokens=args.gen_max_tokens,
-                      gen_max_words=args.gen_max_words)
+        pathlib.Path(downstream.dir), tuple(downstream.mc_task_names), max_items=max_items,
+        batch_size=config.run.batch_size, beam=generation.gen_beam,
+        max_tokens=generation.gen_max_tokens, max_words=generation.gen_max_words,
+        mc_format=downstream.mc_format, olmes_regime=downstream.olmes_regime,
+        articles_per_batch=generation.articles_per_batch)
+    data["tree_source"] = functools.cache(lambda: make_tree_source(downstream.tree_source))
+    settings.update(downstream_dir=downstream.dir, tree_source=downstream.tree_source)
+    if "mc" in config.tasks:
+      settings.update(mc_tasks=",".join(downstream.mc_task_names),
+                      olmes_regime=downstream.olmes_regime)
+    if "xsum" in config.tasks:
+      settings.update(gen_beam=generation.gen_beam, gen_max_tokens=generation.gen_max_tokens,
+                      gen_max_words=generation.gen_max_words)
   return data, settings
 
 
-def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: bool = False,
-                 key: dict | None = None) -> tuple[dict, dict]:
+def evaluate_run(workdir: str, config: EvaluationConfig, data: dict, index: int = 0, *,
+                 checkpoint: bool = False, key: dict | None = None) -> tuple[dict, dict]:
   """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir),
   or (`checkpoint`) of the `index`-th pretrained checkpoint `workdir` (a folder or .gguf file).
   `key`: its identity (`evaluation.resume.model_key`, taken again when the newest checkpoint was
   unreadable and an older step is evaluated), the key of its in-flight SG suites and BLiMP
   paradigms and recorded in the entry."""
   from slm_jax.train.loading import load_run, source_digest  # pylint: disable=g-import-not-at-top
+  syntactic, run_cfg = config.syntactic, config.run
   if checkpoint:
-    trained = load_checkpoint_run(workdir, dtype=args.dtype)
+    trained = load_checkpoint_run(workdir, dtype=run_cfg.dtype)
   else:
-    trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
+    trained = load_run(workdir, dtype=run_cfg.dtype)  # `trained`: its own configuration
   if key is None or key["step"] != int(trained.step):
     key = {"path": str(pathlib.Path(workdir).resolve()),
            "step": int(trained.step), "digest": source_digest(workdir, int(trained.step))[1]}
   reference = trained.configuration.reference  # "pushdown": the architectural reference, SPEC §14
   evaluation = protocol(trained.configuration)
-  run, scorer = evaluation.evaluation_scorer(trained, batch_size=args.batch_size, beam=args.beam,
-                                             sentences_per_batch=args.sentences_per_batch)
+  run, scorer = evaluation.evaluation_scorer(trained, batch_size=run_cfg.batch_size,
+                                             beam=syntactic.beam,
+                                             sentences_per_batch=syntactic.sentences_per_batch)
   raw = isinstance(scorer, RawTextScorer)  # a pretrained checkpoint: raw text (SPEC §13)
   conf = run.configuration
   entry: dict[str, Any] = {"checkpoint" if checkpoint else "workdir": str(workdir),
                            "configuration": conf.name,
                            "linearization": conf.linearization, "attention": conf.attention.name,
-                           "step": int(run.step), "dtype": args.dtype, "identity": key,
+                           "step": int(run.step), "dtype": run_cfg.dtype, "identity": key,
                            "timing_s": {}}
   if raw:
     entry["reference"] = (f"pretrained checkpoint, prefix token {scorer.prefix_id}: "
@@ -205,20 +214,21 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
          f"({run.newest_step}): " + "; ".join(f"step {st} unreadable ({r})"
                                               for st, r in run.skipped))
   log(f"{workdir}: " + ("pretrained checkpoint, raw text" if raw else
-                        f"{conf.name} at step {run.step}") + f" ({args.dtype})")
-  if "sg" in args.tasks:
+                        f"{conf.name} at step {run.step}") + f" ({run_cfg.dtype})")
+  if "sg" in config.tasks:
     from slm_jax.eval.sg_aggregate import circuit_labels
     from slm_jax.eval.syntaxgym import evaluate_syntaxgym
     start = time.time()
-    kept = SuitesInFlight(pathlib.Path(args.out) / "results.partial.json", dict(
-        model=key, dtype=args.dtype, max_items=args.max_items, sg_suites=args.sg_suites,
-        tree_scoring=args.tree_scoring, sg_dir=str(data["sg_dir"]), **beam_options(args)))
+    kept = SuitesInFlight(pathlib.Path(run_cfg.out) / "results.partial.json", dict(
+        model=key, dtype=run_cfg.dtype, max_items=run_cfg.max_items,
+        sg_suites=syntactic.sg_suites, tree_scoring=syntactic.tree_scoring,
+        sg_dir=str(data["sg_dir"]), **beam_options(syntactic)))
     if kept.note:
       log(f"  {kept.note}")
-    options = dict(split_region=region_units) if raw else search_options(args)
+    options = dict(split_region=region_units) if raw else search_options(syntactic)
     sg = evaluate_syntaxgym(scorer.prefix_fn if raw else scorer, data["sg_dir"],
-                            max_items=args.max_items, suites=args.sg_suites,
-                            tree_scoring=args.tree_scoring,
+                            max_items=run_cfg.max_items, suites=syntactic.sg_suites,
+                            tree_scoring=syntactic.tree_scoring,
                             progress=cli.Progress("  sg", unit="suites", every=0),
                             done=kept.done, on_suite=kept.keep, **options)
     entry["sg"] = sg_summary(sg)
@@ -237,21 +247,23 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
 
   def own_beam_source() -> ProposalSource | None:
     if not beam_sources:
-      beam_sources.append(beam_source(run, scorer, args))
+      beam_sources.append(beam_source(run, scorer, syntactic))
     return beam_sources[0]
 
-  if "blimp" in args.tasks:
+  if "blimp" in config.tasks:
     start = time.time()
     source = data["blimp_proposals"]
     if source is None and not raw:
       source = own_beam_source()
     before = source_stats(source)
-    paradigms = blimp_paradigms(args, data)
-    kept = InFlight(pathlib.Path(args.out) / "results.partial.json", dict(
-        model=key, dtype=args.dtype, max_items=args.max_items, tree_scoring=args.tree_scoring,
-        blimp=str(data.get("blimp_dir") or f"tfds {args.tfds_dir}"),
-        proposals=args.blimp_proposals, proposals_K=args.proposals, seed=args.seed,
-        **(beam_options(args) if args.blimp_proposals == "beam" else {})), task="blimp")
+    paradigms = blimp_paradigms(run_cfg.max_items, data)
+    kept = InFlight(pathlib.Path(run_cfg.out) / "results.partial.json", dict(
+        model=key, dtype=run_cfg.dtype, max_items=run_cfg.max_items,
+        tree_scoring=syntactic.tree_scoring,
+        blimp=str(data.get("blimp_dir") or f"tfds {syntactic.tfds_dir}"),
+        proposals=syntactic.blimp_proposals, proposals_K=syntactic.proposals, seed=run_cfg.seed,
+        **(beam_options(syntactic) if syntactic.blimp_proposals == "beam" else {})),
+        task="blimp")
     if kept.note:
       log(f"  {kept.note}")
     progress = cli.Progress("  blimp", len(paradigms), unit="paradigms", every=0,
@@ -265,7 +277,7 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
       result = evaluate_blimp_raw(scorer, paradigms, done=kept.done, on_paradigm=keep)
     else:
       result = evaluate_blimp(scorer, run.tokenizer, conf, data["blimp_dir"], source,
-                              max_items=args.max_items, tree_scoring=args.tree_scoring,
+                              max_items=run_cfg.max_items, tree_scoring=syntactic.tree_scoring,
                               paradigms=paradigms, done=kept.done, on_paradigm=keep)
     entry["blimp"] = result.summary()
     stats = source_stats(source)
@@ -277,9 +289,10 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
     arrays["blimp_paradigms"] = {u: p["accuracy"] for u, p in result.paradigms.items()}
     log(f"  BLiMP {result.overall:.2f} ({result.stats['ties']} ties, "
          f"{result.stats['nonfinite_pairs']} non-finite pairs; {entry['timing_s']['blimp']} s)")
-  if "docppl" in args.tasks:
+  if "docppl" in config.tasks:
     start = time.time()
-    cap = args.max_context if args.max_context is not None else int(run.cfg.data.seq_len)
+    cap = (syntactic.max_context if syntactic.max_context is not None
+           else int(run.cfg.data.seq_len))
     source = data["docppl_proposals"]
     per_run = source is None
     if per_run:
@@ -289,7 +302,8 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
       result, measured = raw_doc_ppl(scorer, data["documents"], max_context=cap or None)
     else:
       result, measured = doc_ppl(scorer, data["documents"], run.tokenizer, conf, source,
-                                 max_context=cap or None, tree_scoring=args.tree_scoring), {}
+                                 max_context=cap or None,
+                                 tree_scoring=syntactic.tree_scoring), {}
     entry["docppl"] = {**result.summary(), "max_context": cap or None, **measured}
     if source is not None and source_stats(source) and result.proposals:
       entry["docppl"]["proposal_source"] = {k: v - before.get(k, 0)
@@ -297,17 +311,17 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: 
     entry["timing_s"]["docppl"] = round(time.time() - start, 2)
     arrays["docppl"] = (result.doc_log_prob, result.doc_tokens)
     log(f"  Doc-PPL {result.ppl:.3f} ({entry['timing_s']['docppl']} s)")
-  if any(t in args.tasks for t in DOWNSTREAM_TASKS):
+  if config.has(*DOWNSTREAM_TASKS):
     start = time.time()
-    entry["downstream"] = evaluate_downstream(trained, args, data, index, checkpoint=checkpoint)
+    entry["downstream"] = evaluate_downstream(trained, config, data, index, checkpoint=checkpoint)
     entry["timing_s"]["downstream"] = round(time.time() - start, 2)
   return entry, arrays
 
 
-def blimp_paradigms(args, data: dict) -> list:
-  """BLiMP's paradigms (read once per evaluation: TFDS pairs, or `--blimp_dir`'s files)."""
+def blimp_paradigms(max_items: int | None, data: dict) -> list:
+  """BLiMP's paradigms (read once per evaluation: TFDS pairs, or `blimp_dir`'s files)."""
   if data.get("blimp_paradigms") is None:
-    data["blimp_paradigms"] = load_blimp(data["blimp_dir"], args.max_items)
+    data["blimp_paradigms"] = load_blimp(data["blimp_dir"], max_items)
   return data["blimp_paradigms"]
 
 
@@ -315,36 +329,38 @@ def _pct(value: float | None) -> str:
   return "–" if value is None else f"{value:.2f}"
 
 
-def downstream_folder(args, index: int, checkpoint: bool = False) -> pathlib.Path:
-  """Where the downstream results of the `index`-th --workdir (or `checkpoint`) are kept
+def downstream_folder(config: EvaluationConfig, index: int, checkpoint: bool = False
+                      ) -> pathlib.Path:
+  """Where the downstream results of the `index`-th workdir (or `checkpoint`) are kept
   (resumable)."""
+  folder = pathlib.Path(config.run.out) / "downstream"
   if checkpoint:
-    return (pathlib.Path(args.out) / "downstream"
-            / f"checkpoint{index}_{pathlib.Path(args.checkpoint[index]).name}")
-  return pathlib.Path(args.out) / "downstream" / f"{index}_{pathlib.Path(args.workdir[index]).name}"
+    return folder / f"checkpoint{index}_{pathlib.Path(config.models.checkpoints[index]).name}"
+  return folder / f"{index}_{pathlib.Path(config.models.workdirs[index]).name}"
 
 
-def evaluate_downstream(run, args, data: dict, index: int, checkpoint: bool = False) -> dict:
-  """The `downstream` entry of one run (`slm_jax.downstream.run`), the `index`-th --workdir or
-  (`checkpoint`) --checkpoint (multiple choice only: XSum and BoolQ read fine-tuned runs)."""
+def evaluate_downstream(run, config: EvaluationConfig, data: dict, index: int,
+                        checkpoint: bool = False) -> dict:
+  """The `downstream` entry of one run (`slm_jax.downstream.run`), the `index`-th workdir or
+  (`checkpoint`) checkpoint (multiple choice only: XSum and BoolQ read fine-tuned runs)."""
   from slm_jax.downstream import run as downstream  # pylint: disable=g-import-not-at-top
   options = data["downstream_options"]
-  folder = downstream_folder(args, index, checkpoint)
+  folder = downstream_folder(config, index, checkpoint)
   # the paper format cuts WinoGrande / OpenBookQA on parses in every format, a terminal one's too
   # (`downstream.mc_joint`); a checkpoint's raw text reads none
   uses_trees = run.configuration.scheme.has_brackets or (
-      options.mc_format == "paper" and "mc" in args.tasks and not checkpoint)
+      options.mc_format == "paper" and "mc" in config.tasks and not checkpoint)
   source = data["tree_source"]() if uses_trees else None
-  entry: dict[str, Any] = {"tree_source": args.tree_source if uses_trees else None,
+  entry: dict[str, Any] = {"tree_source": config.downstream.tree_source if uses_trees else None,
                            "protocol": protocol(run.configuration).name}
-  if "mc" in args.tasks:
+  if "mc" in config.tasks:
     entry["mc"] = downstream.evaluate_mc(run, options, folder / "mc", source)
-  if "xsum" in args.tasks:
-    entry["xsum"] = downstream.evaluate_xsum(args.xsum_finetuned[index], options,
+  if "xsum" in config.tasks:
+    entry["xsum"] = downstream.evaluate_xsum(config.downstream.xsum_finetuned[index], options,
                                              folder / "xsum", source)
-  if "boolq" in args.tasks:
-    entry["boolq_ft"] = downstream.evaluate_boolq_finetuned(args.boolq_finetuned[index], options,
-                                                            folder / "boolq", source)
+  if "boolq" in config.tasks:
+    entry["boolq_ft"] = downstream.evaluate_boolq_finetuned(
+        config.downstream.boolq_finetuned[index], options, folder / "boolq", source)
   if source is not None and source.stats.get("fallback"):
     entry["tree_fallback"] = int(source.stats["fallback"])
   return entry

@@ -1,12 +1,12 @@
 """What `results.json` records besides the scores: the conventions under every table, SG in the
 report's layout, the paired bootstrap of the syntactic tasks, and the notes.
 
-- `conventions(args)`: what produced the numbers (suites, item rule, tree scoring, beam, dtype,
+- `conventions(config)`: what produced the numbers (suites, item rule, tree scoring, beam, dtype,
   proposals, bootstrap), printed under every table (`eval.report`).
 - `sg_summary(sg)`: `eval.syntaxgym`'s result as percentages in the report's layout.
 - `bootstrap_all(names, arrays, resamples, seed)`: the paired bootstrap per task (SG, BLiMP,
   doc-PPL) over the models that ran it, and the macro averages that resample tasks.
-- `notes(args, data, results, beam_tasks)`: the report's notes.
+- `notes(config, data, results, beam_tasks)`: the report's notes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from slm_jax.eval.bootstrap import SEED, macro_bootstrap, paired_bootstrap
 from slm_jax.eval.proposals import ChainProposals, FallbackProposals
 from slm_jax.eval.sg_aggregate import ITEM_RULE
-from slm_jax.evaluation.inputs import TASKS
+from slm_jax.evaluation.config import TASKS, EvaluationConfig
 from slm_jax.evaluation.sources import is_parser
 
 
@@ -25,26 +25,30 @@ def log(message: str) -> None:
   print(f"[evaluate] {message}", file=sys.stderr, flush=True)
 
 
-def conventions(args) -> dict[str, Any]:
+def conventions(config: EvaluationConfig) -> dict[str, Any]:
   """What produced the numbers: printed under every table (`report`)."""
-  out = {"protocol": args.protocol or "flags (spec defaults)", "dtype": args.dtype,
-         "tree_scoring": args.tree_scoring}
-  if "sg" in args.tasks:
-    out.update(sg_suites=args.sg_suites, sg_item_rule=ITEM_RULE,
+  syntactic = config.syntactic
+  out = {"protocol": config.protocol or "flags (spec defaults)", "dtype": config.run.dtype,
+         "tree_scoring": syntactic.tree_scoring}
+  if "sg" in config.tasks:
+    out.update(sg_suites=syntactic.sg_suites, sg_item_rule=ITEM_RULE,
                sg_headline="mean of 6 circuits pooled over items")
-  if "blimp" in args.tasks:
-    out.update(blimp_proposals=args.blimp_proposals, proposals_K=args.proposals)
-  if "docppl" in args.tasks:
-    out.update(docppl_proposals=args.docppl_proposals or "auto", proposals_K=args.proposals)
-  beam_used = "sg" in args.tasks or "beam" in (args.blimp_proposals, args.docppl_proposals)
+  if "blimp" in config.tasks:
+    out.update(blimp_proposals=syntactic.blimp_proposals, proposals_K=syntactic.proposals)
+  if "docppl" in config.tasks:
+    out.update(docppl_proposals=syntactic.docppl_proposals or "auto",
+               proposals_K=syntactic.proposals)
+  beam_used = "sg" in config.tasks or "beam" in (syntactic.blimp_proposals,
+                                                 syntactic.docppl_proposals)
   if beam_used:
-    out.update(beam_search=f"b={args.beam}, sub-beam={args.sub_beam or args.beam}, "
-               f"fast track={args.fast_track}, cap=max({args.max_len_factor:g}L, {args.min_len})",
-               beam_cnt2="scored where a target" if args.beam_score_cnt2 else
+    out.update(beam_search=f"b={syntactic.beam}, sub-beam={syntactic.sub_beam or syntactic.beam}, "
+               f"fast track={syntactic.fast_track}, "
+               f"cap=max({syntactic.max_len_factor:g}L, {syntactic.min_len})",
+               beam_cnt2="scored where a target" if syntactic.beam_score_cnt2 else
                "never scored (paper code)")
-  if "mc" in args.tasks:
-    out.update(downstream_mc_format=args.mc_format)
-  out.update(bootstrap=f"B={args.bootstrap_resamples}, seed={args.bootstrap_seed}")
+  if "mc" in config.tasks:
+    out.update(downstream_mc_format=config.downstream.mc_format)
+  out.update(bootstrap=f"B={config.run.bootstrap_resamples}, seed={config.run.bootstrap_seed}")
   return out
 
 
@@ -105,7 +109,8 @@ def bootstrap_all(names: list[str], arrays: list[dict], resamples: int,
   return out
 
 
-def notes(args, data: dict, results: dict, beam_tasks: Sequence[str]) -> list[str]:
+def notes(config: EvaluationConfig, data: dict, results: dict,
+          beam_tasks: Sequence[str]) -> list[str]:
   """The report's notes: proposal fallbacks (shared and per-run beam sources), the SG headline
   rule and later predictions, BLiMP ties and non-finite pairs, `--max_items` subsets."""
   out: list[str] = []
@@ -119,7 +124,7 @@ def notes(args, data: dict, results: dict, beam_tasks: Sequence[str]) -> list[st
                  "shipped parser; flat: one (S …) tree, where neither gave a tree).")
   fallback = getattr(data.get("blimp_proposals"), "stats", None)
   if isinstance(data.get("blimp_proposals"), FallbackProposals) and fallback.get("fallback"):
-    why = ("longer than the parser's limit" if is_parser(args.blimp_proposals)
+    why = ("longer than the parser's limit" if is_parser(config.syntactic.blimp_proposals)
            else "words outside the embedded grammar")
     out.append(f"BLiMP: {fallback['fallback']} of {fallback['primary'] + fallback['fallback']} "
                  f"proposal requests fell back to a flat (S …) tree ({why}); those sentences are "
@@ -136,11 +141,11 @@ def notes(args, data: dict, results: dict, beam_tasks: Sequence[str]) -> list[st
         out.append(f"{'BLiMP' if task == 'blimp' else 'Doc-PPL'} ({name}): the beam completed "
                      f"no tree for {source_stats['fallback']} of {source_stats['sentences']} "
                      "sentences; those were scored on a flat (S …) tree.")
-  if "sg" in args.tasks:
+  if "sg" in config.tasks:
     out.append(f"SG↑ = mean of the six circuit accuracies, each pooled over the items of its "
-                 f"suites ({args.sg_suites}; paper Tables 13/14, SPEC §9); an item is correct "
-                 "when the suite's first prediction holds; 'suite mean' = mean of the suite "
-                 "accuracies (secondary).")
+                 f"suites ({config.syntactic.sg_suites}; paper Tables 13/14, SPEC §9); an item "
+                 "is correct when the suite's first prediction holds; 'suite mean' = mean of the "
+                 "suite accuracies (secondary).")
     later = sum(((e.get("sg") or {}).get("counts") or {}).get(
         "items_failing_a_later_prediction", 0) for e in results["models"])
     if later:
@@ -151,6 +156,6 @@ def notes(args, data: dict, results: dict, beam_tasks: Sequence[str]) -> list[st
     if stats.get("ties") or stats.get("nonfinite_pairs"):
       out.append(f"BLiMP ({name}): {stats.get('ties', 0)} tied and "
                    f"{stats.get('nonfinite_pairs', 0)} non-finite pairs, scored wrong.")
-  if args.max_items is not None:
-    out.append(f"--max_items={args.max_items}: subsets, not the full benchmarks.")
+  if config.run.max_items is not None:
+    out.append(f"--max_items={config.run.max_items}: subsets, not the full benchmarks.")
   return out

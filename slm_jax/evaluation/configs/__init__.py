@@ -1,0 +1,1 @@
+"""Packaged evaluation configs (`python -m slm_jax.evaluate --protocol=NAME` or `--config=NAME`)."""
