@@ -142,5 +142,5 @@ def test_checkpoint_inputs_are_checked(checkpoint, tmp_path):
   problems = check_checkpoints([str(checkpoint[2]), str(tmp_path / "none.gguf"),
                                 str(tmp_path)], ["blimp", "docppl", "mc", "xsum"])
   assert len(problems) == 3
-  assert "no such GGUF file" in problems[0] and "no config.json or tokenizer.json" in problems[1]
+  assert "no such GGUF file" in problems[0] and "not a model" in problems[1] and "config.json" in problems[1]
   assert "tasks xsum are not scored" in problems[2]  # doc-PPL and MC are (raw text)
