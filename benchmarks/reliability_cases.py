@@ -1,6 +1,8 @@
-"""The reliability cases of issue #32 as a before/after table: each case run as a subprocess of
-`python -m …` against the slm_jax tree `--tree=DIR` (PYTHONPATH=DIR), printed as Markdown: case,
-command, exit code, first line of the message.
+"""The reliability cases of issues #32 and #47 as a before/after table: each case run as a
+subprocess of `python -m …` against the slm_jax tree `--tree=DIR` (PYTHONPATH=DIR), printed as
+Markdown: case, command, exit code, first line of the message; then how many cases printed a
+traceback or more than one error line on stderr (`reliability_round4.error_lines`). Round 4's
+cases and fixtures (B14–B18, W25–W29) are in `reliability_round4.py`.
 
   python benchmarks/reliability_cases.py --tree=/work/baseline > before.md
   python benchmarks/reliability_cases.py --tree=.               > after.md
@@ -32,6 +34,9 @@ import sys
 import tempfile
 import time
 from concurrent import futures
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import reliability_round4 as round4  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 HERE = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -71,10 +76,11 @@ class Runner:
     except subprocess.TimeoutExpired:
       return 124, "", f"timed out after {timeout} s"
 
-  def code(self, script: str, *args: str, timeout: int = 300):
+  def code(self, script: str, *args: str, timeout: int = 300, env: dict | None = None):
     try:
-      done = subprocess.run([PYTHON, "-c", script, *args], cwd=self.tree, env=self.env,
-                            text=True, capture_output=True, timeout=timeout)
+      done = subprocess.run([PYTHON, "-c", script, *args], cwd=self.tree,
+                            env={**self.env, **(env or {})}, text=True, capture_output=True,
+                            timeout=timeout)
       return done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired:
       return 124, "", f"timed out after {timeout} s (the process did not end)"
@@ -116,10 +122,10 @@ def write_boolq(folder: pathlib.Path, train: str | bytes | None = None, rows: in
 
 # case → the fixture it may write (or lock): such cases run one after another
 SERIAL = {"B1": "ft", "B3": "ft", "B4": "ft", "B8": "parser", "W13": "parser", "B7": "gtca",
-          "W15": "gtca", "W20": "ft"}
+          "W15": "gtca", "W20": "ft", **round4.SERIAL}
 # fixture → the fixtures it needs built first
 FIXTURES = {"run": (), "ft": ("run",), "ft_other": ("run",), "gtca": ("run",), "parser": (),
-            "hf": ()}
+            "hf": (), **round4.FIXTURES}
 GTCA = ["--stage_steps=2,2,2", "--batch_size=4", "--train_items=16", "--dev_items=4",
         "--test_items=8", "--log_every=1"]
 
@@ -152,6 +158,9 @@ def build_fixtures(r: Runner, needed: set[str]) -> dict[str, str]:
     if name == "hf":
       write_hf(w, failed)
       return
+    if name == "gguf":
+      round4.write_gguf(w, failed)
+      return
     code, out, err = r.run(*commands[name], timeout=900)
     if code:
       failed[name] = message(code, out, err, w)
@@ -167,7 +176,7 @@ def build_fixtures(r: Runner, needed: set[str]) -> dict[str, str]:
   started = time.time()
   write_files(w)
   with futures.ThreadPoolExecutor(3) as pool:
-    list(pool.map(chain, (["run", "ft", "ft_other", "gtca"], ["parser"], ["hf"])))
+    list(pool.map(chain, (["run", "ft", "ft_other", "gtca"], ["parser"], ["hf", "gguf"])))
   print(f"fixtures {sorted(needed)} built in {time.time() - started:.0f} s", file=sys.stderr)
   return failed
 
@@ -201,6 +210,7 @@ def write_files(w: pathlib.Path) -> None:
   (w / "tasks_empty" / "boolq" / "data" / "validation.jsonl").write_text("")
   (w / "gcache.jsonl").write_text(json.dumps({
       "id": "s1", "sentence": "The cat sat .", "tree": "(S (NP The cat) (VP sat) .)"}) + "\n")
+  round4.write_files(w, shared_data())
 
 
 def write_hf(w: pathlib.Path, failed: dict) -> None:
@@ -328,6 +338,7 @@ def cases(w: pathlib.Path) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
       ("W24", "score: a model whose log-probs are NaN",
        ["slm_jax.score", f"--checkpoint={w}/hf_nan", f"--text_file={w}/doc.txt",
         f"--out={w}/nan.jsonl"], ("hf",)),
+      *round4.cases(w),
   ]
 
 
@@ -486,7 +497,9 @@ def run_case(r: Runner, case) -> tuple[str, int, str]:
   ident, _, command, _ = case
   w = r.work
   note = ""
-  if ident == "B5":
+  if ident in round4.IDS:
+    shown, code, out, err, note = round4.run_case(r, ident, command)
+  elif ident == "B5":
     train = ["slm_jax.main", "--config=configs/tgtree_tiny.py", "--config.train.steps=4", *SMALL,
              f"--workdir={w}/conc"]
     code, out, err, note = concurrent(r, train, train)
@@ -589,7 +602,7 @@ def run_case(r: Runner, case) -> tuple[str, int, str]:
   text = message(code, out, err, w)
   if note:
     text = f"{text} ({note})"
-  return shown, code, text
+  return shown, code, text, round4.error_lines(err)
 
 
 def main() -> int:
@@ -618,10 +631,10 @@ def main() -> int:
     ident, what, _, needs = case
     missing = [n for n in needs if n in failed]
     if missing:
-      return (ident, what, "–", "–", f"fixture {missing[0]} failed: {failed[missing[0]]}")
-    shown, code, text = run_case(runner, case)
+      return (ident, what, "–", "–", f"fixture {missing[0]} failed: {failed[missing[0]]}"), []
+    shown, code, text, errors = run_case(runner, case)
     print(f"{ident}: exit {code}: {text}", file=sys.stderr, flush=True)
-    return (ident, what, f"`{shown}`", str(code), text)
+    return (ident, what, f"`{shown}`", str(code), text), errors
 
   alone = [c for c in chosen if c[0] in ("B5", "B6")]  # timing-sensitive: nothing beside them
   done = {c[0]: row(c) for c in alone}
@@ -631,14 +644,20 @@ def main() -> int:
       groups.setdefault(SERIAL.get(case[0], case[0]), []).append(case)
   with futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
     for group in pool.map(lambda cs: [row(c) for c in cs], groups.values()):
-      done.update((r[0], r) for r in group)
+      done.update((r[0][0], r) for r in group)
   rows = [done[c[0]] for c in chosen]
   print(f"Tree `{tree}` (commit {commit}), {time.time() - started:.0f} s; `$F` = the fixture "
         "folder.\n")
   print("| case | what | command | exit | first line of the message |")
   print("|---|---|---|---|---|")
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+  for cells, _ in rows:
+    print("| " + " | ".join(cells) + " |")
+  tracebacks = [cells[0] for cells, errors in rows if any(e.startswith("Traceback")
+                                                           for e in errors)]
+  multi = [cells[0] for cells, errors in rows if len(errors) > 1]
+  print(f"\nCases with a traceback on stderr: {len(tracebacks)} ({', '.join(tracebacks) or '–'});"
+        f" with more than one error line: {len(multi)} ({', '.join(multi) or '–'}), of "
+        f"{len(rows)} cases.")
   return 0
 
 

@@ -16,10 +16,13 @@ shapes only. `--topology=local` compiles for the devices of this machine (a GPU 
 GPU report; its memory limit is the device's own); cross-compiling for a GPU from a CPU machine is
 not supported by the JAX toolchain here.
 
-Attention: a TPU topology is compiled with the XLA attention path (`attention_impl=xla`: the
-`attends` mask materialized per micro-batch), because on a CPU host the Pallas kernels lower
-through the Pallas interpreter rather than Mosaic; its temporaries bound those of the fused
-kernel from above. `--topology=local` compiles what the run itself would use there.
+Attention: the step is traced and lowered with the topology's mesh in force, so the model's
+`attention_impl` resolves for the target, not for this host: `auto` and `pallas_tpu` compile the
+fused Pallas kernel through Mosaic (the real TPU compiler: tiling, layouts, VMEM / SMEM checks),
+its rows split over the mesh by a shard_map; `xla` the `attends` mask materialized per
+micro-batch. The "attention" column says which path each row compiled, read from the lowered
+module (a Mosaic call, `tpu_custom_call`, or none). `--topology=local` compiles what the run
+itself would use there.
 
 libtpu: the `aot` extra (`pip install -e '.[aot]'`, the libtpu of jax 0.10.2), or
 `--libtpu=/path/to/libtpu.so` (JAX's `TPU_LIBRARY_PATH`), e.g. a libtpu unpacked outside the
@@ -133,10 +136,22 @@ def tpu_devices(name: str, libtpu: str | None = None) -> list[Any]:
   jax.config.update("jax_platforms", "cpu")
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   spec = TOPOLOGIES[name]
-  topology = topologies.get_topology_desc(
-      platform="tpu", topology_name=spec.topology_name, chip_config_name=spec.chip_config_name,
-      chips_per_host_bounds=spec.chips_per_host_bounds, num_slices=1)
+  try:
+    topology = topologies.get_topology_desc(
+        platform="tpu", topology_name=spec.topology_name, chip_config_name=spec.chip_config_name,
+        chips_per_host_bounds=spec.chips_per_host_bounds, num_slices=1)
+  except Exception as error:  # pylint: disable=broad-except  # libtpu's refusal, as one line
+    raise cli.CliError(f"--topology={name}: libtpu ({_libtpu_path()}) does not know "
+                       f"{spec.topology_name!r} ({_first_line(error)}); pick another topology or "
+                       "a libtpu of that generation (--libtpu=PATH)") from error
   return list(topology.devices)
+
+
+def _first_line(error: BaseException) -> str:
+  """An error's first line (compiler and libtpu messages run to many); imported late: jax must
+  not be imported before `tpu_devices` has set libtpu's environment."""
+  from slm_jax.kernels.mosaic_compile import first_line  # pylint: disable=g-import-not-at-top
+  return first_line(error)
 
 
 def _vocab_size(run: Any) -> int:
@@ -184,10 +199,17 @@ class LoweredStep:
 
 
 def lower_step(run: Any, devices: Sequence[Any], vocab_size: int) -> LoweredStep:
-  """Lowers `run`'s train step for `devices` (shapes only: nothing is allocated)."""
+  """Lowers `run`'s train step for `devices` (shapes only: nothing is allocated).
+
+  The mesh of `devices` is in force while the step is traced and lowered
+  (`kernels.target.use_mesh`), so attention_impl `auto` / `pallas_tpu` resolve for those devices'
+  platform: a TPU topology gets the fused kernel through Mosaic, with its rows split over the mesh.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
+  from slm_jax.kernels import target  # pylint: disable=g-import-not-at-top
+  from slm_jax.model.attention import resolve_attention_impl  # pylint: disable=g-import-not-at-top
   from slm_jax.model.decoder import Decoder  # pylint: disable=g-import-not-at-top
   from slm_jax.train.mfu import model_flops_per_token  # pylint: disable=g-import-not-at-top
   from slm_jax.structure import RowMetadata  # pylint: disable=g-import-not-at-top
@@ -214,14 +236,34 @@ def lower_step(run: Any, devices: Sequence[Any], vocab_size: int) -> LoweredStep
   step = make_train_step(graphdef, tx, layout.accumulation,
                          (param_sh, opt_sh, sharding.batch_sharding(mesh, leading=1),
                           sharding.replicated(mesh)))
-  lowered = step.lower(placed(params, param_sh), placed(opt_state, opt_sh), batch)
+  platform = devices[0].platform
+  with target.use_mesh(mesh):
+    attention = resolve_attention_impl(mconfig.attention_impl)
+    traced = step.trace(placed(params, param_sh), placed(opt_state, opt_sh), batch)
+    lowered = traced.lower(lowering_platforms=(platform,))
+  path = _attention_path(attention, lowered.as_text(), f"{run.configuration.name}_{run.scale}",
+                         platform)
   tokens = run.train.global_batch * length
   return LoweredStep(
       config=f"{run.configuration.name}_{run.scale}",
       mesh="×".join(f"{k}{v}" for k, v in mesh.shape.items()),
       micro_batches=f"{layout.accumulation} × {layout.micro_rows}",
-      attention_impl=mconfig.attention_impl, accumulation=layout.accumulation,
+      attention_impl=path, accumulation=layout.accumulation,
       model_flops=float(model_flops_per_token(mconfig, length) * tokens), lowered=lowered)
+
+
+def _attention_path(resolved: str, module_text: str, config: str, platform: str) -> str:
+  """What the step's attention compiled to, read from the lowered module: "pallas_tpu (Mosaic)"
+  when it holds Mosaic calls, else the resolved implementation; a fused kernel that did not reach
+  Mosaic on a TPU (the interpreter, silently) is an error."""
+  from slm_jax.kernels.mosaic_compile import MOSAIC_CALL  # pylint: disable=g-import-not-at-top
+  if MOSAIC_CALL in module_text:
+    return "pallas_tpu (Mosaic)"
+  if resolved == "pallas_tpu" and platform == "tpu":
+    raise cli.CliError(f"{config}: attention_impl=pallas_tpu lowered without a Mosaic call "
+                       f"({MOSAIC_CALL}) for a TPU; the kernel fell back to the Pallas "
+                       "interpreter: report this, or use --config.model.attention_impl=xla")
+  return resolved
 
 
 def compile_lowered(step: LoweredStep, limit: int | None, topology: str, chips: int) -> Report:
@@ -295,6 +337,22 @@ def _limit(args, devices) -> int | None:
   return stats.get("bytes_limit")
 
 
+def _checked(work, path: str, run: Any, topology: str, what: str):
+  """`work()`; a failure to lower or compile becomes one error line naming the configuration,
+  the attention path and what to change."""
+  try:
+    return work()
+  except cli.CliError:
+    raise
+  except Exception as error:  # pylint: disable=broad-except  # JAX / XLA / Mosaic errors
+    impl = run.model.attention_impl
+    change = ("--config.model.attention_impl=xla (the XLA attention path)" if impl != "xla"
+              else "--config.mesh.fsdp / --config.optimizer.grad_accum_steps")
+    raise cli.CliError(f"{path} (attention_impl={impl}) does not {what} for --topology="
+                       f"{topology}: {_first_line(error)}; try {change}, or --debug for the "
+                       "traceback") from error
+
+
 def _main(argv: list[str] | None) -> int:
   from slm_jax.train import run_config  # pylint: disable=g-import-not-at-top
   argv = sys.argv[1:] if argv is None else argv
@@ -302,13 +360,11 @@ def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(rest)
   runs = [run_config.load_config(configs.config_path(c), overrides) for c in args.config]
   if args.topology != LOCAL:
-    fused = sorted({r.model.attention_impl for r in runs} - {"auto", "xla"})
-    if fused:
-      raise cli.CliError(f"model.attention_impl={fused[0]}: a TPU topology is compiled with the "
-                         "XLA attention path (on a CPU host the fused kernels lower through the "
-                         "Pallas interpreter); use auto or xla, or --topology=local on the "
-                         "accelerator itself")
-    runs = [r.replace(**{"model.attention_impl": "xla"}) for r in runs]
+    gpu = sorted({r.model.attention_impl for r in runs} & {"triton_gpu"})
+    if gpu:
+      raise cli.CliError(f"model.attention_impl={gpu[0]}: --topology={args.topology} is a TPU; "
+                         "use pallas_tpu, auto (the fused kernel there) or xla, or "
+                         "--topology=local on the GPU itself")
   if args.topology == LOCAL:
     import jax  # pylint: disable=g-import-not-at-top
     devices = jax.devices()
@@ -317,7 +373,8 @@ def _main(argv: list[str] | None) -> int:
   limit = _limit(args, devices)
   reports, compiled = [], {}
   for path, run in zip(args.config, runs):
-    step = lower_step(run, devices, args.vocab_size or _vocab_size(run))
+    step = _checked(lambda: lower_step(run, devices, args.vocab_size or _vocab_size(run)),
+                    path, run, args.topology, "lower")
     key = step.program_key if args.share_programs else path
     if key in compiled:
       first = compiled[key]
@@ -329,7 +386,8 @@ def _main(argv: list[str] | None) -> int:
       continue
     print(f"compiling {path} for {args.topology} ({len(devices)} chips) …", file=sys.stderr,
           flush=True)
-    compiled[key] = compile_lowered(step, limit, args.topology, len(devices))
+    compiled[key] = _checked(lambda: compile_lowered(step, limit, args.topology, len(devices)),
+                             path, run, args.topology, "compile")
     reports.append(compiled[key])
     print(table(reports[-1:]), file=sys.stderr, flush=True)
   print(table(reports))

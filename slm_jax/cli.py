@@ -17,7 +17,10 @@
   `error: interrupted`, exit 130; a command line (`argv` None) then ends at once instead of
   joining the background threads the interrupted work left (an Orbax save in flight waits for
   signals that never come): what was committed before stays, nothing more is printed.
-- **Text input**: `read_utf8(path)`: invalid UTF-8 names file, line and byte.
+- **Text input**: `read_utf8(path)`: invalid UTF-8 names file, line and byte (lines:
+  `slm_jax.files`).
+- **A full disk** is one line, `No space left on device: FILE` (`full_disk`: an OSError's errno
+  28, or a library's message that says so — TensorStore's, Orbax's — with the file it names).
 - **Shared data**: `shared_data_dir()` finds `../shared/data` (or `$SLM_JAX_SHARED_DATA`), the same
   lookup the evaluators and the tests use.
 """
@@ -25,9 +28,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import pathlib
+import re
 import sys
 import threading
 import time
@@ -205,9 +210,55 @@ EXTRAS = {"apache_beam": "beam", "tensorflow_datasets": "tfds", "importlib_resou
           "jax_triton": "gpu"}
 
 
+NO_SPACE = "No space left on device"
+
+
+def full_disk(error: BaseException) -> str | None:
+  """`No space left on device: FILE` when `error` (or an error it was raised from) is a full
+  disk: an OSError with errno ENOSPC (its filename), or a message that says so — TensorStore's
+  `Failed writing: "FILE": … No space left on device` as Orbax passes it on: the last absolute
+  path quoted before those words —; None for any other error."""
+  chain: list[BaseException] = []
+  while error is not None and error not in chain and len(chain) < 8:
+    chain.append(error)
+    error = error.__cause__ or error.__context__
+  for one in chain:
+    text = str(one)
+    if not ((isinstance(one, OSError) and one.errno == errno.ENOSPC) or NO_SPACE in text
+            or "os_error_code='28'" in text):
+      continue
+    path = one.filename if isinstance(one, OSError) else None
+    if not path:
+      quoted = re.findall(r"[\"'](/[^\"']+)[\"']", text.split(NO_SPACE)[0])
+      path = quoted[-1] if quoted else _written_path(one)
+    return f"{NO_SPACE}: {path}" if path else f"{NO_SPACE} ({type(one).__name__} names no file)"
+  return None
+
+
+def _written_path(error: BaseException) -> str | None:
+  """The file a failed write was writing, when the error does not name it (a write or close of
+  an open file: `Path.write_text` in a library): the innermost frame of its traceback holding a
+  path as `self` or `path`."""
+  frames, tb = [], error.__traceback__
+  while tb is not None:
+    frames.append(tb.tb_frame)
+    tb = tb.tb_next
+  for frame in reversed(frames):
+    for name in ("self", "path", "filename"):
+      value = frame.f_locals.get(name)
+      if isinstance(value, os.PathLike):
+        return os.fspath(value)
+  return None
+
+
 def describe_error(error: BaseException) -> str:
   """The one line shown for an expected error (KeyError's repr quotes are dropped; a missing
-  module of an optional extra says how to install it)."""
+  module of an optional extra says how to install it; a full disk is `full_disk`'s line unless
+  the error is one of ours, whose message says what was being written)."""
+  if not isinstance(error, CliError) and getattr(error, "exit_code", None) is None:
+    disk = full_disk(error)
+    if disk:
+      return disk
   if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
     return one_line(error.args[0])
   module = (getattr(error, "name", None) or "").split(".")[0]
@@ -243,6 +294,8 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
   `debug` (default: `--debug` among the arguments) re-raises them with their traceback."""
   if debug is None:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+  if not debug:
+    _quiet_full_disk_echoes()
   try:
     return int(main(None if argv is None else list(argv)) or EXIT_OK)
   except KeyboardInterrupt:
@@ -258,8 +311,47 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
     if code == EXIT_OK:
       print(describe_error(error), flush=True)
     else:
-      print(f"error: {describe_error(error)}", file=sys.stderr, flush=True)
+      line = describe_error(error)
+      _FULL_DISK["reported"] = _FULL_DISK["reported"] or NO_SPACE in line
+      print(f"error: {line}", file=sys.stderr, flush=True)
     return code
+
+
+_FULL_DISK = {"reported": False, "warned": False}
+
+
+def _quiet_full_disk_echoes() -> None:
+  """A full disk is said once (issue #47): writers that fail again in a background thread
+  (TensorBoard's flush) print one `warning:` line for the first, nothing after; and once the
+  command's own error line said "No space left on device", its echoes at exit — an OSError of
+  an `atexit` flush ("Exception ignored in atexit callback" and its traceback) or of a writer
+  thread whose queue was closed — print nothing."""
+  if getattr(sys.unraisablehook, "full_disk_quiet", False):
+    return
+  unraisable, thread_hook = sys.unraisablehook, threading.excepthook
+
+  def echo(error) -> bool:  # after the full disk was reported: its failures at exit (a closed
+    # writer's flush, its worker finding its queue closed) are the same failure
+    return _FULL_DISK["reported"] and isinstance(error, OSError)
+
+  def on_unraisable(info):
+    return None if echo(info.exc_value) else unraisable(info)
+
+  def on_thread_error(args):
+    disk = full_disk(args.exc_value) if args.exc_value is not None else None
+    if echo(args.exc_value):
+      return None
+    if not disk:
+      return thread_hook(args)
+    if not _FULL_DISK["warned"] and not _FULL_DISK["reported"]:
+      _FULL_DISK["warned"] = True
+      thread = args.thread.name if args.thread is not None else "?"
+      print(f"warning: {disk} (a background write, thread {thread})", file=sys.stderr,
+            flush=True)
+    return None
+
+  on_unraisable.full_disk_quiet = True
+  sys.unraisablehook, threading.excepthook = on_unraisable, on_thread_error
 
 
 def _background_threads() -> list[threading.Thread]:

@@ -10,6 +10,15 @@ now`). `read_record` reads a record file (None when absent; an unreadable one is
 the file), `check_record` compares a folder's record with the command's and raises the caller's
 error class naming the differing keys.
 
+What names a checkpoint carries a digest of its contents, by THE one rule `content_digest(*paths)`
+(a GGUF file, a Hugging Face folder, a training workdir's checkpoint step and tokenizer files:
+`train.loading.source_digest` says which files make each): every file's size and relative name,
+a hash of its header — a GGUF file's header, metadata and tensor index, a safetensors file's
+JSON header —, or of the whole file up to 1 MiB, and of 16 blocks of 4 KiB spread over the rest.
+So another model put at the same path (other weights, other vocabulary or shapes) gets another
+digest at the cost of reading headers, never whole multi-GB files; a mismatch is refused or
+redone by the caller, never reused.
+
 Users: `train.workdir.check_workdir` (a training workdir's config.json), the fine-tuning seed
 folders (`downstream.finetune`: finetune.json), the parser's workdirs (`parser.train`:
 identity.json), the parse shards (`parse.stage.claim_shard`, for the shard CLI and the Beam
@@ -20,10 +29,13 @@ layer that writes an output can use it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
-from typing import Any, Collection, Mapping
+import struct
+from typing import Any, BinaryIO, Collection, Mapping
 
+from slm_jax import files
 from slm_jax.cli import CliError
 
 
@@ -76,9 +88,7 @@ def write_record(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
   """Writes `record` atomically (a temporary file renamed over `path`): a kill mid-write leaves
   the old record or the new one, never half of one."""
   path = pathlib.Path(path)
-  partial = path.with_name(path.name + ".partial")
-  partial.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-  partial.replace(path)
+  files.write_text(path, json.dumps(record, indent=1, allow_nan=False) + "\n")
 
 
 def check_record(path: str | pathlib.Path, now: Mapping[str, Any], *, what: str, where: str,
@@ -94,3 +104,101 @@ def check_record(path: str | pathlib.Path, now: Mapping[str, Any], *, what: str,
   if diff:
     raise error(f"{what} ({describe(diff, where)}); {hint}")
   return True
+
+
+# ---- THE content digest of a checkpoint -----------------------------------------------------
+WHOLE_BYTES = 1 << 20  # files up to this size are hashed whole
+SAMPLES, SAMPLE_BYTES = 16, 4096  # blocks hashed past a large file's header
+
+
+def content_digest(*paths: str | pathlib.Path) -> str:
+  """The digest of the contents of `paths` (files, or folders: their files, hidden ones left
+  out), by the rule in the module docstring; a missing path digests as absent. Names inside a
+  folder count; so do the paths' own names when several are given (one file's digest is that of
+  its bytes wherever it lies)."""
+  digest = hashlib.blake2b(digest_size=12)
+  for index, root in enumerate(map(pathlib.Path, paths)):
+    label = f"{index}:{root.name if len(paths) > 1 else ''}"
+    if not root.exists():
+      digest.update(f"{label}:absent\n".encode())
+      continue
+    found = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    for path in found:
+      name = "" if path == root else path.relative_to(root).as_posix()
+      digest.update(f"{label}/{name}:".encode())
+      digest.update(_file_digest(path))
+  return digest.hexdigest()
+
+
+def _file_digest(path: pathlib.Path) -> bytes:
+  digest = hashlib.blake2b(digest_size=12)
+  size = path.stat().st_size
+  digest.update(str(size).encode())
+  with path.open("rb") as handle:
+    head = _header_bytes(handle, path.suffix.lower(), size)
+    handle.seek(0)
+    for start in range(0, head, 1 << 22):
+      digest.update(handle.read(min(1 << 22, head - start)))
+    rest = size - head
+    if rest > 0:
+      for i in range(SAMPLES):
+        handle.seek(head + (max(rest - SAMPLE_BYTES, 0) * i) // (SAMPLES - 1))
+        digest.update(handle.read(SAMPLE_BYTES))
+  return digest.digest()
+
+
+def _header_bytes(handle: BinaryIO, suffix: str, size: int) -> int:
+  """How many leading bytes are hashed whole: a GGUF / safetensors file's header (at least
+  `WHOLE_BYTES` of it, or all of a small file)."""
+  head = 0
+  try:
+    if suffix == ".gguf":
+      head = _gguf_header_end(handle, size)
+    elif suffix == ".safetensors":
+      head = 8 + struct.unpack("<Q", handle.read(8))[0]
+  except (struct.error, ValueError, OverflowError):
+    head = 0  # not the format its name says: the generic rule
+  return min(size, max(head, WHOLE_BYTES))
+
+
+_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def _gguf_header_end(handle: BinaryIO, size: int) -> int:
+  """The offset where a GGUF (v2/v3) file's tensor index ends (its header, metadata and tensor
+  infos before it); ValueError when the file is not one."""
+  u32 = lambda: struct.unpack("<I", handle.read(4))[0]
+
+  def u64() -> int:
+    value = struct.unpack("<Q", handle.read(8))[0]
+    if value > size:  # a count or length past the file: not a GGUF header
+      raise ValueError(f"GGUF header value {value} past the file's {size} bytes")
+    return value
+
+  def skip(kind: int) -> None:
+    if kind in _GGUF_FIXED:
+      handle.seek(_GGUF_FIXED[kind], 1)
+    elif kind == 8:  # string
+      handle.seek(u64(), 1)
+    elif kind == 9:  # array
+      inner, count = u32(), u64()
+      if inner in _GGUF_FIXED:
+        handle.seek(_GGUF_FIXED[inner] * count, 1)
+      else:
+        for _ in range(count):
+          skip(inner)
+    else:
+      raise ValueError(f"GGUF value type {kind}")
+
+  if handle.read(4) != b"GGUF" or u32() not in (2, 3):
+    raise ValueError("not a GGUF v2/v3 file")
+  tensors, pairs = u64(), u64()
+  for _ in range(pairs):
+    skip(8)  # the key
+    skip(u32())
+  for _ in range(tensors):
+    skip(8)  # the name
+    handle.seek(8 * u32() + 4 + 8, 1)  # dims, type, offset
+  return handle.tell()

@@ -128,9 +128,12 @@ def writer_lock(folder: str | os.PathLike, *, what: str,
     if previous:
       print(f"warning: {folder}: taking over the stale lock of {_holder(previous)}: that "
             "process has ended", file=sys.stderr, flush=True)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(_record(what)) + "\n").encode(), 0)
-    os.fsync(fd)
+    try:
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, (json.dumps(_record(what)) + "\n").encode(), 0)
+      os.fsync(fd)
+    except OSError as error:  # a full disk: named, as every write names its file
+      raise OSError(error.errno, error.strerror, str(path)) from None
   except BaseException:
     os.close(fd)
     raise

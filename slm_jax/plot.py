@@ -6,7 +6,8 @@ Reads each workdir's `metrics.jsonl` (what `python -m slm_jax.main` writes) and 
 panels: the training loss by token kind (terminal, structural, pause: one line style each, one
 color per run), the held-out terminal perplexity, and the live syntactic metrics over steps
 (SyntaxGym and BLiMP accuracy, `train.eval_syntax_every`). A run is labelled by its workdir's
-name; a panel a run has no values for says so. A workdir without metrics is an error.
+name (two of one name by their paths' tails, `tables.distinct_labels`); a panel a run has no
+values for says so. A workdir without metrics is an error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pathlib
 import sys
 from typing import Sequence
 
-from slm_jax import cli
+from slm_jax import cli, files
+from slm_jax.tables import distinct_labels
 
 METRICS = "metrics.jsonl"
 KIND_LOSSES = (("loss_terminal", "-", "terminal"), ("loss_structural", "--", "structural"),
@@ -37,7 +39,7 @@ def load_curves(workdir: str | pathlib.Path) -> Curves:
     raise cli.CliError(f"{path}: no such file (is {workdir} a workdir of python -m "
                        "slm_jax.main?)")
   curves: Curves = {}
-  for number, line in enumerate(path.read_text().splitlines(), 1):
+  for number, line in enumerate(files.read_lines(path), 1):
     if not line.strip():
       continue
     try:
@@ -87,7 +89,8 @@ def _parser() -> cli.ArgumentParser:
 
 def _main(argv: list[str] | None) -> int:
   args = _parser().parse_args(argv)
-  runs = [(pathlib.Path(w).name, load_curves(w)) for w in args.workdir]
+  labels = distinct_labels([pathlib.Path(w).name for w in args.workdir], args.workdir)
+  runs = [(label, load_curves(w)) for label, w in zip(labels, args.workdir)]
   draw(runs, args.out)
   print(f"wrote {args.out}: {', '.join(label for label, _ in runs)}")
   return cli.EXIT_OK

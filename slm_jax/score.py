@@ -17,11 +17,13 @@ unless `--bos`. Every record has `unknown`: how many of its ids are the tokenize
 (`<unk>`); the total is reported on stderr. An empty line gives empty lists. This is also how to check a converted
 model: the same ids scored here and by transformers agree to 1e-4 in float32.
 
-Checked: an HF folder whose tokenizer.json disagrees with its config.json (more tokens than
-vocab_size, another BOS id) is refused naming both values; invalid UTF-8 names line and byte;
-sequences longer than the model's trained length (max_position_embeddings, a workdir's seq_len)
-are scored with a warning; a non-finite log-prob is written as null (strict JSON) and the
-command ends with exit 1 saying how many.
+Checked: an HF folder whose tokenizer.json disagrees with its weights and config.json (more ids
+than the embedding's rows, another BOS id; `hf.tokenizer_fit`) is refused naming both values; invalid UTF-8 names line and byte;
+a line longer than the model's context (max_position_embeddings, a GGUF file's context length, a
+workdir's seq_len; without one, the longest row the scorer takes) is refused in one line naming
+the input line and the limit, before anything is scored; a non-finite log-prob is written as null
+(strict JSON) and the command ends with exit 1 saying how many. Lines are split on "\n" only
+(`files.read_lines`: one input line, one output record).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from typing import Callable, TextIO
 import jax
 import jax.numpy as jnp
 
-from slm_jax import cli
+from slm_jax import cli, files
 from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.hf.gguf import is_gguf
 from slm_jax.hf.load import checkpoint_config, load_checkpoint
+from slm_jax.hf.tokenizer_fit import check_tokenizer_fits
+from slm_jax.structure import MAX_ROW_TOKENS
 from slm_jax.tokenizer_bases import UNK_SYMBOL
 from slm_jax.train import sharding
 from slm_jax.train.loading import load_run
@@ -57,24 +61,6 @@ class Source:
     self.model, self.encode, self.pieces = model, encode, pieces
     self.trained_len, self.trained_len_from = trained_len, trained_len_from
     self.unk_id = unk_id  # the tokenizer's unknown token (None: it has none)
-
-
-def check_tokenizer(folder: pathlib.Path, tok, vocab_size: int) -> None:
-  """An HF folder's tokenizer.json must fit its config.json: no more tokens than the model's
-  vocabulary (vocab_size may be larger: padded rows) and the same BOS id; else refused naming
-  both values."""
-  config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-  problems = []
-  if tok.size > vocab_size:
-    problems.append(f"tokenizer.json has {tok.size} tokens but config.json vocab_size is "
-                    f"{vocab_size}")
-  bos = config.get("bos_token_id")
-  if bos is not None and tok.bos_id is not None and tok.bos_id != bos:
-    problems.append(f"the tokenizer's BOS {tok.special.get('bos_token')!r} is id {tok.bos_id} "
-                    f"but config.json bos_token_id is {bos}")
-  if problems:
-    raise cli.CliError(f"{folder}: tokenizer and model disagree: {'; '.join(problems)} (a "
-                       "tokenizer of another model? copy the checkpoint's own tokenizer files)")
 
 
 def _is_workdir(folder: pathlib.Path) -> bool:
@@ -107,11 +93,11 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
   if fsdp > 1:
     mesh = sharding.make_mesh(data=1, fsdp=fsdp, devices=jax.devices()[:fsdp])
     shardings = lambda abstract: sharding.tree_shardings(abstract, mesh)
+  if not is_gguf(folder) and (folder / "tokenizer.json").is_file():
+    check_tokenizer_fits(folder)  # another model's tokenizer.json: refused before loading
   checkpoint = load_checkpoint(folder, compute_dtype=jnp.dtype(dtype),
                                param_dtype=jnp.dtype(dtype), shardings=shardings)
   model, tok = checkpoint.model, checkpoint.tokenizer
-  if tok is not None and not is_gguf(folder):
-    check_tokenizer(folder, tok, checkpoint.config.vocab_size)
   trained_len = checkpoint_config(folder)[0].get("max_position_embeddings")
 
   def encode(text: str, bos: bool) -> list[int]:
@@ -121,19 +107,35 @@ def open_checkpoint(folder: str | pathlib.Path, dtype: str = "float32", fsdp: in
 
   unk = tok.special.get("unk_token") if tok else None
   return Source(model, encode, tok.pieces if tok else lambda ids: [str(i) for i in ids],
-                trained_len, "max_position_embeddings",
+                trained_len, ("the GGUF file's context_length" if is_gguf(folder)
+                              else "max_position_embeddings"),
                 tok.tokenizer.token_to_id(unk) if unk else None)
 
 
 def read_ids(path: pathlib.Path) -> list[list[int]]:
   out = []
-  for number, line in enumerate(cli.read_utf8(path).splitlines(), 1):
+  for number, line in enumerate(files.read_lines(path), 1):
     try:
       out.append([int(t) for t in line.split()])
     except ValueError:
       raise cli.CliError(f"{path}:{number}: not space-separated integer ids: {line[:60]!r}"
                          ) from None
   return out
+
+
+def check_lengths(sequences: list[list[int]], source: Source, path: pathlib.Path) -> None:
+  """Refuses (one line naming the input line and the limit) a sequence longer than the model's
+  context — or, when the checkpoint states none, than the longest row the scorer takes —
+  before anything is allocated for it."""
+  limit = source.trained_len or MAX_ROW_TOKENS
+  where = (source.trained_len_from if source.trained_len
+           else "the longest row the scorer takes; the checkpoint states no context length")
+  for number, ids in enumerate(sequences, 1):
+    if len(ids) > limit:
+      longer = sum(len(other) > limit for other in sequences)
+      raise cli.CliError(f"{path}:{number}: {len(ids):,} tokens, longer than the model's context "
+                         f"of {limit:,} ({where}); split the line (one sequence per line)"
+                         + (f"; {longer} lines are longer" if longer > 1 else ""))
 
 
 def _finite(value) -> float | None:
@@ -190,17 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     raise cli.CliError(f"{flag}={path}: is a folder; give a file (one line per sequence)")
   if not path.is_file():
     raise cli.CliError(f"{flag}={path}: no such file")
-  lines = cli.read_utf8(path).splitlines()  # before the checkpoint loads: bad input fails at once
+  lines = files.read_lines(path)  # before the checkpoint loads: bad input fails at once
+  sequences = read_ids(path) if args.ids_file else None
   source = open_checkpoint(args.checkpoint, args.dtype, args.fsdp)
-  if args.ids_file:
-    sequences = read_ids(path)
-  else:
+  if sequences is None:
     sequences = [source.encode(line, args.bos) if line.strip() else [] for line in lines]
-  longer = [len(ids) for ids in sequences if source.trained_len and len(ids) > source.trained_len]
-  if longer:
-    print(f"warning: {len(longer)} of {len(sequences)} sequences are longer than the model's "
-          f"trained length {source.trained_len} ({source.trained_len_from}; longest "
-          f"{max(longer)} tokens): log-probs past it are extrapolation", file=sys.stderr)
+  check_lengths(sequences, source, path)
   unknown = sum(i == source.unk_id for ids in sequences for i in ids)
   if unknown:
     print(f"warning: {path}: {unknown} of {sum(map(len, sequences))} tokens are the tokenizer's "

@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from slm_jax import files
+
 _BRACKETS = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
 
 
@@ -87,7 +89,7 @@ class Splitter:
   def split(self, text: str) -> list[Sentence]:
     """The sentences of `text`, in order; paragraphs (lines) are split separately."""
     out: list[Sentence] = []
-    for line in text.splitlines():
+    for line in files.text_lines(text):  # on \n only: \u2028 & co. stay inside a line
       if not line.strip():
         continue
       for span in self._segmenter.segment(line):

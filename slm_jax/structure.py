@@ -144,6 +144,9 @@ class RowMetadata(NamedTuple):
                      self.pop[..., None, :])
 
 
+MAX_ROW_TOKENS = 32767  # the longest row `row_metadata` takes (int32 arithmetic)
+
+
 def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   """SPEC §3 metadata of packed rows from their kinds and segment ids ([..., T] each).
 
@@ -153,8 +156,9 @@ def row_metadata(kind_T, segment_T, xp=np) -> RowMetadata:
   kind_in = xp.asarray(kind_T)
   shape = kind_in.shape
   length = shape[-1]
-  if length > 32767:
-    raise ValueError(f"row_metadata supports rows of at most 32,767 tokens, got {length}")
+  if length > MAX_ROW_TOKENS:
+    raise ValueError(f"row_metadata supports rows of at most {MAX_ROW_TOKENS:,} tokens, got "
+                     f"{length}")
   if xp is np:
     return _row_metadata_numpy(kind_in, np.asarray(segment_T))
   return _row_metadata_traced(kind_in, xp.asarray(segment_T), xp)

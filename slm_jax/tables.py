@@ -20,6 +20,10 @@ Tables:
 - `table(columns, rows, digits, lower_better)`: the reports' table — numbers formatted with
   their column's `digits`, each column with a direction (True: lower is better, False: higher,
   None: no ranking) gets its best value in bold, numeric columns right-aligned.
+- `distinct_labels(names, paths)`: row labels of models that are always distinct — a name shared
+  by several gets the shortest tail of its path that tells them apart (`Tree (runs/a)`; a
+  checkpoint named by its file, just the tail: `a/model.gguf`), the same path given twice a
+  `#k`. Two inputs are two rows in every table, results.json and the bootstrap.
 - `seed_table(results, rows, metrics, …)`: a row per method, a column per metric, mean ± SD over
   seeds, the best mean of each column bold, and an `n` column (the most seeds of any metric of
   the row) — the GTCA main and ablation layout.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import pathlib
 from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -161,3 +166,23 @@ def seed_table(results: Mapping[str, Mapping[str, Sequence[float]]], rows: Seque
   for r, line in zip(rows, body):
     line.append(str(max((len(results[r].get(m, ())) for m in metrics), default=0)))
   return markdown(columns, body)
+
+
+def distinct_labels(names: Sequence[str], paths: Sequence[str]) -> list[str]:
+  """`names` made distinct by their `paths` (module docstring)."""
+  labels = list(names)
+  parts = [pathlib.Path(p).resolve().parts[1:] for p in paths]  # without the root
+  for name in set(names):
+    group = [i for i, n in enumerate(names) if n == name]
+    if len(group) < 2:
+      continue
+    for k in range(1, max(len(parts[i]) for i in group) + 1):
+      tails = ["/".join(parts[i][-k:]) for i in group]
+      if len(set(tails)) == len(tails):
+        break
+    else:  # the same path more than once: its name, numbered
+      tails = ["/".join(parts[i][-1:]) for i in group]
+    for rank, (i, tail) in enumerate(zip(group, tails)):
+      shown = tail if tail == name or tail.endswith("/" + name) else f"{name} ({tail})"
+      labels[i] = shown + (f" #{rank + 1}" if tails.count(tail) > 1 else "")
+  return labels

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax import kinds as kinds_lib
 from slm_jax.kinds import Kind, PTB_LABELS
 from slm_jax.tokenizer_bases import (HashMismatchError, HfBase, TiktokenBase, WordVocab,
@@ -245,10 +246,7 @@ class Tokenizer:
     path.parent.mkdir(parents=True, exist_ok=True)
     spec = {"format": SPEC_FORMAT, "version": SPEC_VERSION, "base": self.base.to_spec(path.parent),
             "layout": self.layout()}
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
-    return path
+    return files.write_text(path, json.dumps(spec, indent=1) + "\n")  # atomic, names the file
 
   @classmethod
   def load(cls, dir_or_path: str | os.PathLike) -> Tokenizer:

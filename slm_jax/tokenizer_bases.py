@@ -24,6 +24,8 @@ import pathlib
 import unicodedata
 from typing import Any, Iterable, Sequence
 
+from slm_jax import files
+
 UNK_SYMBOL = "<unk>"
 ENDOFTEXT = "<|endoftext|>"
 
@@ -327,7 +329,7 @@ class HfBase:
   def to_spec(self, directory: pathlib.Path) -> dict[str, Any]:
     """Copies the tokenizer.json (the exact hashed bytes) next to the spec."""
     target = pathlib.Path(directory) / self.saved_file_name
-    target.write_bytes(self.json_bytes)
+    files.write_bytes(target, self.json_bytes)
     return {"type": self.kind, "file": self.saved_file_name, "sha256": self.sha256,
             "source_path": str(self.path), "word_prefix": self.word_prefix,
             "unescape_ptb": self.unescape_ptb}

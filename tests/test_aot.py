@@ -13,23 +13,11 @@ import pytest
 
 from slm_jax import aot, cli
 from slm_jax.train import run_config as config_builder
+from tests.tpu_topology import require_libtpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config=tgtree_tiny", "--vocab_size=512", "--config.data.seq_len=128",
         "--config.train.global_batch=8"]
-
-
-def _libtpu() -> str | None:
-  """libtpu.so: TPU_LIBRARY_PATH, or where .ci/run puts it (outside the environment's
-  site-packages, so no other test process loads it), or an installed `libtpu`."""
-  candidates = [os.environ.get("TPU_LIBRARY_PATH", ""),
-                str(pathlib.Path(sys.prefix) / "libtpu" / "libtpu" / "libtpu.so")]
-  try:
-    import libtpu  # pylint: disable=g-import-not-at-top
-    candidates.append(libtpu.get_library_path())
-  except ImportError:
-    pass
-  return next((c for c in candidates if c and pathlib.Path(c).is_file()), None)
 
 
 def _rows(text: str) -> list[dict[str, str]]:
@@ -57,9 +45,9 @@ def test_local_report_counts_the_real_step_and_refuses_what_does_not_fit(capsys)
 
 
 def test_bad_topology_and_libtpu_are_one_error_line(monkeypatch, capsys):
-  assert aot.main([*TINY, "--topology=v4-8", "--config.model.attention_impl=pallas_tpu"]) == 2
-  assert "error: model.attention_impl=pallas_tpu: a TPU topology is compiled with the XLA " \
-      "attention path" in capsys.readouterr().err
+  assert aot.main([*TINY, "--topology=v4-8", "--config.model.attention_impl=triton_gpu"]) == 2
+  assert "error: model.attention_impl=triton_gpu: --topology=v4-8 is a TPU; use pallas_tpu" \
+      in capsys.readouterr().err
   with pytest.raises(cli.CliError, match="unknown; expected local or one of v4-8"):
     aot.tpu_devices("v9-8")
   with pytest.raises(cli.CliError, match="no such file"):
@@ -82,14 +70,15 @@ def _tpu(libtpu: str, *extra: str) -> dict[str, str]:
 
 
 def test_a_tpu_topology_compiles_on_this_cpu_machine_with_the_partition_table():
-  libtpu = _libtpu()
-  if libtpu is None:
-    pytest.skip("no libtpu (pip install -e '.[aot]', or set TPU_LIBRARY_PATH)")
+  libtpu = require_libtpu()
   replicated = _tpu(libtpu)
   assert replicated["mesh"] == "data4×fsdp1" and replicated["HBM GiB"] == "32"
   assert replicated["fits"] == "yes" and float(replicated["XLA TFLOP/step/chip"]) > 0
-  sharded = _tpu(libtpu, "--config.mesh.fsdp=4")
-  assert sharded["mesh"] == "data1×fsdp4"
+  # attention_impl=auto on a TPU topology: the fused kernel, through Mosaic (the module's own
+  # Mosaic calls say so), split over the 4 chips' rows
+  assert replicated["attention"] == "pallas_tpu (Mosaic)"
+  sharded = _tpu(libtpu, "--config.mesh.fsdp=4", "--config.model.attention_impl=xla")
+  assert sharded["mesh"] == "data1×fsdp4" and sharded["attention"] == "xla"
   # parameters and AdamW moments split 4 ways: each chip holds much less of them
   assert float(sharded["args GiB"]) < 0.5 * float(replicated["args GiB"])
 

@@ -4,8 +4,10 @@ for a terminal, a tree, a tgtree and a tg model; resuming after a kill; MMLU mac
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -22,7 +24,6 @@ from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import make_tokenizer
 from slm_jax.identity import IdentityError
-from slm_jax.train.params import params_digest
 from slm_jax.trees import Tree
 from tests.test_scorer import direct_logprobs
 
@@ -193,18 +194,19 @@ def test_resume_after_a_kill_and_a_truncated_line(tmp_path):
 
 
 def test_items_scored_by_another_checkpoint_are_not_reused(tmp_path):
-  """BAD 4: the item meta records the checkpoint (step + parameters digest); a rerun of the
+  """BAD 4: the item meta records the checkpoint (step + content digest); a rerun of the
   same configuration from another checkpoint is refused naming the differing keys."""
   source = make_tree_source("flat")
   first, other = scorer_for("tree", seed=0), scorer_for("tree", seed=1)
-  made_by = lambda scorer, step: {"step": step, "params_digest": params_digest(
-      nnx.to_pure_dict(nnx.state(scorer.model, nnx.Param)))}
+  made_by = lambda scorer, step: {"step": step, "digest": hashlib.sha256(b"".join(
+      np.asarray(x).tobytes() for x in jax.tree.leaves(
+          nnx.to_pure_dict(nnx.state(scorer.model, nnx.Param))))).hexdigest()}
   assert made_by(first, 5) == made_by(scorer_for("tree", seed=0), 5)
   evaluate_task(first, "arc_easy", ARC, None, tmp_path, source, progress=False,
                 made_by=made_by(first, 5))
   meta = json.loads((tmp_path / "arc_easy.meta.json").read_text())
   assert meta["checkpoint"] == made_by(first, 5)
-  with pytest.raises(IdentityError, match=r"checkpoint.params_digest: '[0-9a-f]+' in the file, "
+  with pytest.raises(IdentityError, match=r"checkpoint.digest: '[0-9a-f]+' in the file, "
                      r"'[0-9a-f]+' now.*delete .*arc_easy.jsonl to score again"):
     evaluate_task(other, "arc_easy", ARC, None, tmp_path, source, progress=False,
                   made_by=made_by(other, 5))

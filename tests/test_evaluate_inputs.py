@@ -17,6 +17,7 @@ from slm_jax import cli, evaluate, locks
 from slm_jax.eval import report
 from slm_jax.evaluation import inputs, run as evaluation_run
 from slm_jax.train import trainer
+from tests.test_files import fill_disk
 from tests.test_train import small_config
 
 
@@ -107,11 +108,11 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
   real = evaluation_run.evaluate_run
   calls = []
 
-  def second_fails(workdir, args, data, index):
+  def second_fails(workdir, args, data, index, **kwargs):
     calls.append(workdir)
     if len(calls) == 2:
       raise RuntimeError("device lost")
-    return real(workdir, args, data, index)
+    return real(workdir, args, data, index, **kwargs)
 
   monkeypatch.setattr(evaluation_run, "evaluate_run", second_fails)
   out = tmp_path / "report"
@@ -121,6 +122,15 @@ def test_runs_scored_before_a_failure_are_kept(run, tmp_path, monkeypatch):
   partial = json.loads((out / "results.partial.json").read_text())
   assert partial["complete"] is False and len(partial["models"]) == 1
   assert partial["models"][0]["docppl"]["ppl"] > 1
+  # issue #47: the rerun keeps the run finished before (same step, same content digest)
+  calls.clear()
+  monkeypatch.setattr(evaluation_run, "evaluate_run",
+                      lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+  evaluate.main([f"--workdir={run}", f"--workdir={run}", "--tasks=docppl", f"--out={out}",
+                 "--docppl_documents=1"])
+  assert len(calls) == 1  # only the run that had failed
+  models = json.loads((out / "results.json").read_text())["models"]
+  assert models[0]["docppl"] == partial["models"][0]["docppl"] and len(models) == 2
 
 
 def test_a_proposals_file_that_misses_sentences_is_refused_before_scoring(tmp_path,
@@ -198,13 +208,7 @@ def test_a_failed_write_of_a_partial_file_leaves_the_old_one(tmp_path, monkeypat
   error names the file."""
   path = tmp_path / "results.partial.json"
   report.write_json({"models": [1]}, path)
-  real = pathlib.Path.write_text
-
-  def disk_full(self, *args, **kwargs):
-    real(self, "")
-    raise OSError(28, "No space left on device")
-
-  monkeypatch.setattr(pathlib.Path, "write_text", disk_full)
+  fill_disk(monkeypatch)  # the file is opened (truncated), then its write fails
   with pytest.raises(OSError, match=r"No space left on device.*results.partial.json"):
     report.write_json({"models": [1, 2]}, path)
   monkeypatch.undo()

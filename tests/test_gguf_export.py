@@ -15,6 +15,7 @@ pytest.importorskip("accelerate")
 
 import jax.numpy as jnp  # noqa: E402
 
+from slm_jax import cli  # noqa: E402
 from slm_jax.export import main as export_main  # noqa: E402
 from slm_jax.hf.gguf_export import export_gguf  # noqa: E402
 from slm_jax.hf.load import load_model  # noqa: E402
@@ -58,5 +59,5 @@ def test_bfloat16_export_and_refusals(tmp_path):
   assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
   model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
   assert model.model.embed_tokens.weight.dtype == torch.bfloat16
-  with pytest.raises(FileExistsError, match="exists and is not empty"):
+  with pytest.raises(cli.CliError, match="exists and is not empty"):
     export_gguf(path, out)

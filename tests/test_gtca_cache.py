@@ -62,6 +62,15 @@ def test_get_put_and_a_miss_names_the_example(tmp_path):
     ('{"v": 1}', "not a span tree (KeyError: 'nodes')"),
     ("[1, 2]", "not a span tree ("),
     (small_tree(4).to_json(), "the span tree covers 4 tokens, the ids have 3"),
+    # issue #47: a span ending past its row (999 in a 3-token row) was accepted
+    ('{"v":1,"n":3,"masked":[],"nodes":[["S",0,3,1],["NP",1,999,0]]}',
+     "not a span tree (span tree JSON: node 'NP' [1, 999) ends outside its row of 3 tokens)"),
+    ('{"v":1,"n":5,"masked":[],"nodes":[["S",0,5,1],["NP",0,3,1],["N",2,4,0]]}',
+     "not a span tree (span tree JSON: node 'N' [2, 4) ends outside its parent [0, 3) of 5"),
+    ('{"v":1,"n":3,"masked":[],"nodes":[["S",0,999,0]]}',
+     "not a span tree (span tree JSON: node 'S' [0, 999) ends outside its row of 3 tokens)"),
+    ('{"v":1,"n":3,"masked":[[2,7]],"nodes":[]}',
+     "not a span tree (span tree JSON: masked range [2, 7) outside its row of 3 tokens)"),
 ])
 def test_a_malformed_cached_tree_names_file_and_key(tmp_path, capsys, stored, why):
   """A stored tree that cannot be read is one line naming the file, the record's key and the
@@ -393,6 +402,20 @@ def test_files_that_are_no_span_cache_get_the_one_line_contract(tmp_path, setup,
   assert code == cli.EXIT_USAGE
   assert stderr.strip() == f"error: {folder}: not a GTCA span cache (a folder; give the cache's " \
                            ".sqlite file)"
+
+
+def test_latin1_data_names_the_file_and_line(tmp_path, setup, capsys):
+  """Issue #47 item 9: a Latin-1 --data file was a UnicodeDecodeError naming no file or line."""
+  _, tokenizer_path, _ = setup
+  data = tmp_path / "latin1.jsonl"
+  data.write_bytes(json.dumps(RECORDS[2]).encode() + b"\n" + '{"id": "x", "sentence": "Caf\xe9 ."}'
+                   .encode("latin-1") + b"\n")
+  code, _, stderr = run_cli(capsys, f"--data={data}", f"--backbone={tokenizer_path}",
+                            f"--out={tmp_path / 'c.sqlite'}")
+  assert code == cli.EXIT_USAGE
+  byte = data.read_bytes().index(b"\xe9")
+  assert stderr == (f"error: {data}:2: invalid UTF-8 at byte {byte} (invalid continuation "
+                    "byte); save the file as UTF-8\n")
 
 
 def test_the_cache_cli_refuses_empty_data(tmp_path, setup, capsys):

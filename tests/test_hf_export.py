@@ -89,3 +89,41 @@ def test_tg_runs_are_refused(tmp_path, capsys):
   message = capsys.readouterr().err
   assert "attention 'tg'" in message and "structural kind" in message
   assert not (tmp_path / "out").exists()
+
+
+def test_the_export_states_the_context_the_model_was_trained_on(exported):
+  """Issue #47 item 9: config.json said max_position_embeddings 8192 for every export."""
+  workdir, out = exported
+  config = json.loads((out / "config.json").read_text())
+  assert config["max_position_embeddings"] == load_run(workdir).cfg.data.seq_len != 8192
+  assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == (
+      config["max_position_embeddings"])
+
+
+def test_force_replaces_the_whole_folder_of_another_model(exported, tmp_path):
+  """Issue #47 item 2: `--force` over another model's sharded folder left its shards and index
+  (which transformers and `score` then read) beside the new model.safetensors."""
+  workdir, fresh = exported
+  out = tmp_path / "out"
+  out.mkdir()
+  index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002"
+                                                                       ".safetensors"}}
+  (out / "model.safetensors.index.json").write_text(json.dumps(index))
+  for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+               "README.md"):
+    (out / name).write_text("another model")
+  code = cli.run(export.main, [f"--workdir={workdir}", f"--out={out}"])
+  assert code == cli.EXIT_USAGE and (out / "README.md").exists()  # refused without --force
+  assert export.main([f"--workdir={workdir}", f"--out={out}", "--force"]) == 0
+  assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in fresh.iterdir())
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_the_old_module_path_names_the_export_command():
+  """Issue #47 item 9: `python -m slm_jax.hf.export` exited 0 and wrote nothing."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  done = subprocess.run([sys.executable, "-m", "slm_jax.hf.export", "--out=x"],
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+  assert "python -m slm_jax.export --workdir=RUN --out=DIR" in done.stderr

@@ -127,7 +127,7 @@ def test_hybrids_unaligned_rows_fp32(name):
 
 
 def test_row_chunks_when_plan_exceeds_scalar_memory(monkeypatch):
-  monkeypatch.setattr(tpu_attention, "SMEM_PLAN_ENTRIES", 40)  # one row's plan: 2·4·4 = 32
+  monkeypatch.setattr(tpu_attention, "SMEM_PLAN_ENTRIES", 40)  # one row: 2·(4·4 + 4) words
   spec = parse_attention("mix(causal,tg)")
   meta = as_jax(random_rows(seed=51, length=128, rows=3))
   q, k, v, do = inputs(5, 3, 128, 2, 1, 16)

@@ -49,6 +49,17 @@ def test_plot_draws_every_run_in_every_panel(tmp_path, capsys):
       "tree: SG": [[2, 50]], "tree: BLiMP": [[2, 62.5]]}
 
 
+def test_two_runs_of_one_name_are_two_labels(tmp_path, capsys):
+  """Issue #47 item 4: runs/a/tiny and runs/b/tiny were both "tiny" in the legend."""
+  runs = []
+  for folder in ("a", "b"):
+    (tmp_path / folder).mkdir()
+    runs.append(_workdir(tmp_path / folder, "tiny", [{"step": 1, "loss_terminal": 3.0}]))
+  assert plot.main([f"--workdir={runs[0]}", f"--workdir={runs[1]}",
+                    f"--out={tmp_path / 'c.png'}"]) == 0
+  assert capsys.readouterr().out.strip().endswith(": a/tiny, b/tiny")
+
+
 def test_plot_errors_name_the_workdir(tmp_path, capsys):
   assert plot.main([f"--workdir={tmp_path}", "--out=x.png"]) == 2
   assert f"error: {tmp_path}/metrics.jsonl: no such file" in capsys.readouterr().err

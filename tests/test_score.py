@@ -111,8 +111,8 @@ def test_a_tokenizer_of_another_model_is_refused_naming_both_values(folder, tmp_
   tok.save(str(bigger / "tokenizer.json"))
   assert cli.run(score.main, [f"--checkpoint={bigger}", f"--text_file={text}"]) == cli.EXIT_USAGE
   err = capsys.readouterr().err
-  assert (f"tokenizer.json has {config['vocab_size'] + 3} tokens but config.json vocab_size is "
-          f"{config['vocab_size']}") in err
+  assert (f"tokenizer.json has {config['vocab_size'] + 3} token ids but the checkpoint's "
+          f"embedding has {config['vocab_size']} rows") in err
   other_bos = _copy(path, tmp_path, "other_bos")
   tok_config = json.loads((path / "tokenizer_config.json").read_text())
   bos_token = tok_config.get("bos_token")
@@ -122,7 +122,8 @@ def test_a_tokenizer_of_another_model_is_refused_naming_both_values(folder, tmp_
       bos_token if isinstance(bos_token, str) else bos_token["content"])
   (other_bos / "config.json").write_text(json.dumps({**config, "bos_token_id": bos + 1}))
   assert cli.run(score.main, [f"--checkpoint={other_bos}", f"--text_file={text}"]) == 2
-  assert f"is id {bos} but config.json bos_token_id is {bos + 1}" in capsys.readouterr().err
+  assert (f"says bos_token {bos_token!r}, id {bos}, but {other_bos / 'config.json'} says "
+          f"bos_token_id {bos + 1}") in capsys.readouterr().err
 
 
 def test_text_input_problems_and_long_sequences(folder, tmp_path, capsys):
@@ -139,9 +140,35 @@ def test_text_input_problems_and_long_sequences(folder, tmp_path, capsys):
   assert cli.run(score.main, [f"--checkpoint={path}", f"--ids_file={ids}", "--fsdp=64"]) == 2
   assert "--fsdp=64: only" in capsys.readouterr().err
   out = tmp_path / "o.jsonl"
-  assert cli.run(score.main, [f"--checkpoint={path}", f"--ids_file={ids}", f"--out={out}"]) == 0
-  assert (f"warning: 1 of 2 sequences are longer than the model's trained length {trained} "
-          f"(max_position_embeddings; longest {trained + 3} tokens)") in capsys.readouterr().err
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--ids_file={ids}", f"--out={out}"]) == 2
+  assert capsys.readouterr().err == (
+      f"error: {ids}:1: {trained + 3:,} tokens, longer than the model's context of {trained:,} "
+      "(max_position_embeddings); split the line (one sequence per line)\n")
+
+
+def test_a_line_longer_than_the_context_is_refused_before_scoring(folder, tmp_path, capsys,
+                                                                  monkeypatch):
+  """Issue #47 item 8: one 100,000-character line failed inside the scorer ("row_metadata
+  supports rows of at most 32,767 tokens"; 60,000 characters grew past 12 GB first); now one
+  line naming the input line and the limit, and nothing is scored."""
+  path, _ = folder
+  text = tmp_path / "long.txt"
+  text.write_text("the cat sat\n" + "the cats chase the mice " * 4200 + "\nthe door\n")
+  monkeypatch.setattr(score.TextScorer, "score", lambda *a, **k: pytest.fail("scored"))
+  assert cli.run(score.main, [f"--checkpoint={path}", f"--text_file={text}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {text}:2: ") and err.count("\n") == 1
+  assert "longer than the model's context of 256 (max_position_embeddings)" in err
+
+
+def test_one_line_is_one_record_whatever_separators_it_holds(folder, tmp_path):
+  """Issue #47 item 4: str.splitlines split a line at \\x85, \\u2028, \\x0c, … into several
+  records; lines end at \\n only (\\r\\n tolerated)."""
+  path, _ = folder
+  text = tmp_path / "in.txt"
+  text.write_bytes("the cat\u2028sat\x85here\x0c.\r\nthe door\n".encode())
+  rows = run_score(f"--checkpoint={path}", f"--text_file={text}")
+  assert len(rows) == 2
 
 
 def test_non_finite_log_probs_are_null_and_exit_1(folder, monkeypatch, capsys):

@@ -60,7 +60,7 @@ def test_a_killed_evaluation_resumes_without_redoing_finished_suites(tmp_path, f
   saved = json.loads(path.read_text())
   assert saved["models"] == [{"name": "done before"}]  # the finished runs stay
   assert list(saved[KEY]["suites"]) == sorted(NAMES)[:2]
-  assert not path.with_name(path.name + ".partial").exists()  # renamed into place
+  assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # renamed into place
 
   again = SuitesInFlight(path, dict(RUN))
   assert list(again.done) == sorted(NAMES)[:2] and "2 finished SG suites reused" in again.note

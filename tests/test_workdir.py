@@ -108,7 +108,7 @@ def test_a_failed_checkpoint_save_stops_training_naming_the_folder(tmp_path, mon
 
   monkeypatch.setattr(checkpointing.ocp.CheckpointManager, "save", full_disk)
   with pytest.raises(checkpointing.CheckpointError,
-                     match=r"cannot save checkpoint step 2 in .*checkpoints.*No space left"):
+                     match=r"cannot save a checkpoint in .*checkpoints \(at step 2\): No space left"):
     trainer.train(small_config("tgtree", steps=6, **{"train.checkpoint_every": 2}), tmp_path)
   lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
   assert max(json.loads(line)["step"] for line in lines) <= 2  # stopped at once, not at step 6

@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax.kinds import PTB_LABELS
 from slm_jax.trees import Child, Tree
 
@@ -226,7 +227,7 @@ class _Loader:
   # ---- parsing ------------------------------------------------------------------------------
   def _parse_grammar(self, text: str) -> None:
     lhs = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(files.text_lines(text), 1):
       where = f"{self.path}:{number}"
       line = _strip(raw)
       if not line:
@@ -320,7 +321,7 @@ class _Loader:
 
   def _parse_lexicon(self, path: pathlib.Path, text: str) -> None:
     columns: list[list[str]] | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(files.text_lines(text), 1):
       where = f"{path}:{number}"
       line = _strip(raw)
       if not line:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from slm_jax import cli
+from slm_jax import cli, files
 
 LETTERS = "ABCDEFGH"
 FORMATS = (".parquet", ".arrow", ".jsonl", ".json")
@@ -60,7 +60,7 @@ def _read_json(path: pathlib.Path) -> list[Any]:
     except json.JSONDecodeError as e:
       raise RowDataError(f"{path}: not valid JSON ({e})") from None
   rows = []
-  for number, line in enumerate(text.splitlines(), 1):
+  for number, line in enumerate(files.text_lines(text), 1):  # on \n only
     if line.strip():
       try:
         rows.append(json.loads(line))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Iterator, Sequence as SequenceT
 
-from slm_jax import ptb
+from slm_jax import files, ptb
 from slm_jax.data import parquet
 from slm_jax.data.accounting import StageCounts
 from slm_jax.trees import Tree
@@ -63,28 +63,27 @@ def _read_ptb(path: str, counts: StageCounts, lenient: bool,
 
 def _read_jsonl(path: str, counts: StageCounts, lenient: bool,
                 sentences_as_documents: bool) -> Iterator[Document]:
-  with open(path, encoding="utf-8") as f:
-    for line_number, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      where = f"{path}:{line_number}"
-      counts.documents_in += 1
-      try:
-        obj = json.loads(line)
-        trees_field = obj.get("trees", obj.get("ptb")) if isinstance(obj, dict) else None
-      except json.JSONDecodeError as error:
-        if not lenient:
-          raise ValueError(f"{where}: invalid JSON ({error})") from None
-        counts.drop("documents", "invalid JSON line")
-        continue
-      if trees_field is None:
-        if not lenient:
-          raise ValueError(f"{where}: a record needs 'trees' (list of PTB strings) or 'ptb'")
-        counts.drop("documents", "record without trees")
-        continue
-      text = "\n".join(trees_field) if isinstance(trees_field, list) else str(trees_field)
-      yield from documents_of_text(str(obj.get("id", where)), text, counts, where=where,
-                                   lenient=lenient, sentences_as_documents=sentences_as_documents)
+  for line_number, line in files.iter_lines(path):  # on \n only; bad UTF-8 names the line
+    if not line.strip():
+      continue
+    where = f"{path}:{line_number}"
+    counts.documents_in += 1
+    try:
+      obj = json.loads(line)
+      trees_field = obj.get("trees", obj.get("ptb")) if isinstance(obj, dict) else None
+    except json.JSONDecodeError as error:
+      if not lenient:
+        raise ValueError(f"{where}: invalid JSON ({error})") from None
+      counts.drop("documents", "invalid JSON line")
+      continue
+    if trees_field is None:
+      if not lenient:
+        raise ValueError(f"{where}: a record needs 'trees' (list of PTB strings) or 'ptb'")
+      counts.drop("documents", "record without trees")
+      continue
+    text = "\n".join(trees_field) if isinstance(trees_field, list) else str(trees_field)
+    yield from documents_of_text(str(obj.get("id", where)), text, counts, where=where,
+                                 lenient=lenient, sentences_as_documents=sentences_as_documents)
 
 
 def _read_parquet(path: str, counts: StageCounts, lenient: bool,

@@ -44,13 +44,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from slm_jax import cli, identity
+from slm_jax import cli, files, identity
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
 from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
 from slm_jax.train import sharding
 from slm_jax.train.checkpointing import Checkpointer
-from slm_jax.train.loading import LoadedRun
+from slm_jax.train.loading import LoadedRun, run_identity
 from slm_jax.train.loop import Cadence, Loop, Persist, Window, rate_text
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.optimizer import make_optimizer, make_schedule
@@ -85,6 +85,7 @@ def seed_record(loaded: LoadedRun, settings: FinetuneSettings, seed: int, stats:
                 total_steps: int) -> dict[str, Any]:
   """What makes seed `seed`'s fine-tune (saved as `finetune.json`, compared before any reuse)."""
   return {"settings": settings.to_dict(), "seed": seed, "source_step": loaded.step,
+          "source_digest": run_identity(loaded)["digest"],  # another model at that path: refused
           "rows": stats.to_dict(), "steps": total_steps}
 
 
@@ -171,7 +172,7 @@ def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStat
               log=log, label=label)
   start = loop.resume()
   identity.write_record(directory / SETTINGS_FILE, record)
-  (directory / CONFIG_FILE).write_text(cfg.to_json())
+  files.write_text(directory / CONFIG_FILE, cfg.to_json())
   loaded.tokenizer.save(directory)
 
   writer = MetricsWriter(directory, resume_step=start)
@@ -205,7 +206,7 @@ def finetune_seed(loaded: LoadedRun, rows: Sequence[FinetuneRow], stats: RowStat
              "source_step": loaded.step, "seconds": time.time() - started,
              "workdir": str(directory)}
   if result.step >= total:
-    (directory / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False))
+    files.write_text(directory / SUMMARY_FILE, json.dumps(summary, indent=1, allow_nan=False))
   return summary
 
 

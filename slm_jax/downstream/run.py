@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from slm_jax import cli
+from slm_jax import cli, files
 from slm_jax.downstream import olmes_regime, olmo_data, paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
@@ -51,7 +51,7 @@ from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
 from slm_jax.downstream.scoring import check_item_meta, evaluate_task, read_records
-from slm_jax.train.params import run_identity
+from slm_jax.train.loading import run_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _completed_lines(path: pathlib.Path) -> list[dict]:
       break
     good += len(line) + 1
   if good != len(text):
-    path.write_text(text[:good], encoding="utf-8")
+    files.write_text(path, text[:good])
   return records
 
 
@@ -203,7 +203,7 @@ def generate_summaries(run: Any, examples: Sequence[TaskExample], path: pathlib.
                        "examples: use another output folder")
   report = (cli.Progress(f"xsum {path.stem}", len(examples), unit="summaries", done=len(records))
             if options.progress else None)
-  with open(path, "a", encoding="utf-8") as sink:
+  with files.appending(path) as sink:  # a failed write (a full disk) names the file
     per_batch = options.articles_per_batch
     for first in range(len(records), len(examples), per_batch):
       chunk = range(first, min(first + per_batch, len(examples)))

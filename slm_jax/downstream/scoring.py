@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from slm_jax import cli
+from slm_jax import cli, files
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream import paper_format, paper_query
@@ -321,7 +321,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
     done[index] = r
   todo = [i for i in range(len(examples)) if i not in done]
   report = cli.Progress(task, len(examples), done=len(done)) if progress else None
-  with open(path, "a", encoding="utf-8") as sink:
+  with files.appending(path) as sink:  # a failed write (a full disk) names the file
     for start in range(0, len(todo), chunk_items):
       chunk = todo[start:start + chunk_items]
       demos = {i: _demos_for(demonstrations, examples[i]) for i in chunk}
@@ -354,7 +354,7 @@ def evaluate_task(model: Any, task: str, examples: Sequence[TaskExample],
   summary.update(scored_now=len(todo), resumed=len(records),
                  tree_stats=dict(tree_source.stats) if parses and tree_source else {},
                  **encoder.summary_counters(joint_format=paper))
-  (out / f"{task}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  files.write_text(out / f"{task}.summary.json", json.dumps(summary, indent=1) + "\n")
   return summary
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax.configurations import Configuration
 from slm_jax.eval.docppl import (counted_tokens, distinct_candidates,
                                  make_sequence, scoring_linearization, sentence_ids,
@@ -61,13 +62,13 @@ def load_blimp(directory: str | pathlib.Path, max_items: int | None = None) -> l
   Raises ValueError naming file:line for a malformed record.
   """
   directory = pathlib.Path(directory)
-  files = sorted(directory.glob("*.jsonl"))
-  if not files:
+  found = sorted(directory.glob("*.jsonl"))
+  if not found:
     raise FileNotFoundError(f"no BLiMP *.jsonl files in {directory}")
   paradigms = []
-  for path in files:
+  for path in found:
     good, bad, meta = [], [], None
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(files.read_lines(path), 1):
       if not line.strip():
         continue
       if max_items is not None and len(good) >= max_items:
@@ -151,26 +152,60 @@ def evaluate_blimp(scorer: Any, tokenizer: Tokenizer, configuration: Configurati
                    blimp_dir: str | pathlib.Path, proposals: ProposalSource | None = None, *,
                    max_items: int | None = None, tree_scoring: str = "joint",
                    progress: Callable[[str], None] | None = None,
-                   paradigms: Sequence[Paradigm] | None = None) -> BlimpResult:
+                   paradigms: Sequence[Paradigm] | None = None,
+                   done: dict[str, dict] | None = None,
+                   on_paradigm: Callable[[str, dict], None] | None = None) -> BlimpResult:
   """Pair accuracy of a model on BLiMP (see module docstring). `paradigms`: already-read pairs
-  (e.g. `slm_jax.eval.tfds_sets.blimp_pairs_from_tfds`) instead of `blimp_dir`'s jsonl files."""
+  (e.g. `slm_jax.eval.tfds_sets.blimp_pairs_from_tfds`) instead of `blimp_dir`'s jsonl files.
+  Scored paradigm by paradigm (`score_paradigms`: `done` / `on_paradigm` keep finished ones)."""
   if paradigms is None:
     paradigms = load_blimp(blimp_dir, max_items)
   paradigms = list(paradigms)
-  index: dict[tuple[str, ...], int] = {}
-  good_ids, bad_ids, which = [], [], []
-  for p_index, paradigm in enumerate(paradigms):
-    for good, bad in zip(paradigm.good, paradigm.bad):
-      good_ids.append(index.setdefault(tuple(word_tokenize(good)), len(index)))
-      bad_ids.append(index.setdefault(tuple(word_tokenize(bad)), len(index)))
-      which.append(p_index)
-  scores, stats = sentence_log_probs(scorer, list(index), tokenizer, configuration, proposals,
-                                     progress=progress, tree_scoring=tree_scoring)
-  good, bad = scores[np.asarray(good_ids)], scores[np.asarray(bad_ids)]
+
+  def score(sentences: list[str]) -> tuple[np.ndarray, dict]:
+    index: dict[tuple[str, ...], int] = {}
+    rows = [index.setdefault(tuple(word_tokenize(s)), len(index)) for s in sentences]
+    scores, stats = sentence_log_probs(scorer, list(index), tokenizer, configuration, proposals,
+                                       progress=progress, tree_scoring=tree_scoring)
+    return scores[np.asarray(rows, int)], stats
+
+  good, bad, which, stats = score_paradigms(paradigms, score, done=done, on_paradigm=on_paradigm)
   correct, ties, nonfinite = pair_verdicts(good, bad)
-  stats.update(unique_sentences=len(index), pairs=len(correct), ties=ties,
+  unique = {tuple(word_tokenize(x)) for p in paradigms for x in (*p.good, *p.bad)}
+  stats.update(unique_sentences=len(unique), pairs=len(correct), ties=ties,
                nonfinite_pairs=nonfinite, tree_scoring=tree_scoring)
-  return summarize(paradigms, correct, np.asarray(which), stats)
+  return summarize(paradigms, correct, which, stats)
+
+
+def score_paradigms(paradigms: Sequence[Paradigm],
+                    score: Callable[[list[str]], tuple[np.ndarray, dict]], *,
+                    done: dict[str, dict] | None = None,
+                    on_paradigm: Callable[[str, dict], None] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+  """(good [N], bad [N], paradigm index [N], summed stats) of every pair, paradigm by paradigm:
+  `score(sentences)` → (a score per sentence, stats) of one paradigm's distinct sentences. A
+  paradigm in `done` (uid → {"good", "bad", "stats"}: a killed evaluation's,
+  `eval.sg_partial.InFlight`) with its pair count is taken as it is; every paradigm scored here
+  is handed to `on_paradigm(uid, record)` (kept, and the progress line)."""
+  done = done or {}
+  good, bad, which = [], [], []
+  stats: collections.Counter = collections.Counter()
+  for p_index, paradigm in enumerate(paradigms):
+    record = done.get(paradigm.uid)
+    if record is None or len(record.get("good", ())) != len(paradigm):
+      sentences = list(dict.fromkeys([*paradigm.good, *paradigm.bad]))
+      scores, counts = score(sentences)
+      of = dict(zip(sentences, np.asarray(scores, np.float64).tolist()))
+      record = {"good": [of[s] for s in paradigm.good], "bad": [of[s] for s in paradigm.bad],
+                "stats": {k: v for k, v in counts.items() if isinstance(v, (int, float))}}
+      if on_paradigm is not None:
+        on_paradigm(paradigm.uid, record)
+    good += record["good"]
+    bad += record["bad"]
+    which += [p_index] * len(record["good"])
+    stats.update(record["stats"])
+  return (np.asarray(good, np.float64), np.asarray(bad, np.float64), np.asarray(which, int),
+          dict(stats))
 
 
 def pair_verdicts(good_N: np.ndarray, bad_N: np.ndarray) -> tuple[np.ndarray, int, int]:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax.configurations import Configuration
 from slm_jax.kinds import Kind
 from slm_jax.linearize import INVERTIBLE_SCHEMES, LinearizationError, delinearize
@@ -119,7 +120,7 @@ class FileProposals(ProposalSource):
       raise ProposalError(f"{where}: {e}") from e
 
   def _read_jsonl(self, text: str) -> None:
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(files.text_lines(text), 1):
       if not line.strip():
         continue
       where = f"{self.path}:{number}"
@@ -140,7 +141,7 @@ class FileProposals(ProposalSource):
   def _read_blocks(self, text: str) -> None:
     block: list[str] = []
     start = 0
-    for number, line in enumerate(text.splitlines() + [""], 1):
+    for number, line in enumerate(files.text_lines(text) + [""], 1):
       if line.strip():
         if not block:
           start = number

@@ -28,11 +28,12 @@ region is counted in `stats["straddling_tokens"]` (it still belongs to one regio
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from slm_jax.eval.blimp import BlimpResult, Paradigm, pair_verdicts, summarize
+from slm_jax.eval.blimp import (BlimpResult, Paradigm, pair_verdicts, score_paradigms,
+                                summarize)
 from slm_jax.eval.text_scorer import TextScorer
 from slm_jax.kinds import Kind
 
@@ -131,23 +132,24 @@ class RawTextScorer:
     return [np.cumsum(r) for r in self.region_log_probs(sentences)]
 
 
-def evaluate_blimp_raw(scorer: RawTextScorer, paradigms: Sequence[Paradigm]) -> BlimpResult:
+def evaluate_blimp_raw(scorer: RawTextScorer, paradigms: Sequence[Paradigm], *,
+                       done: dict[str, dict] | None = None,
+                       on_paradigm: Callable[[str, dict], None] | None = None) -> BlimpResult:
   """BLiMP pair accuracy with every sentence scored as raw text (SPEC §13; `eval.blimp` rules:
-  right iff log p(good) > log p(bad), both finite; ties and non-finite pairs counted)."""
+  right iff log p(good) > log p(bad), both finite; ties and non-finite pairs counted), paradigm by
+  paradigm (`eval.blimp.score_paradigms`: `done` / `on_paradigm` keep finished ones)."""
   paradigms = list(paradigms)
-  index: dict[str, int] = {}
-  good_ids, bad_ids, which = [], [], []
-  for p_index, paradigm in enumerate(paradigms):
-    for good, bad in zip(paradigm.good, paradigm.bad):
-      good_ids.append(index.setdefault(good, len(index)))
-      bad_ids.append(index.setdefault(bad, len(index)))
-      which.append(p_index)
-  scores, tokens = scorer.text_log_probs(list(index))
-  good, bad = scores[np.asarray(good_ids)], scores[np.asarray(bad_ids)]
+
+  def score(sentences: list[str]) -> tuple[np.ndarray, dict]:
+    scores, tokens = scorer.text_log_probs(sentences)
+    return scores, {"scored_tokens": int(np.asarray(tokens).sum())}
+
+  good, bad, which, counts = score_paradigms(paradigms, score, done=done, on_paradigm=on_paradigm)
   correct, ties, nonfinite = pair_verdicts(good, bad)
-  stats = dict(unique_sentences=len(index), pairs=len(correct), ties=ties,
-               nonfinite_pairs=nonfinite, scored_tokens=int(tokens.sum()),
+  unique = {x for p in paradigms for x in (*p.good, *p.bad)}
+  stats = dict(unique_sentences=len(unique), pairs=len(correct), ties=ties,
+               nonfinite_pairs=nonfinite, scored_tokens=int(counts.get("scored_tokens", 0)),
                scoring="raw text", prefix_token=scorer.prefix_id)
-  result = summarize(paradigms, correct, np.asarray(which), stats)
+  result = summarize(paradigms, correct, which, stats)
   result.stats["pair_log_probs"] = {"good": good.tolist(), "bad": bad.tolist()}
   return result

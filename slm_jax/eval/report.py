@@ -21,11 +21,13 @@ produced it (suites, item rule, CNT2 scoring in the beam, tree scoring, dtype, p
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
-from slm_jax.tables import DASH, interval, number, p_text, table
+from slm_jax import files
+from slm_jax.tables import DASH, distinct_labels, interval, number, p_text, table
 from slm_jax.tables import markdown as markdown_table
 
 CIRCUIT_ABBREVIATIONS = {  # paper Table 13
@@ -44,10 +46,9 @@ DISPLAY_NAMES = {
 
 
 def display_names(configurations: Sequence[str], workdirs: Sequence[str]) -> list[str]:
-  """Paper names (`Tree`, `TGTree`, …); runs sharing a configuration get their workdir appended."""
-  base = [DISPLAY_NAMES.get(c, c) for c in configurations]
-  return [f"{b} ({pathlib.Path(w).name})" if base.count(b) > 1 else b
-          for b, w in zip(base, workdirs)]
+  """Paper names (`Tree`, `TGTree`, …); runs sharing one are told apart by their paths
+  (`tables.distinct_labels`: always distinct, also for two checkpoints of one file name)."""
+  return distinct_labels([DISPLAY_NAMES.get(c, c) for c in configurations], workdirs)
 
 
 def _get(model: dict, *path: str) -> float | None:
@@ -306,10 +307,12 @@ def grouped_bars(labels: Sequence[str], series: Sequence[tuple[str, Sequence[flo
   ax.legend(fontsize="small", ncol=min(len(series), 5))
   ax.grid(axis="y", alpha=0.3)
   fig.tight_layout()
-  path = pathlib.Path(path)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+  image = io.BytesIO()
+  try:
+    fig.savefig(image, format="png", dpi=120)
+  finally:
+    plt.close(fig)
+  return files.write_bytes(path, image.getvalue())  # atomic: a full disk leaves no cut PNG
 
 
 def plot_sg_circuits(results: dict, path: str | pathlib.Path) -> pathlib.Path | None:
@@ -336,7 +339,7 @@ def write_reports(results: dict, out_dir: str | pathlib.Path,
   out.mkdir(parents=True, exist_ok=True)
   paths = {"json": out / "results.json", "markdown": out / "tables.md"}
   write_json(results, paths["json"])
-  paths["markdown"].write_text(markdown(results, circuit_suites, sections))
+  files.write_text(paths["markdown"], markdown(results, circuit_suites, sections))
   png = plot_sg_circuits(results, out / "sg_circuits.png")
   if png is not None:
     paths["png"] = png
@@ -351,14 +354,8 @@ def write_json(results: dict, path: pathlib.Path) -> None:
   """Strict JSON (no NaN / Infinity tokens, which most JSON readers reject): a non-finite
   number is written as null; the tables say "–" (`tables.DASH`) for it. Atomic (a temporary
   file renamed over `path`): a kill or a full disk leaves the old file, never a cut one."""
-  text = json.dumps(_finite(results), indent=1, default=_json_default, allow_nan=False) + "\n"
-  partial = path.with_name(f".{path.name}.tmp")
-  try:
-    partial.write_text(text)
-  except OSError as error:
-    partial.unlink(missing_ok=True)
-    raise OSError(error.errno, error.strerror, str(path)) from None  # names the file
-  partial.replace(path)
+  text = json.dumps(_finite(results), indent=1, default=json_default, allow_nan=False) + "\n"
+  files.write_text(path, text)  # names the file on failure, leaves no temporary
 
 
 def _finite(value: Any) -> Any:
@@ -375,7 +372,8 @@ def _finite(value: Any) -> Any:
   return value
 
 
-def _json_default(value: Any):
+def json_default(value: Any):
+  """numpy scalars and arrays, sets and tuples as JSON values (`json.dumps(default=…)`)."""
   import numpy as np
   if isinstance(value, np.generic):
     return value.item()

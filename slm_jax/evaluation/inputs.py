@@ -133,7 +133,21 @@ def finetune_source_problems(task: str, folder: str, workdirs: Sequence[str],
                  "--workdir order)" if where is not None else "")
       problems.append(f"--{task}_finetuned={folder}: {record_path.parent.name} is a fine-tune of "
                       f"{source}, not of --workdir #{index + 1} {workdirs[index]}{swapped}")
+    elif _another_model(want, record):
+      problems.append(f"--{task}_finetuned={folder}: {record_path.parent.name} is a fine-tune of "
+                      f"another model than the one now at {workdirs[index]} (its step "
+                      f"{record['source_step']} has other contents)")
   return problems
+
+
+def _another_model(workdir: pathlib.Path, record: dict) -> bool:
+  """Whether the checkpoint step a fine-tune started from now holds another model (its content
+  digest differs; a step no longer on disk cannot be checked)."""
+  from slm_jax.train.loading import source_digest  # pylint: disable=g-import-not-at-top
+  step, digest = record.get("source_step"), record.get("source_digest")
+  if digest is None or step is None or not (workdir / "checkpoints" / str(step)).is_dir():
+    return False
+  return source_digest(workdir, int(step))[1] != digest
 
 
 def check_beam_runs(workdirs: Sequence[str]) -> None:

@@ -6,8 +6,10 @@ data and proposal sources built once (`evaluation.sources`), then per run (`eval
 `evaluation.checkpoints` and scored as raw text, SPEC §13) its scorer from the one dispatch point (`downstream.protocol`: the SLM configurations' `Scorer`, or
 the Pushdown reference's), SyntaxGym, BLiMP and doc-PPL (`slm_jax.eval`) and the downstream tasks
 (`evaluate_downstream` → `downstream.run`); after every run the finished ones are kept in
-`OUT/results.partial.json` (written atomically), and so are the finished SG suites of the run in
-flight (`eval.sg_partial`: a killed evaluation resumes without redoing them); one evaluation
+`OUT/results.partial.json` (written atomically; a rerun reuses a run whose identity — path, step
+and content digest, `evaluation.resume` — and settings are the saved ones), and so are the
+finished SG suites and BLiMP paradigms of the run in flight (`eval.sg_partial`: a killed
+evaluation resumes without redoing them, with a progress line); one evaluation
 writes into an `OUT` at a time (`slm_jax.locks`: a second is refused naming the first's pid);
 then the paired bootstrap, conventions and notes (`evaluation.summary`) and the reports
 (`eval.report.write_reports`: results.json, tables.md, charts; the downstream tables and chart
@@ -32,9 +34,11 @@ from slm_jax.eval.docppl import doc_ppl
 from slm_jax.eval.proposals import ProposalSource
 from slm_jax.eval.raw_docppl import raw_doc_ppl
 from slm_jax.eval.raw_text import RawTextScorer, evaluate_blimp_raw, region_units
+from slm_jax.eval.sg_partial import InFlight, SuitesInFlight
 from slm_jax.evaluation.checkpoints import load_checkpoint_run
 from slm_jax.evaluation.inputs import (DOWNSTREAM_TASKS, check_beam_runs, check_file_coverage,
                                        check_inputs, syntaxgym_dir)
+from slm_jax.evaluation.resume import FinishedRuns, model_key
 from slm_jax.evaluation.sources import (beam_options, beam_source, blimp_source, docppl_data,
                                         search_options, source_stats)
 from slm_jax.evaluation.summary import bootstrap_all, conventions, log, notes, sg_summary
@@ -57,19 +61,26 @@ def _evaluate(args, started: float) -> dict[str, pathlib.Path]:
   first_cfg = run_config(args.workdir[0])[0] if args.workdir else None
   data, settings = task_data(args, first_cfg)
   check_file_coverage(args, data)
-  entries, arrays = [], []
   partial = pathlib.Path(args.out) / "results.partial.json"
-  for index, workdir in enumerate(args.workdir):
-    entry, arr = evaluate_run(workdir, args, data, index)
+  finished = FinishedRuns(partial, settings)  # runs a killed evaluation finished: reused
+  if finished.note:
+    log(finished.note)
+  entries, arrays = [], []
+  runs = ([(path, index, False) for index, path in enumerate(args.workdir)]
+          + [(path, index, True) for index, path in enumerate(args.checkpoint)])
+  for path, index, checkpoint in runs:
+    key = model_key(path)  # path, step, content digest: another model there is another key
+    reused = finished.take(key)
+    if reused is None:
+      entry, arr = evaluate_run(path, args, data, index, checkpoint=checkpoint, key=key)
+    else:
+      entry, arr = reused
+      log(f"{path}: step {key['step']} finished before (content digest {key['digest']}): "
+          f"reused from {partial}")
     entries.append(entry)
     arrays.append(arr)
     # What is done so far survives a later run's failure (removed once results.json is written).
-    report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
-  for index, path in enumerate(args.checkpoint):
-    entry, arr = evaluate_run(path, args, data, index, checkpoint=True)
-    entries.append(entry)
-    arrays.append(arr)
-    report.write_json({"settings": settings, "complete": False, "models": entries}, partial)
+    finished.keep(entries, arrays)
   names = report.display_names([e["configuration"] for e in entries],
                                [*args.workdir, *args.checkpoint])
   for name, entry in zip(names, entries):
@@ -155,15 +166,21 @@ def task_data(args, first_cfg) -> tuple[dict[str, Any], dict[str, Any]]:
   return data, settings
 
 
-def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
-                 checkpoint: bool = False) -> tuple[dict, dict]:
+def evaluate_run(workdir: str, args, data: dict, index: int = 0, *, checkpoint: bool = False,
+                 key: dict | None = None) -> tuple[dict, dict]:
   """(JSON entry, per-example arrays for the bootstrap) of one run (the `index`-th --workdir),
-  or (`checkpoint`) of the `index`-th pretrained checkpoint `workdir` (a folder or .gguf file)."""
-  from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
+  or (`checkpoint`) of the `index`-th pretrained checkpoint `workdir` (a folder or .gguf file).
+  `key`: its identity (`evaluation.resume.model_key`, taken again when the newest checkpoint was
+  unreadable and an older step is evaluated), the key of its in-flight SG suites and BLiMP
+  paradigms and recorded in the entry."""
+  from slm_jax.train.loading import load_run, source_digest  # pylint: disable=g-import-not-at-top
   if checkpoint:
     trained = load_checkpoint_run(workdir, dtype=args.dtype)
   else:
     trained = load_run(workdir, dtype=args.dtype)  # `trained`: its own configuration
+  if key is None or key["step"] != int(trained.step):
+    key = {"path": str(pathlib.Path(workdir).resolve()),
+           "step": int(trained.step), "digest": source_digest(workdir, int(trained.step))[1]}
   reference = trained.configuration.reference  # "pushdown": the architectural reference, SPEC §14
   evaluation = protocol(trained.configuration)
   run, scorer = evaluation.evaluation_scorer(trained, batch_size=args.batch_size, beam=args.beam,
@@ -173,7 +190,8 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
   entry: dict[str, Any] = {"checkpoint" if checkpoint else "workdir": str(workdir),
                            "configuration": conf.name,
                            "linearization": conf.linearization, "attention": conf.attention.name,
-                           "step": int(run.step), "dtype": args.dtype, "timing_s": {}}
+                           "step": int(run.step), "dtype": args.dtype, "identity": key,
+                           "timing_s": {}}
   if raw:
     entry["reference"] = (f"pretrained checkpoint, prefix token {scorer.prefix_id}: "
                           f"{evaluation.note}")
@@ -190,13 +208,11 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
                         f"{conf.name} at step {run.step}") + f" ({args.dtype})")
   if "sg" in args.tasks:
     from slm_jax.eval.sg_aggregate import circuit_labels
-    from slm_jax.eval.sg_partial import SuitesInFlight
     from slm_jax.eval.syntaxgym import evaluate_syntaxgym
     start = time.time()
     kept = SuitesInFlight(pathlib.Path(args.out) / "results.partial.json", dict(
-        workdir=str(pathlib.Path(workdir).resolve()), step=int(run.step), dtype=args.dtype,
-        max_items=args.max_items, sg_suites=args.sg_suites, tree_scoring=args.tree_scoring,
-        sg_dir=str(data["sg_dir"]), **beam_options(args)))
+        model=key, dtype=args.dtype, max_items=args.max_items, sg_suites=args.sg_suites,
+        tree_scoring=args.tree_scoring, sg_dir=str(data["sg_dir"]), **beam_options(args)))
     if kept.note:
       log(f"  {kept.note}")
     options = dict(split_region=region_units) if raw else search_options(args)
@@ -230,13 +246,27 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
     if source is None and not raw:
       source = own_beam_source()
     before = source_stats(source)
+    paradigms = blimp_paradigms(args, data)
+    kept = InFlight(pathlib.Path(args.out) / "results.partial.json", dict(
+        model=key, dtype=args.dtype, max_items=args.max_items, tree_scoring=args.tree_scoring,
+        blimp=str(data.get("blimp_dir") or f"tfds {args.tfds_dir}"),
+        proposals=args.blimp_proposals, proposals_K=args.proposals, seed=args.seed,
+        **(beam_options(args) if args.blimp_proposals == "beam" else {})), task="blimp")
+    if kept.note:
+      log(f"  {kept.note}")
+    progress = cli.Progress("  blimp", len(paradigms), unit="paradigms", every=0,
+                            done=len(kept.done))
+
+    def keep(uid: str, record: dict) -> None:
+      kept.keep(uid, record)
+      progress(len(kept.done))
+
     if raw:
-      result = evaluate_blimp_raw(scorer, data.get("blimp_paradigms")
-                                  or load_blimp(data["blimp_dir"], args.max_items))
+      result = evaluate_blimp_raw(scorer, paradigms, done=kept.done, on_paradigm=keep)
     else:
       result = evaluate_blimp(scorer, run.tokenizer, conf, data["blimp_dir"], source,
                               max_items=args.max_items, tree_scoring=args.tree_scoring,
-                              paradigms=data.get("blimp_paradigms"))
+                              paradigms=paradigms, done=kept.done, on_paradigm=keep)
     entry["blimp"] = result.summary()
     stats = source_stats(source)
     if stats and result.stats.get("proposals") and not raw:
@@ -272,6 +302,13 @@ def evaluate_run(workdir: str, args, data: dict, index: int = 0, *,
     entry["downstream"] = evaluate_downstream(trained, args, data, index, checkpoint=checkpoint)
     entry["timing_s"]["downstream"] = round(time.time() - start, 2)
   return entry, arrays
+
+
+def blimp_paradigms(args, data: dict) -> list:
+  """BLiMP's paradigms (read once per evaluation: TFDS pairs, or `--blimp_dir`'s files)."""
+  if data.get("blimp_paradigms") is None:
+    data["blimp_paradigms"] = load_blimp(data["blimp_dir"], args.max_items)
+  return data["blimp_paradigms"]
 
 
 def _pct(value: float | None) -> str:

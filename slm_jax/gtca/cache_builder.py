@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import json
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
+from slm_jax import files, identity
 from slm_jax.gtca.parse_cache import ParseCache, cache_key
 from slm_jax.gtca.prompts import PromptError, PromptFormat, TextTokenizer
 from slm_jax.gtca.spans import K, SpanError, heights, parse_sentences, span_tree
@@ -31,12 +31,11 @@ KEPT_ERRORS = 20
 
 
 def parser_identity(folder: str | pathlib.Path) -> str:
-  """sha256 over the parser folder's files (names and bytes, sorted by name)."""
-  digest = hashlib.sha256()
-  for path in sorted(p for p in pathlib.Path(folder).iterdir() if p.is_file()):
-    if path.suffix in (".json", ".safetensors", ".npz", ".msgpack") and path.name != "summary.json":
-      digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-  return f"{pathlib.Path(folder).name} sha256:{digest.hexdigest()}"
+  """THE content digest (`identity.content_digest`) of the parser folder's weight and config
+  files (its training summary left out)."""
+  weights = sorted(p for p in pathlib.Path(folder).iterdir() if p.is_file() and p.suffix in (
+      ".json", ".safetensors", ".npz", ".msgpack") and p.name != "summary.json")
+  return f"{pathlib.Path(folder).name} digest:{identity.content_digest(*weights)}"
 
 
 @dataclasses.dataclass
@@ -179,19 +178,19 @@ def read_records(path: str | pathlib.Path, index: int, count: int,
   if not path.is_file():
     raise FileNotFoundError(f"--data {path} not found")
   out, line_index = [], -1
-  with path.open(encoding="utf-8") as handle:
-    for number, line in enumerate(handle, 1):
-      if not line.strip():
-        continue
-      line_index += 1
-      if line_index % count != index:
-        continue
-      try:
-        record = json.loads(line)
-        if not isinstance(record, dict):
-          raise ValueError(f"a JSON object is needed, got {type(record).__name__}")
-      except ValueError as error:
-        report_errors.append(f"{path}:{number}: {error}")
-        continue
-      out.append((str(record.get("id", f"{path.name}:{number}")), record))
+  # lines on \n only; invalid UTF-8 (a Latin-1 file) is refused naming the file, line and byte
+  for number, line in files.iter_lines(path):
+    if not line.strip():
+      continue
+    line_index += 1
+    if line_index % count != index:
+      continue
+    try:
+      record = json.loads(line)
+      if not isinstance(record, dict):
+        raise ValueError(f"a JSON object is needed, got {type(record).__name__}")
+    except ValueError as error:
+      report_errors.append(f"{path}:{number}: {error}")
+      continue
+    out.append((str(record.get("id", f"{path.name}:{number}")), record))
   return out

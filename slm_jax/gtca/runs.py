@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import itertools
 import json
 import pathlib
@@ -39,7 +38,6 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from slm_jax import cli
@@ -182,29 +180,8 @@ def scorers_of(graphdef) -> tuple[Callable, Callable]:
 def run_record(settings: Settings, source: str = "") -> dict:
   """What makes a run (saved as OUT/identity.json, compared before it resumes or its result is
   reused): every setting (`stages.RESUMABLE_KEYS` may change) and the source backbone's digest
-  (`source_digest`)."""
+  (`train.loading.source_digest`, THE content digest of a checkpoint)."""
   return {"settings": settings_json(settings), "backbone_source": source}
-
-
-def source_digest(path: str, model=None) -> str:
-  """sha256 of a backbone: over the loaded model's parameters (a slm_jax workdir, `model`
-  given), else over the bytes of the checkpoint folder's files (a Hugging Face one) or of the
-  checkpoint file (a .gguf)."""
-  digest = hashlib.sha256()
-  if model is not None:
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-      digest.update(jax.tree_util.keystr(path).encode())
-      digest.update(np.asarray(leaf).tobytes())
-    return digest.hexdigest()
-  root = pathlib.Path(path)
-  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-  for file in files:  # a folder's files, or the one file (a .gguf)
-    digest.update(file.name.encode())
-    with file.open("rb") as handle:
-      for block in iter(lambda: handle.read(1 << 24), b""):
-        digest.update(block)
-  return digest.hexdigest()
 
 
 def run(settings: Settings, log: Callable[[str], None] = print, *, backbone: Backbone | None = None,

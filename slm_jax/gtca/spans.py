@@ -121,7 +121,25 @@ class SpanTree:
         frames.append((row, []))
       if frames or root is None:
         raise ValueError("span tree JSON: child counts exceed the nodes given")
-    return cls(root, int(data["n"]), tuple((int(s), int(e)) for s, e in data["masked"]))
+    tree = cls(root, int(data["n"]), tuple((int(s), int(e)) for s, e in data["masked"]))
+    tree.check()
+    return tree
+
+  def check(self) -> None:
+    """ValueError when a span leaves its row [0, n_tokens) or its parent (a cached tree written
+    for other ids, or edited): its chunks would index past the row."""
+    stack = [(self.root, 0, self.n_tokens)] if self.root is not None else []
+    while stack:
+      node, low, high = stack.pop()
+      if not low <= node.start <= node.end <= high:
+        where = "its row" if (low, high) == (0, self.n_tokens) else f"its parent [{low}, {high})"
+        raise ValueError(f"span tree JSON: node {node.label!r} [{node.start}, {node.end}) ends "
+                         f"outside {where} of {self.n_tokens} tokens")
+      stack.extend((child, node.start, node.end) for child in node.children)
+    for start, end in self.masked:
+      if not 0 <= start <= end <= self.n_tokens:
+        raise ValueError(f"span tree JSON: masked range [{start}, {end}) outside its row of "
+                         f"{self.n_tokens} tokens")
 
 
 def _candidates(word: str) -> list[str]:

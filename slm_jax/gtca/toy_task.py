@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax.corpus import treebank
 from slm_jax.corpus.grammar import DATA_DIR, Grammar, GrammarError, base_name, default_grammar
 from slm_jax.trees import Tree
@@ -91,7 +92,7 @@ def verb_pairs(lexicon: str | pathlib.Path = DATA_DIR / "english.lexicon"
   path = pathlib.Path(lexicon)
   out: dict[tuple[str, str], dict[str, str]] = {}
   columns = None
-  for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+  for number, raw in enumerate(files.read_lines(path), 1):
     line = raw.split("#", 1)[0].strip()
     if not line:
       continue

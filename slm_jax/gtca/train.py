@@ -78,9 +78,9 @@ from slm_jax.gtca import run_config
 from slm_jax.gtca.backbone import hf_backbone, is_hf_checkpoint, prepare_backbone
 from slm_jax.gtca.mcqa_data import MCQA_SETS, SETS
 from slm_jax.gtca.plans import ABLATION_SWITCHES, METHODS
-from slm_jax.gtca.runs import load_task, run, run_record, source_digest
+from slm_jax.gtca.runs import load_task, run, run_record
 from slm_jax.gtca.stages import RECORD, RESUMABLE_KEYS
-from slm_jax.train.loading import load_run
+from slm_jax.train.loading import load_run, source_digest
 from slm_jax.train.sweep import SweepItem, run_sweep
 
 
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   runs = run_config.run_settings(config, n_options)  # every run validated before the first
   hf = is_hf_checkpoint(config.backbone)
   loaded = None if hf else load_run(config.backbone)
-  source = source_digest(config.backbone, None if hf else loaded.model)
+  source = source_digest(config.backbone, None if hf else loaded.step)[1]
   items = [SweepItem(f"{name} seed {settings.seed}", pathlib.Path(settings.out),
                      run_record(settings, source), settings) for name, settings in runs]
   task = load_task(runs[0][1])  # the task settings are the same for every run

@@ -116,10 +116,11 @@ class ExportError(ValueError):
   """A model that `LlamaForCausalLM` cannot express (says which setting and why)."""
 
 
-def llama_config(cfg, *, torch_dtype: str = "float32", bos_token_id: int | None = None,
-                 eos_token_id: int | None = None, pad_token_id: int | None = None
-                 ) -> dict[str, Any]:
-  """The `LlamaForCausalLM` config.json of a causal slm_jax decoder `cfg` (a ModelConfig)."""
+def llama_config(cfg, *, max_position_embeddings: int, torch_dtype: str = "float32",
+                 bos_token_id: int | None = None, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None) -> dict[str, Any]:
+  """The `LlamaForCausalLM` config.json of a causal slm_jax decoder `cfg` (a ModelConfig) trained
+  on rows of `max_position_embeddings` tokens (the context lm-eval and transformers read)."""
   problems = []
   if cfg.attention.name != "causal":
     problems.append(f"attention {cfg.attention.name!r}: transformers' Llama attends causally; "
@@ -147,7 +148,7 @@ def llama_config(cfg, *, torch_dtype: str = "float32", bos_token_id: int | None 
       "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
       "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.norm_eps, "hidden_act": "silu",
       "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": cfg.qkv_bias,
-      "mlp_bias": cfg.mlp_bias, "max_position_embeddings": 8192,
+      "mlp_bias": cfg.mlp_bias, "max_position_embeddings": int(max_position_embeddings),
       # Both RoPE layouts, so transformers 4.x (rope_theta/rope_scaling) and 5.x read it.
       "rope_parameters": rope, "rope_theta": float(cfg.rope_theta),
       "rope_scaling": None if rope["rope_type"] == "default" else rope,

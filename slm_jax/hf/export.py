@@ -29,12 +29,14 @@ from slm_jax.model import lora
 def write_llama(model, tokenizer, out: str | pathlib.Path, *, dtype: str = "float32",
                 max_length: int) -> tuple[int, int]:
   """Writes `model` (an NNX `Decoder`; its LoRA adapters merged into their kernels first, in place)
-  and `tokenizer` as a Llama folder at `out` (module docstring); `max_length` is the tokenizer's
+  and `tokenizer` as a Llama folder at `out` (module docstring); `max_length`, the length the
+  model was trained on, is config.json's `max_position_embeddings` and the tokenizer's
   `model_max_length`. Returns (parameters written, LoRA layers merged). A model Llama cannot
   express raises `ExportError` before anything is written."""
   out = pathlib.Path(out)
   cfg = model.config
-  hf_config = llama_config(cfg, torch_dtype=dtype, bos_token_id=tokenizer.bos_id,
+  hf_config = llama_config(cfg, max_position_embeddings=max_length, torch_dtype=dtype,
+                           bos_token_id=tokenizer.bos_id,
                            eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
   files_json, names = tokenizer_json(tokenizer)
   merged = lora.merge(model)
@@ -57,3 +59,11 @@ def write_llama(model, tokenizer, out: str | pathlib.Path, *, dtype: str = "floa
        "add_bos_token": False, "add_eos_token": False, **special_tokens_map(tokenizer, names)},
       indent=2) + "\n")
   return sum(a.size for a in tensors.values()), merged
+
+
+if __name__ == "__main__":  # the module path of an older export command: say the current one
+  import sys  # pylint: disable=g-import-not-at-top
+  print("error: python -m slm_jax.hf.export is the export library, not a command; run python -m "
+        "slm_jax.export --workdir=RUN --out=DIR (a GGUF file: --checkpoint=FILE.gguf)",
+        file=sys.stderr)
+  sys.exit(2)

@@ -6,6 +6,8 @@ bfloat16), `tokenizer.json` (the tokenizer rebuilt from the GGUF vocabulary, its
 post-processor included), `tokenizer_config.json` (special tokens, add_bos_token, the chat template)
 and `generation_config.json`. `python -m slm_jax.export --checkpoint=FILE.gguf --out=DIR`.
 Tensors the file holds without a Hugging Face name are left out and named in the printed line.
+The folder is written whole (`files.replace_folder`): `force` replaces a non-empty `out` with
+nothing of its old content left, and a failed export leaves it as it was.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pathlib
 
 import numpy as np
 
+from slm_jax import files
 from slm_jax.hf.gguf import open_gguf
 from slm_jax.hf.safetensors_io import write_checkpoint
 from slm_jax.hf.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, CheckpointTokenizer
@@ -28,17 +31,28 @@ def export_gguf(path: str | pathlib.Path, out: str | pathlib.Path, *, dtype: str
   out = pathlib.Path(out)
   if dtype not in DTYPES:
     raise ValueError(f"dtype={dtype!r}: one of {', '.join(DTYPES)}")
-  if out.exists() and any(out.iterdir()) and not force:
-    raise FileExistsError(f"{out} exists and is not empty; pass --force to overwrite")
+  files.check_replaceable(out, force)
   g = open_gguf(path)
+  with files.replace_folder(out, force=force) as folder:
+    count, written = _write(g, path, folder, dtype)
+  left = g.tensors.unnamed
+  print(f"exported {path} ({g.hf_config['architectures'][0]}, {count:,} parameters, {dtype}, "
+        f"{written} file(s)) to {out}"
+        + (f"; {len(left)} GGUF tensors without a Hugging Face name left out: "
+           f"{', '.join(left[:5])}" if left else ""), flush=True)
+  return out
+
+
+def _write(g, path: pathlib.Path, out: pathlib.Path, dtype: str) -> tuple[int, int]:
+  """Writes the folder's files into `out`; (parameters, safetensors files written)."""
   tokenizer = CheckpointTokenizer(path)
-  files = g.tensors
+  stored = g.tensors
   count = 0
 
   def tensors():
     nonlocal count
-    for name in files.hf_names:
-      array = files.read(name).astype(np.dtype(dtype))
+    for name in stored.hf_names:
+      array = stored.read(name).astype(np.dtype(dtype))
       count += array.size
       yield name, array
 
@@ -58,9 +72,4 @@ def export_gguf(path: str | pathlib.Path, out: str | pathlib.Path, *, dtype: str
   if tokenizer.template is not None:
     config["chat_template"] = tokenizer.template
   (out / TOKENIZER_CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-  left = files.unnamed
-  print(f"exported {path} ({hf['architectures'][0]}, {count:,} parameters, {dtype}, "
-        f"{write_count} file(s)) to {out}"
-        + (f"; {len(left)} GGUF tensors without a Hugging Face name left out: "
-           f"{', '.join(left[:5])}" if left else ""), flush=True)
-  return out
+  return count, write_count

@@ -19,9 +19,13 @@ Design (forward and the two backward kernels share it):
   blocks (transposed plan) per query head, then GQA groups are summed.
 Rows are padded to a multiple of the block sizes with padding tokens (segment 0).
 
-On CPU (tests, benchmarks) the same kernels run with `interpret=True` (default there). On TPU the
-plan lives in scalar memory (SMEM): it is flattened to 1-D, kept per distinct code (not per
-head), and a batch whose plan exceeds `SMEM_PLAN_ENTRIES` entries is processed in chunks of rows.
+Interpreter or Mosaic is chosen from the target compiled for (`kernels.target`: the devices of
+the mesh in force, else the default backend), not from the host: a TPU target — a TPU, or a TPU
+topology's devices that libtpu describes on a CPU host (`kernels.mosaic_compile`, `slm_jax.aot`)
+— lowers through Mosaic; a CPU target (tests, benchmarks) runs the Pallas interpreter. Under a
+mesh of several devices the rows are split over it by a shard_map. The plan lives in scalar
+memory (SMEM): flattened to 1-D, kept per distinct code (not per head), and a batch whose plan
+exceeds `SMEM_PLAN_ENTRIES` words is processed in chunks of rows.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from slm_jax.kernels import block_plan
+from slm_jax.kernels import block_plan, target
 from slm_jax.kernels.block_plan import FULL
 from slm_jax.structure import AttentionSpec, RowMetadata, TokenMeta, attends
 
@@ -47,6 +51,9 @@ MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - m) nev
 # Largest plan (B·C·I·J int32 entries, 128 KiB) kept in scalar memory by one launch; larger
 # batches run in row chunks. An assumption about SMEM capacity, not yet measured on a TPU.
 SMEM_PLAN_ENTRIES = 1 << 15
+BLOCK_Q = BLOCK_K = 128  # default tile sizes
+# Scoped VMEM limit per kernel ("forward", "dq", "dkv") in bytes; absent: the compiler's default.
+VMEM_LIMIT_BYTES: dict[str, int] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,19 +190,38 @@ def _specs(cfg: _Config, K: int, num_outer: int, num_inner: int, transposed: boo
                                        lambda b, h, o, s, *p: (b, h, k_block(b, h, o, s, *p), 0)))
 
 
-def _compiler_params(cfg: _Config):
+def _compiler_params(cfg: _Config, name: str):
   if cfg.interpret:
     return None
   return pltpu.CompilerParams(
-      dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
+      dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+      vmem_limit_bytes=VMEM_LIMIT_BYTES.get(name))
+
+
+_MATMULS = {"forward": 2, "dq": 3, "dkv": 4}  # [bq, bk, K] matmuls per visited tile
+
+
+def _cost(cfg: _Config, name: str, args, out_shape) -> pl.CostEstimate:
+  """What XLA's cost analysis counts for one launch (it cannot look inside a Mosaic call): the
+  matmuls and exps of every tile at or below the diagonal — an upper bound, the plan skips
+  more — and the bytes of the operands and results."""
+  B, H, T, K = args[4].shape  # q
+  bq, bk = cfg.block_q, cfg.block_k
+  tiles = sum(min(T // bk, ((i + 1) * bq - 1) // bk + 1) for i in range(T // bq))
+  size = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
+  return pl.CostEstimate(flops=B * H * tiles * _MATMULS[name] * 2 * bq * bk * K,
+                         transcendentals=B * H * tiles * bq * bk,
+                         bytes_accessed=sum(size(x) for x in jax.tree.leaves((args, out_shape))))
 
 
 def _call(kernel, cfg: _Config, grid, in_specs, out_specs, out_shape, scratch, args):
+  name = kernel.func.__name__.strip("_").removesuffix("_kernel")  # forward, dq, dkv
   return pl.pallas_call(
       kernel,
       grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=4, grid=grid, in_specs=in_specs,
                                              out_specs=out_specs, scratch_shapes=scratch),
-      out_shape=out_shape, compiler_params=_compiler_params(cfg), interpret=cfg.interpret,
+      out_shape=out_shape, compiler_params=_compiler_params(cfg, name), interpret=cfg.interpret,
+      name=f"structural_attention_{name}", cost_estimate=_cost(cfg, name, args, out_shape),
   )(*args)
 
 
@@ -282,8 +308,8 @@ def _dkv_kernel(codes_ref, group_ref, count_ref, visit_ref,
 
   @pl.when(step == num_q - 1)
   def _finish():
-    dk_ref[...] = dk_scr[...] * cfg.scale
-    dv_ref[...] = dv_scr[...]
+    dk_ref[...] = (dk_scr[...] * cfg.scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv_scr[...].astype(dv_ref.dtype)
 
 
 def _backward(cfg: _Config, q, k, v, qmeta, kmeta, codes, group, plan, o, lse, do):
@@ -299,14 +325,15 @@ def _backward(cfg: _Config, q, k, v, qmeta, kmeta, codes, group, plan, o, lse, d
   in_specs = [spec.q(K), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
               spec.q(K)]
   dq = _call(functools.partial(_dq_kernel, cfg=cfg, num_q=I, num_k=J), cfg, (B, H, I, J),
-             in_specs, spec.q(K), jax.ShapeDtypeStruct(q.shape, jnp.float32),
+             in_specs, spec.q(K), jax.ShapeDtypeStruct(q.shape, q.dtype),
              [pltpu.VMEM((cfg.block_q, K), jnp.float32)],
              (codes, group, count, visit) + operands)
 
   spec = _specs(cfg, K, J, I, transposed=True)
   in_specs = [spec.q(K), spec.kv, spec.kv, spec.qmeta, spec.kmeta, spec.q(1), spec.q(1),
               spec.q(K)]
-  per_head = jax.ShapeDtypeStruct((B, H, T, K), jnp.float32)
+  # Per query head; in float32 to be summed over a GQA group, else already k's dtype.
+  per_head = jax.ShapeDtypeStruct((B, H, T, K), jnp.float32 if H != G else k.dtype)
   dk, dv = _call(functools.partial(_dkv_kernel, cfg=cfg, num_q=I, num_k=J), cfg, (B, H, J, I),
                  in_specs,
                  [spec.k_out(K), spec.k_out(K)], [per_head, per_head],
@@ -316,7 +343,7 @@ def _backward(cfg: _Config, q, k, v, qmeta, kmeta, codes, group, plan, o, lse, d
   # GQA: query heads h = g·R + r share KV head g.
   dk = dk.reshape(B, G, H // G, T, K).sum(axis=2).astype(k.dtype)
   dv = dv.reshape(B, G, H // G, T, K).sum(axis=2).astype(v.dtype)
-  return dq.astype(q.dtype), dk, dv
+  return dq, dk, dv
 
 
 # --- custom VJP and the public function -----------------------------------------------------------
@@ -359,22 +386,43 @@ def _block_sizes(T: int, block_q: int, block_k: int) -> tuple[int, int, int]:
 
 
 def pallas_attention(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array, meta: RowMetadata,
-                     attention: AttentionSpec, *, block_q: int = 128, block_k: int = 128,
+                     attention: AttentionSpec, *, block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
                      interpret: bool | None = None) -> jax.Array:
   """Fused structural attention with the semantics of `xla_attention` (differentiable).
 
-  interpret: run the Pallas interpreter (default: True when the default backend is CPU). Off
-  CPU the kernels are lowered with Mosaic, which needs a TPU (blocks of 128·k keys there).
+  interpret: run the Pallas interpreter. Default: from the target compiled for
+  (`kernels.target.platform`: the devices of the mesh in force, else JAX's default backend) —
+  Mosaic for a TPU target (also a TPU topology's devices on a CPU host), the interpreter on CPU.
   """
   return attention_with_codes(q_BTHK, k_BSGK, v_BSGK, meta,
                               attention.head_codes(q_BTHK.shape[2]), block_q=block_q,
                               block_k=block_k, interpret=interpret)
 
 
+def uses_mosaic(interpret: bool | None = None) -> bool:
+  """Whether a call traced here lowers through Mosaic (False: the Pallas interpreter).
+
+  Explicit `interpret` wins; otherwise a TPU target gets Mosaic and a CPU target the interpreter.
+  Mosaic for any other target is an error naming the target and what to pass instead.
+  """
+  platform = target.platform()
+  mosaic = platform == "tpu" if interpret is None else not interpret
+  if mosaic and platform != "tpu":
+    raise ValueError(f"pallas_attention compiles with Mosaic for TPU only (the target is "
+                     f"{platform}: {target.device_kind()}); pass interpret=True, put a TPU "
+                     "topology's mesh in force (kernels.target.use_mesh), or use "
+                     "attention_impl='triton_gpu' / 'xla'")
+  return mosaic
+
+
 def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array,
-                         meta: RowMetadata, codes_H, *, block_q: int = 128, block_k: int = 128,
-                         interpret: bool | None = None) -> jax.Array:
-  """`pallas_attention` with any concrete attention code per head ([H] ints), in one launch."""
+                         meta: RowMetadata, codes_H, *, block_q: int = BLOCK_Q,
+                         block_k: int = BLOCK_K, interpret: bool | None = None) -> jax.Array:
+  """`pallas_attention` with any concrete attention code per head ([H] ints), in one launch.
+
+  Under a mesh of several devices the rows are split over its (non-manual) axes by a shard_map
+  (each chip runs the kernel on its own rows); a Mosaic call is not partitioned by XLA.
+  """
   B, T, H, K = q_BTHK.shape
   S, G = k_BSGK.shape[1], k_BSGK.shape[2]
   if S != T or meta.kind.shape[-1] != T:
@@ -382,29 +430,49 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
                      f"S={S}, metadata {meta.kind.shape[-1]} tokens")
   if H % G:
     raise ValueError(f"pallas_attention: {H} query heads are not a multiple of {G} KV heads")
-  backend = jax.default_backend()
-  if interpret is None:
-    interpret = backend == "cpu"
-  if not interpret and backend != "tpu":
-    raise ValueError(f"pallas_attention compiles for TPU only (backend is {backend}); pass "
-                     "interpret=True or use attention_impl='triton_gpu' / 'xla'")
-  bq, bk, Tp = _block_sizes(T, block_q, block_k)
   codes_C, group_H = block_plan.distinct_codes(codes_H)
   if group_H.shape != (H,):
     raise ValueError(f"attention_with_codes: {group_H.shape[0]} head codes for {H} heads")
+  bq, bk, Tp = _block_sizes(T, block_q, block_k)
+  cfg = _Config(bq, bk, len(codes_C), H // G, float(K) ** -0.5, not uses_mosaic(interpret),
+                int(codes_C[0]) if len(codes_C) == 1 else -1)
+  local = functools.partial(_attend_rows, cfg, codes_C, group_H, Tp)
   meta = RowMetadata(*(jnp.asarray(x) for x in meta))
+  axes = _row_axes(B)
+  if axes:
+    rows = jax.sharding.PartitionSpec(axes)
+    local = jax.shard_map(local, in_specs=(rows,) * 4, out_specs=rows, axis_names=set(axes),
+                          check_vma=False)
+  return local(q_BTHK, k_BSGK, v_BSGK, meta)
+
+
+def _row_axes(B: int) -> tuple[str, ...]:
+  """The mesh axes to split B rows over: every non-manual axis of the mesh in force when it has
+  more than one device and they divide B; () to run unsplit (one device, or B not divisible)."""
+  mesh = target.abstract_mesh()
+  if mesh is None:
+    return ()
+  manual = set(mesh.manual_axes)
+  axes = tuple(a for a in mesh.axis_names if a not in manual)
+  size = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+  return axes if size > 1 and B % size == 0 else ()
+
+
+def _attend_rows(cfg: _Config, codes_C, group_H, Tp: int, q_BTHK, k_BSGK, v_BSGK,
+                 meta: RowMetadata):
+  """The kernel on rows (one device's share under a shard_map)."""
+  B, T, H, K = q_BTHK.shape
+  bq, bk = cfg.block_q, cfg.block_k
   meta = block_plan.pad_metadata(meta, Tp)
   pad = lambda x: jnp.pad(x, ((0, 0), (0, Tp - T), (0, 0), (0, 0))).swapaxes(1, 2)
   q, k, v = pad(q_BTHK), pad(k_BSGK), pad(v_BSGK)  # [B, H|G, Tp, K]
   fields = jnp.stack([meta.segment, meta.kind, meta.pop], axis=1).astype(jnp.int32)  # [B, 3, Tp]
   qmeta, kmeta = fields[..., :, None], fields[..., None, :]
   plan = _flat_plan(block_plan.plan_groups(meta, codes_C, bq, bk, jnp), Tp // bk, Tp // bq)
-  cfg = _Config(bq, bk, len(codes_C), H // G, float(K) ** -0.5, bool(interpret),
-                int(codes_C[0]) if len(codes_C) == 1 else -1)
   codes = jnp.asarray(np.asarray(codes_C, np.int32)[group_H])
   group = jnp.asarray(group_H)
 
-  rows = _rows_per_call(B, len(codes_C) * (Tp // bq) * (Tp // bk))
+  rows = rows_per_launch(B, plan_words_per_row(Tp, len(codes_C), bq, bk))
   if rows == B:
     o = _fused(cfg, q, k, v, (qmeta, kmeta, codes, group, plan))
   else:  # plan too large for one launch's scalar memory: chunks of `rows` rows
@@ -420,10 +488,19 @@ def attention_with_codes(q_BTHK: jax.Array, k_BSGK: jax.Array, v_BSGK: jax.Array
   return o.swapaxes(1, 2)[:, :T]
 
 
-def _rows_per_call(B: int, entries_per_row: int) -> int:
-  """Largest divisor of B whose plan fits `SMEM_PLAN_ENTRIES` (at least 1)."""
+def plan_words_per_row(T: int, num_codes: int, block_q: int = BLOCK_Q,
+                       block_k: int = BLOCK_K) -> int:
+  """int32 words of one row's plan in the launch that holds the most: a forward / dQ launch
+  holds C·I counts and C·I·J list entries, a dK/dV launch C·J counts and C·J·I entries."""
+  bq, bk, Tp = _block_sizes(T, block_q, block_k)
+  I, J = Tp // bq, Tp // bk
+  return num_codes * (I * J + max(I, J))
+
+
+def rows_per_launch(B: int, words_per_row: int) -> int:
+  """Largest divisor of B whose plan fits `SMEM_PLAN_ENTRIES` words (at least 1 row)."""
   best = 1
   for rows in range(1, B + 1):
-    if B % rows == 0 and rows * entries_per_row <= SMEM_PLAN_ENTRIES:
+    if B % rows == 0 and rows * words_per_row <= SMEM_PLAN_ENTRIES:
       best = rows
   return best

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from slm_jax.kernels import target
 from slm_jax.model.config import ATTENTION_IMPLS, ModelConfig
 from slm_jax.model.layers import RMSNorm, apply_rope, dense, rope_scaling_of
 from slm_jax.structure import AttentionSpec, RowMetadata, TokenMeta, attends
@@ -90,14 +91,16 @@ def _load_kernel(name: str) -> None:
 
 
 def resolve_attention_impl(impl: str, backend: str | None = None) -> str:
-  """The concrete implementation for `impl` on `backend` (default: jax's default backend).
+  """The concrete implementation for `impl` on `backend` (default: the platform compiled for,
+  `kernels.target.platform`: the mesh in force — e.g. a TPU topology's devices on a CPU host —
+  else jax's default backend).
 
   "auto" is "xla" on CPU, and on TPU/GPU that backend's fused kernel if it loads, else "xla".
   An explicitly requested kernel that cannot be loaded raises `KernelNotRegisteredError`.
   """
   if impl not in ATTENTION_IMPLS:
     raise ValueError(f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {impl!r}")
-  backend = (backend or jax.default_backend()).lower()
+  backend = (backend or target.platform()).lower()
   resolved = impl
   if impl == "auto":
     kernel = _AUTO_KERNEL.get(backend)

@@ -21,6 +21,7 @@ import os
 import pathlib
 from typing import Iterator, Sequence
 
+from slm_jax import files
 from slm_jax.data import parquet
 
 JSONL_BLOCK = 1000
@@ -84,26 +85,25 @@ def read_unit(unit: Unit, *, text_field: str = "text", id_field: str = "id",
       yield RawDocument(doc_id, text)
   elif unit.fmt == "jsonl":
     first, last = unit.part * jsonl_block, (unit.part + 1) * jsonl_block
-    with open(unit.path, encoding="utf-8") as f:
-      for line_number, line in enumerate(f):
-        if line_number < first:
-          continue
-        if line_number >= last:
-          break
-        where = f"{unit.path}:{line_number + 1}"
-        if not line.strip():
-          yield RawDocument(where, "")
-          continue
-        try:
-          obj = json.loads(line)
-        except json.JSONDecodeError:
-          yield RawDocument(where, "", "invalid JSON line")
-          continue
-        text = obj.get(text_field) if isinstance(obj, dict) else None
-        doc_id = str(obj.get(id_field, where)) if isinstance(obj, dict) else where
-        if text is None or isinstance(text, str):
-          yield RawDocument(doc_id, text or "")
-        else:  # counted under its own reason, never read as an empty document
-          yield RawDocument(doc_id, "", f"{text_field!r} is {type(text).__name__}, not a string")
+    for number, line in files.iter_lines(unit.path):  # on \n only, as the line count splits
+      if number <= first:
+        continue
+      if number > last:
+        break
+      where = f"{unit.path}:{number}"
+      if not line.strip():
+        yield RawDocument(where, "")
+        continue
+      try:
+        obj = json.loads(line)
+      except json.JSONDecodeError:
+        yield RawDocument(where, "", "invalid JSON line")
+        continue
+      text = obj.get(text_field) if isinstance(obj, dict) else None
+      doc_id = str(obj.get(id_field, where)) if isinstance(obj, dict) else where
+      if text is None or isinstance(text, str):
+        yield RawDocument(doc_id, text or "")
+      else:  # counted under its own reason, never read as an empty document
+        yield RawDocument(doc_id, "", f"{text_field!r} is {type(text).__name__}, not a string")
   else:
     yield RawDocument(unit.path, pathlib.Path(unit.path).read_text(encoding="utf-8"))

@@ -12,11 +12,10 @@ reuses another model's parses. A sentence longer than the parser's word limit is
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 from typing import Sequence
 
-from slm_jax import ptb
+from slm_jax import identity, ptb
 from slm_jax.parse.backends import ModelNotFoundError, ParseFailure, ParserBackend
 from slm_jax.splitting import Sentence
 
@@ -42,11 +41,8 @@ class SlmBackend(ParserBackend):
         self._parser = load_parser(folder)
       except ParserFileError as error:
         raise ModelNotFoundError(f"--backend=slm: {error}") from None
-      digest = hashlib.sha256()
-      for path in sorted(folder.glob("*")):
-        if path.suffix in (".json", ".safetensors"):
-          digest.update(path.name.encode() + b"\0" + path.read_bytes())
-      self._identity = f"slm:{folder.name}:{digest.hexdigest()[:16]}"
+      weights = sorted(p for p in folder.glob("*") if p.suffix in (".json", ".safetensors"))
+      self._identity = f"slm:{folder.name}:{identity.content_digest(*weights)[:16]}"
     return self._parser
 
   @property

@@ -11,11 +11,13 @@ written on 4 devices (fsdp 2) resumes on 2 or on 8. A checkpoint whose parameter
 state (another model shape: a changed width, depth or vocabulary) is `CheckpointMismatchError`,
 naming the parameters that differ; it is not "unreadable" and is never moved aside.
 
-A failed save (a full disk, a lost mount) is one `CheckpointError` line naming the folder, and a
-Ctrl-C inside a save is the one `interrupted` line of `cli.run` (exit 130): Orbax's own error
-records are cut to their first line (`quiet_orbax_errors`, no tracebacks) and, once the failure
-is reported, dropped, as are TensorStore writes completing into Orbax's closed event loop;
-`wait` and `close` after it do not raise it again. The step being saved is left as Orbax's
+A failed save (a full disk, a lost mount) is one `CheckpointError` line naming the folder and
+what failed — a full disk says `No space left on device: FILE` (`cli.full_disk`, from TensorStore's
+message) —, and a Ctrl-C inside a save is the one `interrupted` line of `cli.run` (exit 130):
+the failure is reported once, by that line, so Orbax's own error records from its save threads,
+asyncio's "Task exception was never retrieved" records of Orbax's write tasks and TensorStore
+writes completing into Orbax's closed event loop print nothing (`quiet_orbax_errors`; Orbax's
+warnings stay, one line each); `wait` and `close` after it do not raise it again. The step being saved is left as Orbax's
 uncommitted temporary folder, which a resume ignores: the last complete step is restored.
 
 Multi-process runs: every host's data iterator state is kept (`data_extra` / `host_data`), since
@@ -35,6 +37,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from slm_jax import cli
 from slm_jax.sections import Rules
 
 _LOG = logging.getLogger(__name__)
@@ -56,17 +59,29 @@ class CheckpointSection:
     rules.done()
 
 
+# Orbax's warnings at every read-only open (an evaluation's): what read-only means, not news.
+READ_ONLY_NOTICES = ("CheckpointManagerOptions.read_only=True, setting",
+                     "Given directory is read only=")
+
+
 class _OrbaxErrors(logging.Filter):
-  """Orbax's error records (absl logging, from its background save threads) as one line each,
-  without the traceback; none at all once a failure was reported (`silence`)."""
+  """Orbax's records (absl logging, from its background save threads): errors dropped (the
+  failure they describe surfaces as the one `CheckpointError` line), warnings as one line
+  without a traceback (its notices of a read-only open dropped); nothing once a failure was
+  reported (`silence`). On asyncio's logger:
+  its "Task exception was never retrieved" records of Orbax's write tasks, dropped."""
 
   silenced = False
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == "asyncio":
+      return "/orbax/" not in record.getMessage().replace("\\", "/")
     if "/orbax/" not in record.pathname.replace("\\", "/") or record.levelno < logging.WARNING:
       return True
-    if self.silenced:
+    if self.silenced or record.levelno >= logging.ERROR:
       return False
+    if any(notice in record.getMessage() for notice in READ_ONLY_NOTICES):
+      return False  # what read_only=True means, said at every read-only open (evaluations)
     record.msg, record.args = record.getMessage().splitlines()[0][:300], ()
     record.exc_info = record.exc_text = record.stack_info = None
     return True
@@ -88,24 +103,27 @@ def _late_completion_hook(previous: Callable[[Any], Any]) -> Callable[[Any], Any
   def hook(unraisable):
     if not _is_late_completion(unraisable):
       return previous(unraisable)
-    if not _OrbaxErrors.silenced:  # before the failure's own line: one line, as Orbax's records
-      sys.stderr.write("warning: a checkpoint write finished after its save had failed "
-                       "(RuntimeError: Event loop is closed)\n")
-    return None
+    return None  # a write of a save that failed: the failure itself is the one line
   hook.late_completions = True
   return hook
 
 
 def quiet_orbax_errors(silence: bool = False) -> None:
-  """Installs the filter of Orbax's error records (once) and the `sys.unraisablehook` that turns
-  a late write completion into one line; `silence` drops both from now on (the failure they
-  describe was reported in one line)."""
-  logger = logging.getLogger("absl")
-  if _ORBAX_ERRORS not in logger.filters:
-    logger.addFilter(_ORBAX_ERRORS)
+  """Installs the filter of Orbax's records on absl's and asyncio's loggers (once) and the
+  `sys.unraisablehook` that drops late write completions; `silence` drops Orbax's warnings too
+  from now on (the failure they describe was reported in one line)."""
+  for logger in (logging.getLogger("absl"), logging.getLogger("asyncio")):
+    if _ORBAX_ERRORS not in logger.filters:
+      logger.addFilter(_ORBAX_ERRORS)
   if not getattr(sys.unraisablehook, "late_completions", False):
     sys.unraisablehook = _late_completion_hook(sys.unraisablehook)
   _OrbaxErrors.silenced = _OrbaxErrors.silenced or silence
+
+
+def _reason(error: BaseException) -> str:
+  """What failed, in one line: a full disk names the file (`cli.full_disk`), else the error's
+  type and first line."""
+  return cli.full_disk(error) or f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
 
 
 class CheckpointError(RuntimeError):
@@ -204,6 +222,11 @@ class Checkpointer:
       raise CheckpointError(f"{self.directory} was opened read-only")
     try:
       self.manager.check_for_errors()  # the previous asynchronous save
+    except Exception as error:  # pylint: disable=broad-except  # its write failed meanwhile
+      self._failed()
+      raise CheckpointError(f"cannot save a checkpoint in {self.directory} (an earlier save, "
+                            f"found at step {step}): {_reason(error)}") from error
+    try:
       self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                       extra=ocp.args.JsonSave(extra)),
                         force=True)
@@ -212,8 +235,8 @@ class Checkpointer:
       raise
     except Exception as error:  # pylint: disable=broad-except  # any failed write
       self._failed()
-      raise CheckpointError(f"cannot save checkpoint step {step} in {self.directory}: "
-                            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
+      raise CheckpointError(f"cannot save a checkpoint in {self.directory} (at step {step}): "
+                            f"{_reason(error)}") from error
 
   def _failed(self) -> None:
     self.failed = True
@@ -295,7 +318,7 @@ class Checkpointer:
         return
       self._failed()
       raise CheckpointError(f"cannot save a checkpoint in {self.directory}: "
-                            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from error
+                            f"{_reason(error)}") from error
 
   def close(self) -> None:
     """Finishes the pending save and stops Orbax's threads (a failure: as `wait`)."""

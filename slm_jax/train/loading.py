@@ -3,6 +3,12 @@
 Evaluation, beam search and scoring start here: `run = load_run("runs/tgtree_tiny")` then
 `run.model(tokens_BT, meta)` gives logits. Reads `config.json`, `tokenizer_spec.json` and the
 newest readable Orbax checkpoint (the same fallback rules as training).
+
+`source_digest(path, step)` is what names a model source in every identity record (evaluation
+resume, item files, fine-tune seeds, GTCA runs): a workdir's checkpoint step — the step folder
+and the workdir's tokenizer files — or a pretrained checkpoint (a Hugging Face folder, a `.gguf`
+file), digested by THE one rule, `slm_jax.identity.content_digest`; `run_identity(run)` is that
+of a loaded run (its step and digest).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import pathlib
 
 import jax
 from flax import nnx
+
+from slm_jax import identity
 
 from slm_jax.train.run_config import ConfigError, RunConfig, validate
 from slm_jax.configurations import Configuration
@@ -85,3 +93,32 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   return LoadedRun(cfg, configuration, tokenizer, model, restored.step, workdir,
                    newest_step=max(steps) if steps else restored.step,
                    skipped=tuple(restored.skipped))
+
+
+def is_workdir(path: str | pathlib.Path) -> bool:
+  """Whether `path` is a training workdir (config.json and a checkpoints folder)."""
+  path = pathlib.Path(path)
+  return (path / CONFIG_FILE).is_file() and (path / CHECKPOINTS).is_dir()
+
+
+def source_digest(path: str | pathlib.Path, step: int | None = None) -> tuple[int, str]:
+  """(step, content digest) of a model source (module docstring): a training workdir at its
+  checkpoint `step` (None: the newest on disk), else a checkpoint folder or file (step 0)."""
+  path = pathlib.Path(path)
+  if not is_workdir(path):
+    return 0, identity.content_digest(path)
+  if step is None:
+    steps = [int(p.name) for p in (path / CHECKPOINTS).iterdir() if p.name.isdigit()]
+    if not steps:
+      raise FileNotFoundError(f"no checkpoint in {path / CHECKPOINTS}")
+    step = max(steps)
+  tokenizer_files = sorted(p for p in path.iterdir() if p.is_file() and "tokenizer" in p.name)
+  return step, identity.content_digest(path / CHECKPOINTS / str(step), *tokenizer_files)
+
+
+def run_identity(run) -> dict:
+  """{"step", "digest"} of a loaded run (a `LoadedRun`, or a pretrained checkpoint's run with a
+  `path`): what an evaluation's item files record of the model that scored them."""
+  source = getattr(run, "workdir", None) or run.path
+  step, digest = source_digest(source, int(run.step) if is_workdir(source) else None)
+  return {"step": step, "digest": digest}

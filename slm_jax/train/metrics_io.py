@@ -25,6 +25,8 @@ import os
 import pathlib
 import struct
 
+from slm_jax import files
+
 _LOG = logging.getLogger(__name__)
 
 TENSORBOARD_DIR = "tensorboard"
@@ -50,7 +52,7 @@ def _split_at(path: pathlib.Path, resume_step: int) -> tuple[list[str], list[str
   """(lines up to `resume_step`, lines after it, a partly written last line) of a metrics file.
   Only the last line may be unreadable (a kill in the middle of a write); an unreadable line
   before it is an error naming `path:N`."""
-  lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+  lines = [line for line in files.text_lines(path.read_text(encoding="utf-8", errors="replace"))
            if line.strip()]
   kept, dropped = [], []
   for number, line in enumerate(lines, 1):
@@ -81,7 +83,7 @@ class MetricsWriter:
     if self.path.exists():
       kept, dropped, partial = _split_at(self.path, resume_step)
       if dropped or partial:
-        with self.path.with_name(self.path.name + ".dropped").open("a") as backup:
+        with files.appending(self.path.with_name(self.path.name + ".dropped")) as backup:
           backup.write("".join(line + "\n" for line in dropped + partial))
       if dropped:
         print(f"warning: {self.path}: {len(dropped)} lines after step {resume_step} (where this "
@@ -90,8 +92,8 @@ class MetricsWriter:
         print(f"warning: {self.path}:{len(kept) + len(dropped) + 1}: a partly written last line "
               f"(the run was killed while writing it) moved to {self.path.name}.dropped",
               flush=True)
-      self.path.write_text("".join(line + "\n" for line in kept))
-    self.file = self.path.open("a")
+      files.write_text(self.path, "".join(line + "\n" for line in kept))
+    self.file = files.appending(self.path)  # a failed write names the file
     self.tensorboard = _tensorboard(workdir, resume_step) if tensorboard else None
 
   def write(self, record: dict) -> None:

@@ -9,14 +9,12 @@ Frozen-backbone / LoRA training (`optimizer.trainable` ≠ "all") runs in the on
 (`slm_jax.train.steps.make_train_step(..., trainable=...)`: gradients and optimizer state for the
 trainable leaves only). `fingerprints` / `backbone_check` prove afterwards that every
 frozen array is bitwise what was loaded: per array two 32-bit digests of its bit pattern
-(a wrapping sum weighted by position and an xor), compared with those taken at load time.
-`params_digest` hashes them for a whole model; `run_identity(run)` (step + that digest) is what
-an evaluation's item files record of the checkpoint that scored them.
+(a wrapping sum weighted by position and an xor), compared with those taken at load time. (What an evaluation's item files record of the model
+that scored them is `train.loading.run_identity`: THE content digest of its checkpoint.)
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import jax
@@ -70,23 +68,6 @@ def fingerprints(params: Any, trainable: str) -> dict[str, tuple[int, int]]:
     if not m:
       out[sharding.path_string(path)] = tuple(int(v) for v in _digest(x))
   return out
-
-
-def params_digest(params: Any) -> str:
-  """One hex digest of every parameter's bits (the per-array digests of `fingerprints`, hashed
-  with their paths): equal parameters give equal digests, any changed bit another one."""
-  digest = hashlib.blake2b(digest_size=8)
-  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-    digest.update(f"{sharding.path_string(path)}:{x.shape}:{x.dtype}:".encode())
-    digest.update(str([int(v) for v in _digest(x)]).encode())
-  return digest.hexdigest()
-
-
-def run_identity(run: Any) -> dict[str, Any]:
-  """What scored an item file: a loaded run's checkpoint step and its parameters' digest (the
-  record an evaluation's item files keep, compared by `slm_jax.identity` before reuse)."""
-  params = nnx.to_pure_dict(nnx.state(run.model, nnx.Param))
-  return {"step": int(run.step), "params_digest": params_digest(params)}
 
 
 def backbone_check(before: dict[str, tuple[int, int]], params: Any, trainable: str

@@ -19,10 +19,12 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from slm_jax import files
 from slm_jax.train import run_config as config_builder
 from slm_jax.data.config import DROP_WARNING
 from slm_jax.data.loader import BatchIterator, PackedDataset
 from slm_jax.data.sources import load_corpus, load_or_build_tokenizer
+from slm_jax.hf.tokenizer_fit import check_tokenizer_fits
 from slm_jax.model.decoder import non_embedding_param_count, param_count
 from slm_jax.model.loss import LossMetrics
 from slm_jax.train import mfu, sharding
@@ -65,7 +67,7 @@ class RunSummary:
 
 def save_config(run: config_builder.RunConfig, workdir: pathlib.Path) -> None:
   """The run's full config, so evaluation can rebuild the model from the workdir alone."""
-  (workdir / CONFIG_FILE).write_text(run.to_json())
+  files.write_text(workdir / CONFIG_FILE, run.to_json())
 
 
 def _device_batch(batch, mesh=None, host_local: bool = False,
@@ -180,6 +182,10 @@ def train(cfg: Any, workdir: str | pathlib.Path,
   cfg = config_builder.validate(cfg)
   workdir = pathlib.Path(workdir)
   check_workdir(cfg, workdir)  # another run's workdir is refused before any write
+  if cfg.model.init_from and cfg.data.tokenizer == "hf":  # another model's tokenizer: refused
+    check_tokenizer_fits(cfg.model.init_from, cfg.data.tokenizer_path,
+                         what=f"data.tokenizer_path={cfg.data.tokenizer_path} with "
+                         f"model.init_from={cfg.model.init_from}")
   workdir.mkdir(parents=True, exist_ok=True)
   lead = jax.process_index() == 0  # the one host that writes run files (all hosts checkpoint)
   configuration = cfg.resolved
@@ -287,5 +293,5 @@ def train(cfg: Any, workdir: str | pathlib.Path,
                        final.get("eval_joint_ppl"), time.time() - started, start_step,
                        str(workdir), unchanged)
   if lead:
-    (workdir / "summary.json").write_text(summary.to_json())
+    files.write_text(workdir / "summary.json", summary.to_json())
   return summary
