@@ -118,3 +118,25 @@ def write_gtca_fixtures(root: str | pathlib.Path, rows: int = 4) -> dict[str, pa
   out["cola"] = root / "cola"
   out["blimp"] = write_blimp(root / "blimp")
   return out
+
+
+def tiny_workdir(folder: pathlib.Path, words, monkeypatch) -> pathlib.Path:
+  """A one-layer word-level backbone for the GTCA CLIs: its tokenizer saved as a workdir's
+  (`folder/workdir`), its model returned by a patched `load_run` (a trained workdir is the only
+  other thing the CLIs would read)."""
+  import types  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  import slm_jax.train.loading as loading  # pylint: disable=import-outside-toplevel
+  from slm_jax.gtca import backbone, train  # pylint: disable=import-outside-toplevel
+  from slm_jax.model import Decoder, ModelConfig  # pylint: disable=import-outside-toplevel
+  from slm_jax.tokenizer import make_tokenizer  # pylint: disable=import-outside-toplevel
+  tokenizer = make_tokenizer("word", words=sorted(words))
+  workdir = folder / "workdir"
+  workdir.mkdir()
+  tokenizer.save(workdir)
+  model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1,
+                              n_heads=2, mlp_ratio=2, attention_impl="xla"), rngs=nnx.Rngs(0))
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  for module in (train, backbone, loading):
+    monkeypatch.setattr(module, "load_run", fake)
+  return workdir

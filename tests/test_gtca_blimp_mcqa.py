@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import collections
 import json
-import types
 
 import numpy as np
 import pytest
-from flax import nnx
 
 from slm_jax import cli
 from slm_jax.data.rows import RowDataError
-from slm_jax.gtca import backbone as gbackbone
 from slm_jax.gtca import blimp_mcqa, cache_records, evaluate, mcqa_data, real_sets, train
 from slm_jax.gtca import cache as gcache
-from slm_jax.model import Decoder, ModelConfig
-from slm_jax.tokenizer import make_tokenizer
+from tests.gtca_fixtures import tiny_workdir
 
 pytest.importorskip("tokenizers")
 
@@ -129,18 +125,9 @@ def test_load_real_reads_the_end_of_run_sets(root):
 
 @pytest.mark.slow  # a backbone run: one decoder built, two scorers compiled
 def test_a_run_scores_the_heldout_sets_at_its_end(root, tmp_path, monkeypatch, capsys):
-  words = sorted({w for k in range(8) for i in range(4) for s in ("sentence_good", "sentence_bad")
-                  for w in _pair(k, i)[s].split()} | {"Which", "sentence", "is", "grammatical?"})
-  tokenizer = make_tokenizer("word", words=words)
-  workdir = tmp_path / "workdir"
-  workdir.mkdir()
-  tokenizer.save(workdir)
-  model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1,
-                              n_heads=2, mlp_ratio=2, attention_impl="xla"), rngs=nnx.Rngs(0))
-  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
-  import slm_jax.train.loading as loading  # pylint: disable=import-outside-toplevel
-  for module in (train, gbackbone, loading):
-    monkeypatch.setattr(module, "load_run", fake)
+  words = ({w for k in range(8) for i in range(4) for s in ("sentence_good", "sentence_bad")
+            for w in _pair(k, i)[s].split()} | {"Which", "sentence", "is", "grammatical?"})
+  workdir = tiny_workdir(tmp_path, words, monkeypatch)
   cache = tmp_path / "c.sqlite"
   for extra in (["--task=blimp_mcqa", "--split=train"], ["--task=blimp_mcqa"],
                 ["--task=blimp_mcqa_heldout"], ["--task=blimp_heldout"]):

