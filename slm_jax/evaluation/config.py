@@ -51,13 +51,6 @@ def _one_of(rules: Rules, section, name: str, allowed) -> None:
              f"{', '.join(map(str, allowed))}")
 
 
-def _is_workdir(path: str) -> bool:
-  try:
-    return model_paths.model_kind(path) == model_paths.WORKDIR
-  except model_paths.ModelPathError:
-    return False  # evaluation.inputs names it, with every other problem
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelsSection:
   """The models evaluated: training workdirs, then pretrained checkpoints (the tables' order)."""
@@ -68,7 +61,8 @@ class ModelsSection:
   def __post_init__(self):
     rules = Rules("models", self)
     if rules.typed:
-      moved = tuple(p for p in self.checkpoints if _is_workdir(p))
+      moved = tuple(p for p in self.checkpoints  # a path of no kind: evaluation.inputs names it
+                    if model_paths.kind_or_none(p) == model_paths.WORKDIR)
       if moved:  # --checkpoint names any model (train.models): a workdir is a trained run
         object.__setattr__(self, "workdirs", self.workdirs + moved)
         object.__setattr__(self, "checkpoints", tuple(p for p in self.checkpoints

@@ -220,10 +220,7 @@ def is_hf_checkpoint(source: str | pathlib.Path) -> bool:
   """A Hugging Face checkpoint folder or a `.gguf` file, not a slm_jax training workdir
   (`train.models.model_kind`). A path of no kind is not one: the workdir loader then says
   what it lacks."""
-  try:
-    return models.model_kind(source, "--backbone") != models.WORKDIR
-  except models.ModelPathError:
-    return False
+  return models.kind_or_none(source) in (models.HF_FOLDER, models.GGUF)
 
 
 def hf_backbone(folder: str | pathlib.Path, *, seed: int = 0, lora_rank: int = 8,

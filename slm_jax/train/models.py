@@ -21,10 +21,10 @@ from typing import Any
 
 from slm_jax import cli
 from slm_jax.tokenizer import SPEC_FILE_NAME
+from slm_jax.train.workdir import CONFIG_FILE
 
 WORKDIR, HF_FOLDER, GGUF = "workdir", "huggingface", "gguf"
 KINDS = (WORKDIR, HF_FOLDER, GGUF)
-CONFIG_FILE = "config.json"
 
 
 class ModelPathError(cli.CliError):
@@ -41,7 +41,8 @@ def model_kind(path: str | pathlib.Path, flag: str = "--checkpoint") -> str:
   if not path.exists():
     raise ModelPathError(f"{flag}={path}: no such folder or file")
   if path.is_dir() and (path / CONFIG_FILE).is_file():
-    if (path / "checkpoints").is_dir() or (path / SPEC_FILE_NAME).is_file():
+    from slm_jax.train.loading import is_workdir  # pylint: disable=g-import-not-at-top
+    if is_workdir(path) or (path / SPEC_FILE_NAME).is_file():  # not yet checkpointed: its spec
       return WORKDIR
     if any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file():
       return HF_FOLDER
@@ -49,6 +50,14 @@ def model_kind(path: str | pathlib.Path, flag: str = "--checkpoint") -> str:
       f"{flag}={path}: not a model — a training workdir has config.json and checkpoints/ "
       "(python -m slm_jax.main writes one), a Hugging Face folder config.json and *.safetensors, "
       "a GGUF checkpoint is a .gguf file")
+
+
+def kind_or_none(path: str | pathlib.Path) -> str | None:
+  """`model_kind`, or None for a path of no kind (for callers whose own check reports it)."""
+  try:
+    return model_kind(path)
+  except ModelPathError:
+    return None
 
 
 def model_context(path: str | pathlib.Path) -> int | None:
@@ -103,4 +112,4 @@ def open_model(path: str | pathlib.Path, *, dtype: str | None = "float32",
 
 
 __all__ = ["GGUF", "HF_FOLDER", "KINDS", "ModelPathError", "OpenModel", "WORKDIR",
-           "model_context", "model_kind", "open_model"]
+           "kind_or_none", "model_context", "model_kind", "open_model"]
