@@ -5,8 +5,8 @@
   spelling (`--batch-size`) is accepted everywhere as an alias (in argument groups and mutually
   exclusive groups too), so older command lines keep working.
   `ArgumentParser.add_argument(..., aliases=("--old_name",))` keeps a renamed flag working too.
-- **Typed options** (flags → typed options → one library call): a CLI declares its flags as a
-  frozen dataclass of `option(...)` fields (type from the annotation, help, choices, aliases,
+- **Typed options** (flags → typed options → one library call): a CLI declares its flags as an
+  `@options` class (a frozen, keyword-only dataclass) of `option(...)` fields (type from the annotation, help, choices, aliases,
   `renamed=` old spellings with their notice, `Exclusive` groups) and `main(argv)` is
   `parse_options(XOptions, argv, prog=…, doc=…)` → one library function called with the typed
   options → print. The dataclass's `validate()` says a bad value in one line naming the flag;
@@ -408,6 +408,12 @@ class Exclusive:
 
 
 _OPTION = "slm_jax.cli.option"
+
+
+def options(cls):
+  """The decorator of an options class: a frozen, keyword-only dataclass (a required flag may
+  follow one with a default)."""
+  return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
 
 def option(default=dataclasses.MISSING, *, help: str | None = None,  # pylint: disable=redefined-builtin

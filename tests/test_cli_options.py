@@ -13,9 +13,8 @@ from slm_jax import cli
 SOURCE = cli.Exclusive("source", required=True)
 
 
-@dataclasses.dataclass(frozen=True)
+@cli.options
 class DemoOptions:
-  out: str = cli.option(help="where to write")
   inputs: tuple[str, ...] = cli.option((), positional=True, help="files")
   batch_size: int = cli.option(8, help="items per batch", aliases=("--bs",))
   rate: float | None = cli.option(None, help="a rate")
@@ -28,6 +27,7 @@ class DemoOptions:
                                       renamed={"--workdir": "the old --checkpoint"},
                                       renamed_note="which names any model")
   text_file: str | None = cli.option(None, exclusive=SOURCE, help="texts")
+  out: str = cli.option(help="where to write")  # required, after defaults: keyword-only
 
   def validate(self):
     if self.batch_size < 1:
@@ -107,11 +107,6 @@ def test_help_lists_every_flag_and_debug(capsys):
   assert parse(["--out=o", "--text_file=t", "--debug"]).out == "o"  # --debug: cli.run's
 
 
-@dataclasses.dataclass(frozen=True)
-class Mutable:
-  out: str = "o"
-
-
 def test_options_are_a_frozen_dataclass_and_bool_flags_default_false():
   with pytest.raises(TypeError, match="frozen dataclass"):
     cli.parse_options(dataclasses.make_dataclass("Loose", [("out", str, "o")]), [])
@@ -123,7 +118,7 @@ def test_options_are_a_frozen_dataclass_and_bool_flags_default_false():
     cli.parse_options(On, [])
 
 
-@dataclasses.dataclass(frozen=True)
+@cli.options
 class FirstOptions:
   """The first command."""
   path: str = cli.option(positional=True)
