@@ -151,9 +151,17 @@ def parse_shard(text: str) -> tuple[int, int]:
   return index, count
 
 
+SHARD_HELP = "i/n: this process's share of the {what} (default 0/1: all)"
+
+
 def add_shard_argument(parser: argparse.ArgumentParser, what: str = "input files") -> None:
   parser.add_argument("--shard", default="0/1", type=parse_shard,
-                      help=f"i/n: this process's share of the {what} (default 0/1: all)")
+                      help=SHARD_HELP.format(what=what))
+
+
+def shard_option(what: str = "input files"):
+  """The `--shard=i/n` field of an options class (`tuple[int, int]`, default (0, 1))."""
+  return option((0, 1), type=parse_shard, help=SHARD_HELP.format(what=what))
 
 
 def shared_data_dir(start: str | os.PathLike | None = None) -> pathlib.Path | None:
