@@ -431,8 +431,8 @@ def option(default=dataclasses.MISSING, *, help: str | None = None,  # pylint: d
            exclusive: Exclusive | None = None, group: str | None = None,
            renamed: dict[str, str] | None = None, renamed_note: str | None = None):
   """A dataclass field that is a flag (`--NAME`, NAME the field's name) or, `positional`, an
-  argument. The annotation gives the type: `str`, `int`, `float`, `bool` (a `store_true` flag;
-  with `type=cli.boolean` a `--flag=true|false` value), `X | None`, `tuple[X, ...]` (a repeated
+  argument. The annotation gives the type: `str`, `int`, `float`, `pathlib.Path`, `bool` (a
+  `store_true` flag; with `type=cli.boolean` a `--flag=true|false` value), `X | None`, `tuple[X, ...]` (a repeated
   flag; a positional's `nargs` is `+` without a default, `*` with one). No default: required.
   `type` converts the text instead (e.g. `parse_shard`); `aliases` are further spellings (the
   dashed twins come by themselves); `renamed` maps old flags to their help: each is still
@@ -510,7 +510,8 @@ def add_options(parser: argparse.ArgumentParser, options_class) -> None:
                         "(type=cli.boolean for --flag=true|false)")
       kwargs.update(action="store_true")
     else:
-      convert = meta["type"] or (value_type if value_type in (int, float) else None)
+      convert = meta["type"] or (value_type if value_type in (int, float, pathlib.Path)
+                                      else None)
       if convert is not None:
         kwargs["type"] = convert
       if repeated and "nargs" not in kwargs:
