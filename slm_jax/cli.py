@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import inspect
 import math
 import os
 import pathlib
@@ -587,19 +586,18 @@ def parse_known_options(options_class, argv: Sequence[str] | None, *, prog: str 
   return options_from(options_class, namespace), rest
 
 
-def parse_command(commands: dict[str, type], argv: Sequence[str] | None, *,
-                  prog: str | None = None, doc: str | None = None,
-                  known: bool = False):
-  """A CLI of subcommands (`prog NAME …`), each with its options class (its docstring is its
-  help): (name, options) — with `known`, (name, options, the undeclared arguments)."""
+def parse_command(commands: dict[str, tuple[type, str | None]], argv: Sequence[str] | None, *,
+                  prog: str | None = None, doc: str | None = None, known: bool = False):
+  """A CLI of subcommands (`prog NAME …`): `commands` maps each name to (its options class, its
+  help text). Returns (name, options) — with `known`, (name, options, the undeclared
+  arguments)."""
   parser = ArgumentParser(prog=prog, description=doc)
   names = parser.add_subparsers(dest="command", required=True)
-  for name, options_class in commands.items():
-    add_options(names.add_parser(name, description=inspect.getdoc(options_class)),
-                options_class)
+  for name, (options_class, help_text) in commands.items():
+    add_options(names.add_parser(name, description=help_text), options_class)
   if known:
     namespace, rest = parser.parse_known_args(argv)
   else:
     namespace, rest = parser.parse_args(argv), []
-  options = options_from(commands[namespace.command], namespace)
+  options = options_from(commands[namespace.command][0], namespace)
   return (namespace.command, options, rest) if known else (namespace.command, options)

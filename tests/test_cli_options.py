@@ -132,7 +132,7 @@ class SecondOptions:
 
 
 def test_subcommands_and_unknown_arguments_passed_on():
-  commands = {"first": FirstOptions, "second": SecondOptions}
+  commands = {"first": (FirstOptions, "The first."), "second": (SecondOptions, None)}
   assert cli.parse_command(commands, ["first", "p", "--count=2"], prog="demo") == (
       "first", FirstOptions(path="p", count=2))
   assert cli.parse_command(commands, ["second", "--redo", "--runner=X"], prog="demo",
