@@ -428,7 +428,8 @@ def option(default=dataclasses.MISSING, *, help: str | None = None,  # pylint: d
            type: Callable | None = None, metavar: str | None = None,  # pylint: disable=redefined-builtin
            nargs: str | int | None = None, positional: bool = False,
            exclusive: Exclusive | None = None, group: str | None = None,
-           renamed: dict[str, str] | None = None, renamed_note: str | None = None):
+           renamed: dict[str, str] | None = None, renamed_note: str | None = None,
+           repeat: bool | None = None):
   """A dataclass field that is a flag (`--NAME`, NAME the field's name) or, `positional`, an
   argument. The annotation gives the type: `str`, `int`, `float`, `pathlib.Path`, `bool` (a
   `store_true` flag; with `type=cli.boolean` a `--flag=true|false` value), `X | None`, `tuple[X, ...]` (a repeated
@@ -437,10 +438,11 @@ def option(default=dataclasses.MISSING, *, help: str | None = None,  # pylint: d
   dashed twins come by themselves); `renamed` maps old flags to their help: each is still
   accepted, prints `note: OLD is the old spelling of --NAME (renamed_note)` and gives the value;
   `exclusive` puts the flag (and its old spellings) in a mutually exclusive group; `group` is the
-  title of the help section it is listed under."""
+  title of the help section it is listed under; `repeat=False` keeps a `tuple[X, ...]` field
+  one flag (its `type` converts the whole text)."""
   meta = dict(help=help, choices=choices, aliases=tuple(aliases), type=type, metavar=metavar,
               nargs=nargs, positional=positional, exclusive=exclusive, group=group,
-              renamed=dict(renamed or {}), renamed_note=renamed_note)
+              renamed=dict(renamed or {}), renamed_note=renamed_note, repeat=repeat)
   return dataclasses.field(default=default, metadata={_OPTION: meta})
 
 
@@ -498,6 +500,7 @@ def add_options(parser: argparse.ArgumentParser, options_class) -> None:
   for field, annotation in _fields(options_class):
     meta = _meta(field)
     value_type, _, repeated = _unwrap(annotation)
+    repeated = repeated if meta["repeat"] is None else meta["repeat"]
     default = _default(field)
     kwargs: dict = {"help": meta["help"]}
     for key in ("choices", "metavar", "nargs"):
@@ -552,7 +555,7 @@ def options_from(options_class, namespace: argparse.Namespace):
       print(f"note: {old} is the old spelling of --{field.name}{note}", file=sys.stderr,
             flush=True)
       value = old_value
-    if _unwrap(annotation)[2] and isinstance(value, list):
+    if _unwrap(annotation)[2] and meta["repeat"] is not False and isinstance(value, list):
       value = tuple(value)
     kwargs[field.name] = value
   options = options_class(**kwargs)
@@ -562,27 +565,29 @@ def options_from(options_class, namespace: argparse.Namespace):
   return options
 
 
-def options_parser(options_class, *, prog: str | None = None,
-                   doc: str | None = None) -> ArgumentParser:
-  """The one ArgumentParser of `options_class` (its `--help`: `doc` above the flags)."""
-  parser = ArgumentParser(prog=prog, description=doc)
+def options_parser(options_class, *, prog: str | None = None, doc: str | None = None,
+                   epilog: str | None = None) -> ArgumentParser:
+  """The one ArgumentParser of `options_class` (its `--help`: `doc` above the flags, `epilog`
+  below)."""
+  parser = ArgumentParser(prog=prog, description=doc, epilog=epilog)
   add_options(parser, options_class)
   return parser
 
 
 def parse_options(options_class, argv: Sequence[str] | None, *, prog: str | None = None,
-                  doc: str | None = None):
+                  doc: str | None = None, epilog: str | None = None):
   """`argv` (None: the command line) parsed into an `options_class` instance; a bad flag is the
   parser's one-line error (exit 2), a bad value `validate()`'s."""
-  namespace = options_parser(options_class, prog=prog, doc=doc).parse_args(argv)
+  namespace = options_parser(options_class, prog=prog, doc=doc, epilog=epilog).parse_args(argv)
   return options_from(options_class, namespace)
 
 
 def parse_known_options(options_class, argv: Sequence[str] | None, *, prog: str | None = None,
-                        doc: str | None = None):
+                        doc: str | None = None, epilog: str | None = None):
   """(options, the arguments the class does not declare) — for a CLI that passes the rest on
   (config overrides, Beam pipeline options)."""
-  namespace, rest = options_parser(options_class, prog=prog, doc=doc).parse_known_args(argv)
+  namespace, rest = options_parser(options_class, prog=prog, doc=doc,
+                                   epilog=epilog).parse_known_args(argv)
   return options_from(options_class, namespace), rest
 
 
