@@ -14,7 +14,7 @@
   function below `main` receives an argparse Namespace.
 - **Config**: a training CLI's `--config=FILE|NAME` and `--config.KEY=VALUE` are read by the one
   config loader, `slm_jax.config_files`.
-- **Shards**: `--shard=i/n` (`add_shard_argument`, `parse_shard`) means the same in every stage.
+- **Shards**: `--shard=i/n` (`shard_option`, `parse_shard`) means the same in every stage.
 - **Errors → exit codes**: `run(main, argv)` turns an expected failure into one line on stderr,
   `error: <what and where>`, and an exit code (`EXIT_*`: 0 done, 1 incomplete, 2 user error, 3
   non-finite loss; anything else is a bug and keeps its traceback). Expected failures are the
@@ -44,9 +44,10 @@ import re
 import sys
 import threading
 import time
-import types
 import typing
 from typing import Callable, Sequence
+
+from slm_jax import sections
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # ran, but the result is not complete (e.g. shards still missing)
@@ -150,17 +151,10 @@ def parse_shard(text: str) -> tuple[int, int]:
   return index, count
 
 
-SHARD_HELP = "i/n: this process's share of the {what} (default 0/1: all)"
-
-
-def add_shard_argument(parser: argparse.ArgumentParser, what: str = "input files") -> None:
-  parser.add_argument("--shard", default="0/1", type=parse_shard,
-                      help=SHARD_HELP.format(what=what))
-
-
 def shard_option(what: str = "input files"):
   """The `--shard=i/n` field of an options class (`tuple[int, int]`, default (0, 1))."""
-  return option((0, 1), type=parse_shard, help=SHARD_HELP.format(what=what))
+  return option((0, 1), type=parse_shard,
+                help=f"i/n: this process's share of the {what} (default 0/1: all)")
 
 
 def shared_data_dir(start: str | os.PathLike | None = None) -> pathlib.Path | None:
@@ -450,19 +444,14 @@ def _meta(field: dataclasses.Field) -> dict:
   return field.metadata.get(_OPTION) or option().metadata[_OPTION]
 
 
-def _unwrap(annotation) -> tuple[object, bool, bool]:
-  """(the value type, optional (`| None`), repeated (`tuple[X, ...]` / `list[X]`))."""
-  optional = False
-  if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-    members = [a for a in typing.get_args(annotation) if a is not type(None)]
-    optional = len(members) < len(typing.get_args(annotation))
-    annotation = members[0] if len(members) == 1 else str
+def _unwrap(annotation) -> tuple[object, bool]:
+  """(the value type, repeated: `tuple[X, ...]` / `list[X]`) of an option's annotation (`| None`
+  dropped)."""
+  annotation = sections.optional_type(annotation)[0]
   arguments = typing.get_args(annotation)
   repeated = (typing.get_origin(annotation) is list
               or typing.get_origin(annotation) is tuple and arguments[1:] == (Ellipsis,))
-  if repeated:
-    annotation = (typing.get_args(annotation) or (str,))[0]
-  return annotation, optional, repeated
+  return (arguments or (str,))[0] if repeated else annotation, repeated
 
 
 def _fields(options_class) -> list[tuple[dataclasses.Field, object]]:
@@ -499,7 +488,7 @@ def add_options(parser: argparse.ArgumentParser, options_class) -> None:
 
   for field, annotation in _fields(options_class):
     meta = _meta(field)
-    value_type, _, repeated = _unwrap(annotation)
+    value_type, repeated = _unwrap(annotation)
     repeated = repeated if meta["repeat"] is None else meta["repeat"]
     default = _default(field)
     kwargs: dict = {"help": meta["help"]}
@@ -555,7 +544,7 @@ def options_from(options_class, namespace: argparse.Namespace):
       print(f"note: {old} is the old spelling of --{field.name}{note}", file=sys.stderr,
             flush=True)
       value = old_value
-    if _unwrap(annotation)[2] and meta["repeat"] is not False and isinstance(value, list):
+    if _unwrap(annotation)[1] and meta["repeat"] is not False and isinstance(value, list):
       value = tuple(value)
     kwargs[field.name] = value
   options = options_class(**kwargs)
