@@ -311,28 +311,28 @@ def table(reports: Sequence[Report]) -> str:
   return benchtools.table(headers, rows)
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.aot", description=__doc__)
-  parser.add_argument("--config", action="append", required=True,
-                      help="configs/<name>_<scale>.py or a packaged name; repeat for a table")
-  parser.add_argument("--topology", required=True,
-                      help=f"{LOCAL} or a TPU slice: {', '.join(TOPOLOGIES)}")
-  parser.add_argument("--libtpu", help="path of libtpu.so (default: the installed libtpu)")
-  parser.add_argument("--hbm_gib", type=float,
-                      help="memory per chip to check against (default: the chip's own)")
-  parser.add_argument("--vocab_size", type=int,
-                      help="default: the size of the config's tokenizer")
-  parser.add_argument("--share_programs", type=cli.boolean, default=True,
-                      help="compile once for configurations whose lowered steps are equal up to "
-                           "the values of constants (LoweredStep.program_key)")
-  return parser
+@cli.options
+class AotOptions:
+  """The flags of `python -m slm_jax.aot` (the module docstring); `--config.KEY=VALUE`
+  overrides go to every config."""
+
+  config: tuple[str, ...] = cli.option(help="configs/<name>_<scale>.py or a packaged name; "
+                                       "repeat for a table")
+  topology: str = cli.option(help=f"{LOCAL} or a TPU slice: {', '.join(TOPOLOGIES)}")
+  libtpu: str | None = cli.option(None, help="path of libtpu.so (default: the installed libtpu)")
+  hbm_gib: float | None = cli.option(None, help="memory per chip to check against (default: "
+                                     "the chip's own)")
+  vocab_size: int | None = cli.option(None, help="default: the size of the config's tokenizer")
+  share_programs: bool = cli.option(True, type=cli.boolean, help="compile once for "
+                                    "configurations whose lowered steps are equal up to the "
+                                    "values of constants (LoweredStep.program_key)")
 
 
-def _limit(args, devices) -> int | None:
-  if args.hbm_gib:
-    return int(args.hbm_gib * GIB)
-  if args.topology != LOCAL:
-    return int(TOPOLOGIES[args.topology].hbm_gib * GIB)
+def _limit(options: AotOptions, devices) -> int | None:
+  if options.hbm_gib:
+    return int(options.hbm_gib * GIB)
+  if options.topology != LOCAL:
+    return int(TOPOLOGIES[options.topology].hbm_gib * GIB)
   stats = devices[0].memory_stats() or {}
   return stats.get("bytes_limit")
 
@@ -353,29 +353,28 @@ def _checked(work, path: str, run: Any, topology: str, what: str):
                        "traceback") from error
 
 
-def _main(argv: list[str] | None) -> int:
+def compile_configs(options: AotOptions, overrides: Sequence[str] = ()) -> list[Report]:
+  """Compiles the train step of each `--config` (with `overrides`) for `--topology`; one
+  Report each (progress on stderr)."""
   from slm_jax.train import run_config  # pylint: disable=g-import-not-at-top
-  argv = sys.argv[1:] if argv is None else argv
-  overrides, rest = config_files.split_overrides(argv)
-  args = _parser().parse_args(rest)
-  runs = [run_config.load_config(configs.config_path(c), overrides) for c in args.config]
-  if args.topology != LOCAL:
+  runs = [run_config.load_config(configs.config_path(c), overrides) for c in options.config]
+  if options.topology != LOCAL:
     gpu = sorted({r.model.attention_impl for r in runs} & {"triton_gpu"})
     if gpu:
-      raise cli.CliError(f"model.attention_impl={gpu[0]}: --topology={args.topology} is a TPU; "
-                         "use pallas_tpu, auto (the fused kernel there) or xla, or "
+      raise cli.CliError(f"model.attention_impl={gpu[0]}: --topology={options.topology} is a "
+                         "TPU; use pallas_tpu, auto (the fused kernel there) or xla, or "
                          "--topology=local on the GPU itself")
-  if args.topology == LOCAL:
+  if options.topology == LOCAL:
     import jax  # pylint: disable=g-import-not-at-top
     devices = jax.devices()
   else:
-    devices = tpu_devices(args.topology, args.libtpu)
-  limit = _limit(args, devices)
+    devices = tpu_devices(options.topology, options.libtpu)
+  limit = _limit(options, devices)
   reports, compiled = [], {}
-  for path, run in zip(args.config, runs):
-    step = _checked(lambda: lower_step(run, devices, args.vocab_size or _vocab_size(run)),
-                    path, run, args.topology, "lower")
-    key = step.program_key if args.share_programs else path
+  for path, run in zip(options.config, runs):
+    step = _checked(lambda: lower_step(run, devices, options.vocab_size or _vocab_size(run)),
+                    path, run, options.topology, "lower")
+    key = step.program_key if options.share_programs else path
     if key in compiled:
       first = compiled[key]
       print(f"{path}: same program as {first.config} (up to constants); not compiled again",
@@ -384,12 +383,21 @@ def _main(argv: list[str] | None) -> int:
           first, config=step.config, model_flops=step.model_flops, seconds=0.0,
           same_program_as=first.config))
       continue
-    print(f"compiling {path} for {args.topology} ({len(devices)} chips) …", file=sys.stderr,
+    print(f"compiling {path} for {options.topology} ({len(devices)} chips) …", file=sys.stderr,
           flush=True)
-    compiled[key] = _checked(lambda: compile_lowered(step, limit, args.topology, len(devices)),
-                             path, run, args.topology, "compile")
+    compiled[key] = _checked(
+        lambda: compile_lowered(step, limit, options.topology, len(devices)), path, run,
+        options.topology, "compile")
     reports.append(compiled[key])
     print(table(reports[-1:]), file=sys.stderr, flush=True)
+  return reports
+
+
+def _main(argv: list[str] | None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  overrides, rest = config_files.split_overrides(argv)
+  reports = compile_configs(cli.parse_options(AotOptions, rest, prog="python -m slm_jax.aot",
+                                              doc=__doc__), overrides)
   print(table(reports))
   too_big = [r for r in reports if not r.fits]
   if too_big:

@@ -30,21 +30,30 @@ from slm_jax import prepare as prepare_cli
 from slm_jax.parse import __main__ as parse_cli
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.beam_pipelines", description=__doc__)
-  stages = parser.add_subparsers(dest="stage", required=True)
-  for name, base in (("parse", parse_cli._parser()), ("prepare", prepare_cli._parser())):  # pylint: disable=protected-access
-    sub = stages.add_parser(name, parents=[base], add_help=False, conflict_handler="resolve",
-                            description=base.description,
-                            formatter_class=base.formatter_class)
-    sub.add_argument("--num_shards", type=int, default=64,
-                     help="shards of the stage (a few per worker: the engine balances them)")
-    sub.add_argument("--workers", type=int, default=1,
-                     help="worker processes of the local DirectRunner (other runners: their own "
-                     "options)")
-  stages.choices["prepare"].add_argument(
-      "--redo", action="store_true", help="prepare shards that already have a manifest again")
-  return parser
+@cli.options
+class PipelineOptions:
+  """The flags both stages add to their shard CLI's."""
+
+  num_shards: int = cli.option(64, help="shards of the stage (a few per worker: the engine "
+                               "balances them)")
+  workers: int = cli.option(1, help="worker processes of the local DirectRunner (other runners:"
+                            " their own options)")
+
+
+@cli.options
+class BeamParseOptions(PipelineOptions, parse_cli.ParseOptions):
+  """`parse`: every flag of `python -m slm_jax.parse`, run as one pipeline."""
+
+
+@cli.options
+class BeamPrepareOptions(PipelineOptions, prepare_cli.PrepareOptions):
+  """`prepare`: every flag of `python -m slm_jax.prepare`, run as one pipeline."""
+
+  redo: bool = cli.option(False, help="prepare shards that already have a manifest again")
+
+
+COMMANDS = {"parse": (BeamParseOptions, parse_cli.__doc__),
+            "prepare": (BeamPrepareOptions, prepare_cli.__doc__)}
 
 
 def pipeline_options(extra: list[str], workers: int):
@@ -58,37 +67,32 @@ def pipeline_options(extra: list[str], workers: int):
   return PipelineOptions(flags)
 
 
-def _stage_options(args):
-  """The parse flags as `StageOptions`, as `python -m slm_jax.parse` reads them."""
-  from slm_jax.parse.stage import StageOptions  # pylint: disable=g-import-not-at-top
-  return StageOptions(text_field=args.text_field, id_field=args.id_field,
-                      input_format=args.input_format, output_format=args.output_format,
-                      max_words=args.max_words, batch_sentences=args.batch_size,
-                      cache_dir=None if args.no_cache else args.cache_dir, force=args.force)
-
-
-def _run(args, extra: list[str]) -> tuple[str, object]:
+def run_stage(stage: str, options: BeamParseOptions | BeamPrepareOptions,
+              extra: list[str]) -> tuple[str, object]:
+  """Runs `stage` (parse or prepare) as one Beam pipeline (`extra`: its pipeline options);
+  (the counters' namespace, the finished result)."""
   import apache_beam as beam  # pylint: disable=g-import-not-at-top
-  if args.shard != (0, 1):
+  if options.shard != (0, 1):
     raise cli.CliError("--shard: the Beam pipeline runs every shard; give --num_shards")
-  if not args.inputs or not args.output:
+  if not options.inputs or not options.output:
     raise cli.CliError("give INPUT… and --output")
-  pipeline = beam.Pipeline(options=pipeline_options(extra, args.workers))
-  if args.stage == "parse":
+  pipeline = beam.Pipeline(options=pipeline_options(extra, options.workers))
+  if stage == "parse":
     from slm_jax.parse import beam_parse  # pylint: disable=g-import-not-at-top
-    if args.report:
+    if options.report:
       raise cli.CliError("--report: use python -m slm_jax.parse --report OUTPUT")
-    beam_parse.build(pipeline, args.inputs, args.output, args.num_shards, backend=args.backend,
-                     model=args.model, batch_size=args.batch_size,
-                     options=_stage_options(args))
+    beam_parse.build(pipeline, list(options.inputs), options.output, options.num_shards,
+                     backend=options.backend, model=options.model,
+                     batch_size=options.batch_size, options=parse_cli.stage_options(options))
     namespace = beam_parse.COUNTER_NAMESPACE
   else:
     from slm_jax.data import beam_prepare  # pylint: disable=g-import-not-at-top
-    beam_prepare.build(pipeline, args.inputs, args.output, args.num_shards,
-                       skip_done=not args.redo, fmt=args.format, lenient=not args.strict,
-                       sentences_as_documents=args.sentences_as_documents,
-                       records_per_file=args.records_per_file,
-                       allow_partial=args.allow_partial)
+    beam_prepare.build(pipeline, list(options.inputs), options.output, options.num_shards,
+                       skip_done=not options.redo, fmt=options.format,
+                       lenient=not options.strict,
+                       sentences_as_documents=options.sentences_as_documents,
+                       records_per_file=options.records_per_file,
+                       allow_partial=options.allow_partial)
     namespace = beam_prepare.COUNTER_NAMESPACE
   result = pipeline.run()
   result.wait_until_finish()
@@ -96,15 +100,16 @@ def _run(args, extra: list[str]) -> tuple[str, object]:
 
 
 def _main(argv: list[str] | None) -> int:
-  args, extra = _parser().parse_known_args(argv)  # --help works without the beam extra
+  stage, options, extra = cli.parse_command(  # --help works without the beam extra
+      COMMANDS, argv, prog="python -m slm_jax.beam_pipelines", doc=__doc__, known=True)
   from slm_jax.data.beam_prepare import counters  # pylint: disable=g-import-not-at-top
   started = time.time()
-  namespace, result = _run(args, extra)
+  namespace, result = run_stage(stage, options, extra)
   seconds = time.time() - started
   counts = counters(result, namespace)
   shown = "; ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
-  print(f"{args.stage}: {args.num_shards} shards into {args.output} in {seconds:.1f} s "
-        f"({args.workers} worker(s)): {shown}")
+  print(f"{stage}: {options.num_shards} shards into {options.output} in {seconds:.1f} s "
+        f"({options.workers} worker(s)): {shown}")
   return cli.EXIT_OK
 
 

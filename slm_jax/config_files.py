@@ -238,8 +238,9 @@ class ConfigLoader:
     return field.default if field.default_factory is dataclasses.MISSING else (
         field.default_factory())
 
-  def flag_values(self, args: argparse.Namespace) -> dict[str, Any]:
-    """The alias flags given on the command line (argparse default None = not given)."""
+  def flag_values(self, args: Any) -> dict[str, Any]:
+    """The alias flags given on the command line (`args`: a CLI's options or an argparse
+    namespace; None = not given)."""
     return {name: getattr(args, name) for name in self.aliases
             if getattr(args, name, None) is not None}
 

@@ -110,57 +110,64 @@ def draw_masks(explained: dict, out: str):
   return figure
 
 
-def _documents(args, report: ptb.ReadReport) -> Iterable[list[Tree]]:
-  if args.embedded:
+@cli.options
+class ExplainOptions:
+  """The flags of `python -m slm_jax.explain` (the module docstring)."""
+
+  files: tuple[str, ...] = cli.option((), positional=True, help="PTB files (default: stdin)")
+  configuration: str | None = cli.option(None, help="a SPEC §5 name: " +
+                                         ", ".join(configurations.CONFIGURATIONS))
+  linearization: str | None = cli.option(None, choices=SCHEMES)
+  attention: str | None = cli.option(None, help="causal, tg, tg_nomask, tg_nomask_aug or "
+                                     "mix(A,B)")
+  sentences: bool = cli.option(False, help="every tree is its own document")
+  seed: int = cli.option(0, help="lin1_shuf seed")
+  lenient: bool = cli.option(False, help="skip malformed trees (counted on stderr) instead of "
+                             "failing")
+  embedded: int = cli.option(0, metavar="N", help="explain N documents of the embedded "
+                             "treebank instead of files")
+  embedded_seed: int = cli.option(0)
+  format: str = cli.option("json", choices=("json", "table", "png"),
+                           help="png: draw the first document's attention mask into --out")
+  out: str | None = cli.option(None, help="the picture of --format=png (.png, .pdf, .svg)")
+
+  def validate(self) -> None:
+    if self.format == "png" and not self.out:
+      raise cli.CliError("--format=png needs --out=FILE.png")
+
+
+def _documents(options: ExplainOptions, report: ptb.ReadReport) -> Iterable[list[Tree]]:
+  if options.embedded:
     from slm_jax.corpus import treebank  # pylint: disable=g-import-not-at-top
-    yield from treebank.generate_documents(args.embedded, seed=args.embedded_seed)
+    yield from treebank.generate_documents(options.embedded, seed=options.embedded_seed)
     return
-  if args.files:  # files and folders (each file one document), empty files counted
-    yield from ptb.read_documents(args.files, sentences=args.sentences, lenient=args.lenient,
-                                  report=report)
+  if options.files:  # files and folders (each file one document), empty files counted
+    yield from ptb.read_documents(list(options.files), sentences=options.sentences,
+                                  lenient=options.lenient, report=report)
     return
-  trees = ptb.parse_trees(sys.stdin.read(), source="<stdin>", lenient=args.lenient, report=report)
+  trees = ptb.parse_trees(sys.stdin.read(), source="<stdin>", lenient=options.lenient,
+                          report=report)
   if not trees:
     report.empty_files += 1
-  yield from ([t] for t in trees) if args.sentences else ([trees] if trees else [])
+  yield from ([t] for t in trees) if options.sentences else ([trees] if trees else [])
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.explain", description=__doc__)
-  parser.add_argument("files", nargs="*", help="PTB files (default: stdin)")
-  parser.add_argument("--configuration", help="a SPEC §5 name: " +
-                      ", ".join(configurations.CONFIGURATIONS))
-  parser.add_argument("--linearization", choices=SCHEMES)
-  parser.add_argument("--attention", help="causal, tg, tg_nomask, tg_nomask_aug or mix(A,B)")
-  parser.add_argument("--sentences", action="store_true", help="every tree is its own document")
-  parser.add_argument("--seed", type=int, default=0, help="lin1_shuf seed")
-  parser.add_argument("--lenient", action="store_true",
-                      help="skip malformed trees (counted on stderr) instead of failing")
-  parser.add_argument("--embedded", type=int, default=0, metavar="N",
-                      help="explain N documents of the embedded treebank instead of files")
-  parser.add_argument("--embedded_seed", type=int, default=0)
-  parser.add_argument("--format", choices=("json", "table", "png"), default="json",
-                      help="png: draw the first document's attention mask into --out")
-  parser.add_argument("--out", help="the picture of --format=png (.png, .pdf, .svg)")
-  return parser
-
-
-def _main(argv: list[str] | None) -> int:
-  args = _parser().parse_args(argv)
-  if args.format == "png" and not args.out:
-    raise cli.CliError("--format=png needs --out=FILE.png")
-  configuration = configurations.resolve(args.configuration, args.linearization, args.attention)
+def explain(options: ExplainOptions) -> int:
+  """Prints what `options`' configuration sees of each document (or draws the first one's
+  attention); the exit code."""
+  configuration = configurations.resolve(options.configuration, options.linearization,
+                                         options.attention)
   report = ptb.ReadReport()
   count = 0
   try:
-    for document in _documents(args, report):
+    for document in _documents(options, report):
       count += 1
-      explained = explain_document(document, configuration, seed=args.seed)
-      if args.format == "png":
-        draw_masks(explained, args.out)
-        print(f"wrote {args.out}: the attention of {len(explained['tokens'])} tokens")
+      explained = explain_document(document, configuration, seed=options.seed)
+      if options.format == "png":
+        draw_masks(explained, options.out)
+        print(f"wrote {options.out}: the attention of {len(explained['tokens'])} tokens")
         break
-      if args.format == "json":
+      if options.format == "json":
         print(json.dumps(explained, separators=(",", ":")))
       else:
         print(format_table(explained) + "\n")
@@ -168,12 +175,17 @@ def _main(argv: list[str] | None) -> int:
     sys.stderr.close()
     return 0
   if not count:
-    where = ", ".join(args.files) if args.files else "stdin"
+    where = ", ".join(options.files) if options.files else "stdin"
     summary = "; ".join(line.strip() for line in report.summary().splitlines())
     raise cli.CliError(f"no trees to explain in {where} ({summary})")
   if report.noteworthy:
     print(f"explain: {report.summary()}", file=sys.stderr)
   return 0
+
+
+def _main(argv: list[str] | None) -> int:
+  return explain(cli.parse_options(ExplainOptions, argv, prog="python -m slm_jax.explain",
+                                   doc=__doc__))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,33 +40,40 @@ def export(workdir: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
   return out
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.export", description=__doc__)
-  source = parser.add_mutually_exclusive_group(required=True)
-  source.add_argument("--checkpoint", help="the model to export: a slm_jax training workdir (a "
-                      "LlamaForCausalLM folder) or a .gguf file (a safetensors folder)")
-  source.add_argument("--workdir", help="the old spelling of --checkpoint=WORKDIR")
-  parser.add_argument("--out", required=True, help="the folder to write (HF layout)")
-  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
-  parser.add_argument("--dtype", choices=DTYPES, default="float32",
-                      help="dtype of the written tensors (default float32)")
-  parser.add_argument("--force", action="store_true",
-                      help="replace a non-empty --out (its whole content)")
-  args = parser.parse_args(argv)
-  if args.workdir:
-    print("note: --workdir is the old spelling of --checkpoint (which names any model)",
-          file=sys.stderr, flush=True)
-  path = args.checkpoint or args.workdir
+@cli.options
+class ExportOptions:
+  """The flags of `python -m slm_jax.export` (the module docstring)."""
+
+  checkpoint: str | None = cli.option(
+      None, exclusive=cli.Exclusive("source", required=True), help="the model to export: a "
+      "slm_jax training workdir (a LlamaForCausalLM folder) or a .gguf file (a safetensors "
+      "folder)", renamed={"--workdir": "the old spelling of --checkpoint=WORKDIR"},
+      renamed_note="which names any model")
+  out: str = cli.option(help="the folder to write (HF layout)")
+  step: int | None = cli.option(None, help="checkpoint step (default: newest)")
+  dtype: str = cli.option("float32", choices=DTYPES,
+                          help="dtype of the written tensors (default float32)")
+  force: bool = cli.option(False, help="replace a non-empty --out (its whole content)")
+
+
+def export_model(options: ExportOptions) -> None:
+  """Exports `--checkpoint` (a workdir: a Llama folder; a GGUF file: a safetensors folder)."""
+  path = options.checkpoint
   kind = models.model_kind(path)  # the one rule of what a model path is
   if kind == models.HF_FOLDER:
     raise cli.CliError(f"--checkpoint={path} is already a Hugging Face folder: nothing to "
                        "export (score or evaluate it as it is)")
   if kind == models.GGUF:
-    if args.step is not None:
+    if options.step is not None:
       raise cli.CliError(f"--step reads a training workdir's checkpoints; {path} is a GGUF file")
-    export_gguf(path, args.out, dtype=args.dtype, force=args.force)
+    export_gguf(path, options.out, dtype=options.dtype, force=options.force)
   else:
-    export(path, args.out, step=args.step, dtype=args.dtype, force=args.force)
+    export(path, options.out, step=options.step, dtype=options.dtype, force=options.force)
+
+
+def main(argv: list[str] | None = None) -> int:
+  export_model(cli.parse_options(ExportOptions, argv, prog="python -m slm_jax.export",
+                                 doc=__doc__))
   return cli.EXIT_OK
 
 

@@ -31,7 +31,6 @@ the same names), then `--config.KEY=VALUE` (every key, e.g. `--config.min_lr=1e-
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pathlib
 import sys
@@ -57,46 +56,60 @@ def _seeds(text: str) -> tuple[int, ...]:
   return seeds
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  """(the flags, the `--config.KEY=VALUE` overrides) of a command line."""
-  parser = cli.ArgumentParser(prog="slm_jax.finetune", description=__doc__.split("\n\n")[0])
-  default = lambda key, text="": f"{text}{'; ' if text else ''}default {LOADER.default(key)}"
-  LOADER.add_config_argument(parser)
-  parser.add_argument("--task", help=", ".join(finetune_settings.TASK_DEFAULTS))
-  parser.add_argument("--workdir", required=True, help="the trained run to start from")
-  parser.add_argument("--out", required=True, help="output folder: one OUT/seed<S>/ per seed")
-  parser.add_argument("--data_dir", "--downstream_data", dest="data_dir", default=None,
-                      help="the task's data folder (default: ../shared/data/<task>)")
-  parser.add_argument("--seeds", default=DEFAULT_SEEDS, type=_seeds)
-  parser.add_argument("--epochs", help="default: 3 (xsum), 5 (boolq)")
-  parser.add_argument("--lr", help="default: 6e-5 (xsum), 3e-4 (boolq)")
-  parser.add_argument("--batch_size", help="default: 40")
-  parser.add_argument("--max_len", help=default("max_len", "tokens per row"))
-  parser.add_argument("--warmup_steps", help=default("warmup_steps"))
-  parser.add_argument("--limit", help=default("limit", "first N training examples (0 = all)"))
-  parser.add_argument("--micro_batches", help=default(
+def _default_help(key: str, text: str = "") -> str:
+  return f"{text}{'; ' if text else ''}default {LOADER.default(key)}"
+
+
+@cli.options
+class FinetuneOptions:
+  """The flags of `python -m slm_jax.finetune` (the module docstring); the ones spelled like a
+  settings key are given to the config loader as text (None: not given)."""
+
+  config: str | None = cli.option(None, help="FILE|NAME (see below)")
+  task: str | None = cli.option(None, help=", ".join(finetune_settings.TASK_DEFAULTS))
+  workdir: str = cli.option(help="the trained run to start from")
+  out: str = cli.option(help="output folder: one OUT/seed<S>/ per seed")
+  data_dir: str | None = cli.option(None, aliases=("--downstream_data",),
+                                    help="the task's data folder (default: "
+                                    "../shared/data/<task>)")
+  seeds: tuple[int, ...] = cli.option(_seeds(DEFAULT_SEEDS), type=_seeds, repeat=False)
+  epochs: str | None = cli.option(None, help="default: 3 (xsum), 5 (boolq)")
+  lr: str | None = cli.option(None, help="default: 6e-5 (xsum), 3e-4 (boolq)")
+  batch_size: str | None = cli.option(None, help="default: 40")
+  max_len: str | None = cli.option(None, help=_default_help("max_len", "tokens per row"))
+  warmup_steps: str | None = cli.option(None, help=_default_help("warmup_steps"))
+  limit: str | None = cli.option(None, help=_default_help(
+      "limit", "first N training examples (0 = all)"))
+  micro_batches: str | None = cli.option(None, help=_default_help(
       "micro_batches", "gradient accumulation inside a step (the same update, less memory)"))
-  parser.add_argument("--tree_source", help=default(
+  tree_source: str | None = cli.option(None, help=_default_help(
       "tree_source", "trees of the text: parser | parser:DIR | flat | file:PATH"))
-  parser.add_argument("--log_every", help=default("log_every"))
-  parser.add_argument("--checkpoint_every", help=default("checkpoint_every"))
-  parser.add_argument("--xsum_train", help=default(
+  log_every: str | None = cli.option(None, help=_default_help("log_every"))
+  checkpoint_every: str | None = cli.option(None, help=_default_help("checkpoint_every"))
+  xsum_train: str | None = cli.option(None, help=_default_help(
       "xsum_train", "subset (the paper's 17,904 rows) | full (the whole train split)"))
-  parser.add_argument("--xsum_train_ids", help=default(
+  xsum_train_ids: str | None = cli.option(None, help=_default_help(
       "xsum_train_ids", "a JSON list of XSum ids for the subset (e.g. the paper code's "
       "datatools/save_ids.json); empty: derived by HELM's filter"))
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[FinetuneOptions, list[str]]:
+  """(the flags, the `--config.KEY=VALUE` overrides) of a command line."""
   overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
-  return parser.parse_args(rest), overrides
+  options = cli.parse_options(FinetuneOptions, rest, prog="slm_jax.finetune",
+                              doc=__doc__.split("\n\n")[0], epilog=LOADER.describe())
+  return options, overrides
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  args, overrides = parse_args(argv)
-  workdir = pathlib.Path(args.workdir)
+def finetune_run(options: FinetuneOptions, overrides: Sequence[str] = ()) -> int:
+  """Fine-tunes `options.workdir` for every seed (settings: `--config`, the flags, then
+  `overrides`); the exit code."""
+  workdir = pathlib.Path(options.workdir)
   if not workdir.is_dir():
     raise cli.CliError(f"--workdir={workdir}: no such folder (give a trained run's workdir)")
-  settings = LOADER.load(args.config, overrides, LOADER.flag_values(args),
+  settings = LOADER.load(options.config, overrides, LOADER.flag_values(options),
                          extra={"source": str(workdir.resolve())})
-  data_dir = (pathlib.Path(args.data_dir) if args.data_dir
+  data_dir = (pathlib.Path(options.data_dir) if options.data_dir
               else cli.shared_data(settings.task, "--data_dir"))
   from slm_jax.downstream import olmo_data  # pylint: disable=g-import-not-at-top
   if not data_dir.is_dir() and not (data_dir.is_file() and olmo_data.OlmoData.find(data_dir)):
@@ -104,11 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "download folder, or the paper code's olmo_data folder or wheel)")
   if settings.task == "xsum" and olmo_data.OlmoData.find(data_dir) is not None:
     raise cli.CliError(f"--data_dir: {olmo_data.absent('xsum')}")
-  with locks.writer_lock(args.out, what="fine-tuning"):  # one writer; a read-only OUT fails here
-    return _finetune(args, settings, workdir, data_dir)
+  with locks.writer_lock(options.out, what="fine-tuning"):  # one writer; a read-only OUT fails
+    # here
+    return _finetune(options, settings, workdir, data_dir)
 
 
-def _finetune(args: argparse.Namespace, settings, workdir: pathlib.Path,
+def main(argv: Sequence[str] | None = None) -> int:
+  return finetune_run(*parse_args(argv))
+
+
+def _finetune(options: FinetuneOptions, settings, workdir: pathlib.Path,
               data_dir: pathlib.Path) -> int:
   from slm_jax.downstream import finetune  # pylint: disable=g-import-not-at-top  # after flags
   from slm_jax.downstream.finetune_data import encode_rows  # pylint: disable=g-import-not-at-top
@@ -129,7 +147,7 @@ def _finetune(args: argparse.Namespace, settings, workdir: pathlib.Path,
                             log=log)
   trees = dict(encoder.tree_source.stats) if encoder.tree_source is not None else {}
   log(f"{settings.task} train: {stats.summary()}" + (f"; trees {trees}" if trees else ""))
-  summaries = finetune.finetune_seeds(loaded, rows, stats, settings, args.seeds, args.out,
+  summaries = finetune.finetune_seeds(loaded, rows, stats, settings, options.seeds, options.out,
                                       log=log)
   for summary in summaries:
     print(f"seed {summary['seed']}: {summary['steps']} steps, final loss "

@@ -80,19 +80,26 @@ def draw(runs: Sequence[tuple[str, Curves]], out: str | pathlib.Path):
   return figure
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.plot", description=__doc__)
-  parser.add_argument("--workdir", action="append", required=True, help="a run; repeat to compare")
-  parser.add_argument("--out", required=True, help="the picture (.png, .pdf, .svg)")
-  return parser
+@cli.options
+class PlotOptions:
+  """The flags of `python -m slm_jax.plot` (the module docstring)."""
+
+  workdir: tuple[str, ...] = cli.option(help="a run; repeat to compare")
+  out: str = cli.option(help="the picture (.png, .pdf, .svg)")
+
+
+def plot_runs(options: PlotOptions) -> list[str]:
+  """Draws the curves of `options.workdir` into `options.out`; the labels of the runs."""
+  labels = distinct_labels([pathlib.Path(w).name for w in options.workdir],
+                           list(options.workdir))
+  draw([(label, load_curves(w)) for label, w in zip(labels, options.workdir)], options.out)
+  return labels
 
 
 def _main(argv: list[str] | None) -> int:
-  args = _parser().parse_args(argv)
-  labels = distinct_labels([pathlib.Path(w).name for w in args.workdir], args.workdir)
-  runs = [(label, load_curves(w)) for label, w in zip(labels, args.workdir)]
-  draw(runs, args.out)
-  print(f"wrote {args.out}: {', '.join(label for label, _ in runs)}")
+  options = cli.parse_options(PlotOptions, argv, prog="python -m slm_jax.plot", doc=__doc__)
+  labels = plot_runs(options)
+  print(f"wrote {options.out}: {', '.join(labels)}")
   return cli.EXIT_OK
 
 

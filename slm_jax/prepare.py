@@ -29,32 +29,43 @@ from slm_jax.data.documents import RECORDS_PER_FILE, prepare
 from slm_jax.inputs import AUTO, TREE_INPUTS
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.prepare", description=__doc__)
-  parser.add_argument("inputs", nargs="+", help="PTB files/folders, JSONL files, parse outputs")
-  parser.add_argument("--output", required=True, help="folder for the ArrayRecord shards")
-  cli.add_shard_argument(parser)
-  parser.add_argument("--format", default=AUTO, choices=(AUTO, *TREE_INPUTS.formats))
-  parser.add_argument("--strict", action="store_true",
-                      help="stop at the first malformed tree (default: skip and count)")
-  parser.add_argument("--sentences_as_documents", action="store_true",
-                      help="one document per tree instead of per file / JSONL line")
-  parser.add_argument("--records_per_file", type=int, default=RECORDS_PER_FILE)
-  parser.add_argument("--allow_partial", action="store_true",
-                      help="prepare the finished shards of an unfinished parse (counted)")
-  return parser
+PROG = "python -m slm_jax.prepare"
 
 
-def _main(argv: list[str] | None) -> int:
-  args = _parser().parse_args(argv)
-  index, count = args.shard
-  with locks.writer_lock(args.output, what="prepare", part=f"{index}-of-{count}"):
-    result = prepare(args.inputs, args.output, shard=args.shard, fmt=args.format,
-                     lenient=not args.strict, sentences_as_documents=args.sentences_as_documents,
-                     records_per_file=args.records_per_file, allow_partial=args.allow_partial)
+@cli.options
+class PrepareOptions:
+  """The flags of `python -m slm_jax.prepare` (the module docstring)."""
+
+  inputs: tuple[str, ...] = cli.option(positional=True, help="PTB files/folders, JSONL files, "
+                                       "parse outputs")
+  output: str = cli.option(help="folder for the ArrayRecord shards")
+  shard: tuple[int, int] = cli.shard_option()
+  format: str = cli.option(AUTO, choices=(AUTO, *TREE_INPUTS.formats))
+  strict: bool = cli.option(False, help="stop at the first malformed tree (default: skip and "
+                            "count)")
+  sentences_as_documents: bool = cli.option(False, help="one document per tree instead of per "
+                                            "file / JSONL line")
+  records_per_file: int = cli.option(RECORDS_PER_FILE)
+  allow_partial: bool = cli.option(False, help="prepare the finished shards of an unfinished "
+                                   "parse (counted)")
+
+
+def prepare_shard(options: PrepareOptions) -> None:
+  """Prepares this shard of `options.inputs` into `options.output` and prints its counts."""
+  index, count = options.shard
+  with locks.writer_lock(options.output, what="prepare", part=f"{index}-of-{count}"):
+    result = prepare(list(options.inputs), options.output, shard=options.shard,
+                     fmt=options.format, lenient=not options.strict,
+                     sentences_as_documents=options.sentences_as_documents,
+                     records_per_file=options.records_per_file,
+                     allow_partial=options.allow_partial)
   counts = result.counts
   print(f"{result.manifest}: {counts.summary('prepare')}\n  {counts.tokens_out:,} lin1 tokens in "
         f"{result.seconds:.1f} s ({counts.tokens_out / max(result.seconds, 1e-9):,.0f} tokens/s)")
+
+
+def _main(argv: list[str] | None) -> int:
+  prepare_shard(cli.parse_options(PrepareOptions, argv, prog=PROG, doc=__doc__))
   return cli.EXIT_OK
 
 

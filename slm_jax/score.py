@@ -163,52 +163,66 @@ def score_lines(source: Source, sequences: list[list[int]], out: TextIO, *, topk
   return len(sequences), nonfinite
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.score", description=__doc__)
-  parser.add_argument("--checkpoint", required=True,
-                      help="HF checkpoint folder, .gguf file or workdir")
-  inputs = parser.add_mutually_exclusive_group(required=True)
-  inputs.add_argument("--text_file", type=pathlib.Path, help="one text per line")
-  inputs.add_argument("--ids_file", type=pathlib.Path, help="one id sequence per line")
-  parser.add_argument("--out", type=pathlib.Path, default=None, help="JSONL (default stdout)")
-  parser.add_argument("--dtype", choices=DTYPES, default="float32")
-  parser.add_argument("--topk", type=int, default=0, help="top-N next tokens per position")
-  parser.add_argument("--bos", action="store_true", help="prepend the BOS token to texts")
-  parser.add_argument("--batch_size", type=int, default=8)
-  parser.add_argument("--fsdp", type=int, default=1,
-                      help="shard an HF checkpoint's parameters over this many devices")
-  args = parser.parse_args(argv)
-  if args.topk < 0:
-    raise cli.CliError(f"--topk={args.topk} must be ≥ 0")
-  path = args.text_file or args.ids_file
-  flag = "--text_file" if args.text_file else "--ids_file"
+INPUTS = cli.Exclusive("inputs", required=True)
+
+
+@cli.options
+class ScoreOptions:
+  """The flags of `python -m slm_jax.score` (the module docstring)."""
+
+  checkpoint: str = cli.option(help="HF checkpoint folder, .gguf file or workdir")
+  text_file: pathlib.Path | None = cli.option(None, exclusive=INPUTS, help="one text per line")
+  ids_file: pathlib.Path | None = cli.option(None, exclusive=INPUTS,
+                                             help="one id sequence per line")
+  out: pathlib.Path | None = cli.option(None, help="JSONL (default stdout)")
+  dtype: str = cli.option("float32", choices=DTYPES)
+  topk: int = cli.option(0, help="top-N next tokens per position")
+  bos: bool = cli.option(False, help="prepend the BOS token to texts")
+  batch_size: int = cli.option(8)
+  fsdp: int = cli.option(1, help="shard an HF checkpoint's parameters over this many devices")
+
+  def validate(self) -> None:
+    if self.topk < 0:
+      raise cli.CliError(f"--topk={self.topk} must be ≥ 0")
+
+
+def score(options: ScoreOptions) -> int:
+  """Scores the lines of `options`' input file to `--out` (or stdout); the exit code (1: some
+  log-probs are not finite)."""
+  path = options.text_file or options.ids_file
+  flag = "--text_file" if options.text_file else "--ids_file"
   if path.is_dir():
     raise cli.CliError(f"{flag}={path}: is a folder; give a file (one line per sequence)")
   if not path.is_file():
     raise cli.CliError(f"{flag}={path}: no such file")
   lines = files.read_lines(path)  # before the checkpoint loads: bad input fails at once
-  sequences = read_ids(path) if args.ids_file else None
-  source = open_checkpoint(args.checkpoint, args.dtype, args.fsdp)
+  sequences = read_ids(path) if options.ids_file else None
+  source = open_checkpoint(options.checkpoint, options.dtype, options.fsdp)
   if sequences is None:
-    sequences = [source.encode(line, args.bos) if line.strip() else [] for line in lines]
+    sequences = [source.encode(line, options.bos) if line.strip() else [] for line in lines]
   check_lengths(sequences, source, path)
   unknown = sum(i == source.unk_id for ids in sequences for i in ids)
   if unknown:
     print(f"warning: {path}: {unknown} of {sum(map(len, sequences))} tokens are the tokenizer's "
           "unknown token (each record's `unknown` counts its own)", file=sys.stderr)
-  if args.out is None:
-    count, nonfinite = score_lines(source, sequences, sys.stdout, topk=args.topk,
-                                   batch_size=args.batch_size)
+  if options.out is None:
+    count, nonfinite = score_lines(source, sequences, sys.stdout, topk=options.topk,
+                                   batch_size=options.batch_size)
   else:
-    with open(args.out, "w", encoding="utf-8") as out:
-      count, nonfinite = score_lines(source, sequences, out, topk=args.topk,
-                                     batch_size=args.batch_size)
-    print(f"scored {count} lines → {args.out}", file=sys.stderr)
+    with open(options.out, "w", encoding="utf-8") as out:
+      count, nonfinite = score_lines(source, sequences, out, topk=options.topk,
+                                     batch_size=options.batch_size)
+    print(f"scored {count} lines → {options.out}", file=sys.stderr)
   if nonfinite:
     print(f"error: {nonfinite} log-probs are not finite (written as null): the model's output "
           "overflowed; try --dtype=float32", file=sys.stderr)
     return cli.EXIT_INCOMPLETE
   return cli.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+  return score(cli.parse_options(ScoreOptions, argv, prog="python -m slm_jax.score",
+                                 doc=__doc__))
 
 
 if __name__ == "__main__":

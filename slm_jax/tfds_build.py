@@ -32,41 +32,51 @@ def _split(text: str) -> tuple[str, list[str]]:
   return name, paths.split(",")
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.tfds_build", description=__doc__)
-  parser.add_argument("inputs", nargs="*", help="the train split: PTB, JSONL, parse outputs")
-  parser.add_argument("--output", required=True, help="the TFDS data_dir to build into")
-  parser.add_argument("--name", required=True, help="corpus name: the dataset is slm_corpus/NAME")
-  parser.add_argument("--split", action="append", default=[], type=_split,
-                      help="NAME=PATH[,PATH…]: another split (repeat)")
-  parser.add_argument("--format", default=AUTO, choices=(AUTO, *TREE_INPUTS.formats))
-  parser.add_argument("--strict", action="store_true",
-                      help="stop at the first malformed tree (default: skip and count)")
-  parser.add_argument("--sentences_as_documents", action="store_true",
-                      help="one document per tree instead of per file / JSONL line")
-  parser.add_argument("--allow_partial", action="store_true",
-                      help="build from the finished shards of an unfinished parse (counted)")
-  parser.add_argument("--beam", default="auto", choices=tuple(_BEAM),
-                      help="read the inputs with Apache Beam (auto: when it is installed)")
-  parser.add_argument("--beam_options", default="", help="Beam pipeline flags (one string)")
-  parser.add_argument("--overwrite", action="store_true", help="rebuild an existing build")
-  return parser
+@cli.options
+class TfdsBuildOptions:
+  """The flags of `python -m slm_jax.tfds_build` (the module docstring)."""
+
+  inputs: tuple[str, ...] = cli.option((), positional=True,
+                                       help="the train split: PTB, JSONL, parse outputs")
+  output: str = cli.option(help="the TFDS data_dir to build into")
+  name: str = cli.option(help="corpus name: the dataset is slm_corpus/NAME")
+  split: tuple[tuple[str, list[str]], ...] = cli.option(
+      (), type=_split, help="NAME=PATH[,PATH…]: another split (repeat)")
+  format: str = cli.option(AUTO, choices=(AUTO, *TREE_INPUTS.formats))
+  strict: bool = cli.option(False, help="stop at the first malformed tree (default: skip and "
+                            "count)")
+  sentences_as_documents: bool = cli.option(False, help="one document per tree instead of per "
+                                            "file / JSONL line")
+  allow_partial: bool = cli.option(False, help="build from the finished shards of an unfinished"
+                                   " parse (counted)")
+  beam: str = cli.option("auto", choices=tuple(_BEAM), help="read the inputs with Apache Beam "
+                         "(auto: when it is installed)")
+  beam_options: str = cli.option("", help="Beam pipeline flags (one string)")
+  overwrite: bool = cli.option(False, help="rebuild an existing build")
+
+  def validate(self) -> None:
+    if self.inputs and "train" in dict(self.split):
+      raise cli.CliError("split train is given twice: positional inputs and --split=train=…")
+    if not self.inputs and not self.split:
+      raise cli.CliError("no inputs: give the train split's paths (or --split=NAME=PATH)")
+
+
+def build(options: TfdsBuildOptions):
+  """Builds the TFDS corpus of `options` (`tfds_corpus.build_corpus`'s result)."""
+  splits = dict(options.split)
+  if options.inputs:
+    splits = {"train": list(options.inputs), **splits}
+  from slm_jax.data.tfds_corpus import build_corpus  # pylint: disable=g-import-not-at-top
+  return build_corpus(splits, options.output, name=options.name, fmt=options.format,
+                      lenient=not options.strict,
+                      sentences_as_documents=options.sentences_as_documents,
+                      allow_partial=options.allow_partial, beam=_BEAM[options.beam],
+                      beam_options=options.beam_options, overwrite=options.overwrite)
 
 
 def _main(argv: list[str] | None) -> int:
-  args = _parser().parse_args(argv)
-  splits = dict(args.split)
-  if args.inputs:
-    if "train" in splits:
-      raise cli.CliError("split train is given twice: positional inputs and --split=train=…")
-    splits = {"train": args.inputs, **splits}
-  if not splits:
-    raise cli.CliError("no inputs: give the train split's paths (or --split=NAME=PATH)")
-  from slm_jax.data.tfds_corpus import build_corpus  # pylint: disable=g-import-not-at-top
-  result = build_corpus(splits, args.output, name=args.name, fmt=args.format,
-                        lenient=not args.strict, sentences_as_documents=args.sentences_as_documents,
-                        allow_partial=args.allow_partial, beam=_BEAM[args.beam],
-                        beam_options=args.beam_options, overwrite=args.overwrite)
+  result = build(cli.parse_options(TfdsBuildOptions, argv, prog="python -m slm_jax.tfds_build",
+                                   doc=__doc__))
   print(f"{result.path} ({'Beam' if result.beam else 'in process'}, {result.seconds:.1f} s)")
   for split, counts in result.counts.items():
     print(counts.summary(split))

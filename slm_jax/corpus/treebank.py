@@ -17,7 +17,6 @@ prints one bracketed tree per line and a blank line between documents.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import dataclasses
 import sys
@@ -26,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from slm_jax import cli
 from slm_jax.corpus.grammar import HIDDEN, LEXICAL, PHRASE, Pcfg, default_grammar
 from slm_jax.trees import Tree
 
@@ -206,24 +206,37 @@ def write_documents(documents: Sequence[Sequence[Tree]], out) -> None:
       out.write(tree.to_bracketed() + "\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description="Print documents of the embedded treebank.")
-  parser.add_argument("--documents", type=int, default=10, help="number of documents")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--split", choices=sorted(SPLITS), default="train")
-  parser.add_argument("--start", type=int, default=0, help="index of the first document")
-  parser.add_argument("--min-sentences", type=int, default=MIN_SENTENCES)
-  parser.add_argument("--max-sentences", type=int, default=MAX_SENTENCES)
-  parser.add_argument("--out", default=None, help="output file (default: stdout)")
-  args = parser.parse_args(argv)
-  docs = embedded_corpus(args.split, args.documents, args.seed, start=args.start,
-                         min_sentences=args.min_sentences, max_sentences=args.max_sentences)
-  if args.out:
-    with open(args.out, "w", encoding="utf-8") as out:
+@cli.options
+class TreebankOptions:
+  """Print documents of the embedded treebank."""
+
+  documents: int = cli.option(10, help="number of documents")
+  seed: int = cli.option(0)
+  split: str = cli.option("train", choices=sorted(SPLITS))
+  start: int = cli.option(0, help="index of the first document")
+  min_sentences: int = cli.option(MIN_SENTENCES)
+  max_sentences: int = cli.option(MAX_SENTENCES)
+  out: str | None = cli.option(None, help="output file (default: stdout)")
+
+
+def write_corpus(options: TreebankOptions) -> None:
+  """Writes the documents `options` asks for to `options.out` (or stdout)."""
+  docs = embedded_corpus(options.split, options.documents, options.seed, start=options.start,
+                         min_sentences=options.min_sentences, max_sentences=options.max_sentences)
+  if options.out:
+    with open(options.out, "w", encoding="utf-8") as out:
       write_documents(docs, out)
   else:
     write_documents(docs, sys.stdout)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+  write_corpus(cli.parse_options(TreebankOptions, argv, doc=TreebankOptions.__doc__))
   return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return cli.run(_main, argv)
 
 
 if __name__ == "__main__":

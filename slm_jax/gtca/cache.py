@@ -68,19 +68,14 @@ def _max_len(backbone: pathlib.Path, flag: int | None) -> int | None:
   return backbone_context(backbone)
 
 
-def _records(args, index: int, count: int, bad_lines: list[str]):
+def _records(options: CacheOptions, index: int, count: int, bad_lines: list[str]):
   """(records, counts of a --task split or None)."""
-  sources = [flag for flag in ("data", "task", "ptb") if getattr(args, flag)]
-  if len(sources) != 1:
-    raise cli.CliError("give one of --data, --task (with --data_root) or --ptb")
-  if args.task:
-    if not args.data_root:
-      raise cli.CliError("--task needs --data_root (the set's Hugging Face download)")
-    return cache_records.task_records(args.task, args.data_root, args.split, args.limit or None,
-                                      index, count)
-  if args.ptb:
-    return cache_records.ptb_records(args.ptb.split(","), index, count), None
-  return read_records(args.data, index, count, bad_lines), None
+  if options.task:
+    return cache_records.task_records(options.task, options.data_root, options.split,
+                                      options.limit or None, index, count)
+  if options.ptb:
+    return cache_records.ptb_records(options.ptb.split(","), index, count), None
+  return read_records(options.data, index, count, bad_lines), None
 
 
 def _parser_of(arg: str | None, records) -> tuple[Callable[[], Any] | None, str]:
@@ -99,88 +94,107 @@ def _parser_of(arg: str | None, records) -> tuple[Callable[[], Any] | None, str]
   return (lambda: api.load_parser(parser_dir)), parser_identity(parser_dir)
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.cache",
-                              description=__doc__.split("\n\n")[0])
-  parser.add_argument("--data", help="JSONL records (MCQA or sentence, optional `tree`)")
-  parser.add_argument("--task", choices=tuple(SETS), help="a real set read from --data_root")
-  parser.add_argument("--data_root", help="the set's Hugging Face download (or their parent)")
-  parser.add_argument("--split", help="the split of --task (default: its evaluation split)")
-  parser.add_argument("--limit", type=int, default=0,
-                      help="only the first N examples (blimp: N pairs per paradigm; 0: all)")
-  parser.add_argument("--ptb", help="PTB files/folders (comma-separated): sentence records with "
-                      "their own trees, for the UUAS probe's GTCA switch")
-  parser.add_argument("--checkpoint", help="the backbone model: a slm_jax training workdir, a "
-                      "Hugging Face checkpoint folder or a .gguf file")
-  parser.add_argument("--backbone", help="Hugging Face checkpoint folder or tokenizer.json")
-  parser.add_argument("--workdir", help="instead of --backbone: a slm_jax training run")
-  parser.add_argument("--options", type=int, default=None,
-                      help="--workdir: option letters of the prompt tokenizer (default: the "
-                      "set's, else the records' largest, at least 2)")
-  parser.add_argument("--out", required=True, help="the SQLite cache (shards write beside it)")
-  cli.add_shard_argument(parser, "records")
-  parser.add_argument("--parser", default=None,
-                      help="parser folder (default: the shipped GUM), benepar[:MODEL] (the "
-                      "parse extra; MODEL a name in NLTK_DATA or a path, default benepar_en3), "
-                      "or right_branching / random (the weak-parser / random-tree ablations)")
-  parser.add_argument("--max_len", type=int, default=None,
-                      help="left-truncate so a row (prompt + answer letter) has at most N "
-                      "tokens (default: the backbone's context — a checkpoint's "
-                      "max_position_embeddings, a workdir's data.seq_len; 0: never); an "
-                      "explicit N wins, larger or smaller — the trainer reads it from the cache")
-  parser.add_argument("--chat_template", choices=("auto", "on", "off"), default="auto",
-                      help="wrap prompts in the backbone's chat template (auto: if it has one)")
-  parser.add_argument("--bos", action="store_true", help="prepend the backbone's BOS token")
-  parser.add_argument("--block", type=int, default=256, help="records per parse batch")
-  parser.add_argument("--merge", action="store_true", help="join the shard files into --out")
-  args = parser.parse_args(argv)
-  if args.merge:
-    count, rows = merge_shards(args.out)
-    print(f"merged {count} shards into {args.out}: {rows} span trees")
-    return cli.EXIT_OK
-  if args.checkpoint:  # any model (train.models): a workdir's prompt tokenizer, or the checkpoint's
-    from slm_jax.train import models  # pylint: disable=g-import-not-at-top
-    if bool(args.backbone or args.workdir):
+@cli.options
+class CacheOptions:
+  """The flags of `python -m slm_jax.gtca.cache` (the module docstring)."""
+
+  data: str | None = cli.option(None, help="JSONL records (MCQA or sentence, optional `tree`)")
+  task: str | None = cli.option(None, choices=tuple(SETS),
+                                help="a real set read from --data_root")
+  data_root: str | None = cli.option(None, help="the set's Hugging Face download (or their "
+                                     "parent)")
+  split: str | None = cli.option(None, help="the split of --task (default: its evaluation "
+                                 "split)")
+  limit: int = cli.option(0, help="only the first N examples (blimp: N pairs per paradigm; 0: "
+                          "all)")
+  ptb: str | None = cli.option(None, help="PTB files/folders (comma-separated): sentence "
+                               "records with their own trees, for the UUAS probe's GTCA switch")
+  checkpoint: str | None = cli.option(None, help="the backbone model: a slm_jax training "
+                                      "workdir, a Hugging Face checkpoint folder or a .gguf file")
+  backbone: str | None = cli.option(None, help="Hugging Face checkpoint folder or "
+                                    "tokenizer.json")
+  workdir: str | None = cli.option(None, help="instead of --backbone: a slm_jax training run")
+  options: int | None = cli.option(None, help="--workdir: option letters of the prompt "
+                                   "tokenizer (default: the set's, else the records' largest, at "
+                                   "least 2)")
+  out: str = cli.option(help="the SQLite cache (shards write beside it)")
+  shard: tuple[int, int] = cli.shard_option("records")
+  parser: str | None = cli.option(None, help="parser folder (default: the shipped GUM), "
+                                  "benepar[:MODEL] (the parse extra; MODEL a name in NLTK_DATA or "
+                                  "a path, default benepar_en3), or right_branching / random (the "
+                                  "weak-parser / random-tree ablations)")
+  max_len: int | None = cli.option(None, help="left-truncate so a row (prompt + answer letter) "
+                                   "has at most N tokens (default: the backbone's context — a "
+                                   "checkpoint's max_position_embeddings, a workdir's "
+                                   "data.seq_len; 0: never); an explicit N wins, larger or "
+                                   "smaller — the trainer reads it from the cache")
+  chat_template: str = cli.option("auto", choices=("auto", "on", "off"), help="wrap prompts in "
+                                  "the backbone's chat template (auto: if it has one)")
+  bos: bool = cli.option(False, help="prepend the backbone's BOS token")
+  block: int = cli.option(256, help="records per parse batch")
+  merge: bool = cli.option(False, help="join the shard files into --out")
+
+  def validate(self) -> None:
+    if self.merge:
+      return
+    if self.checkpoint and (self.backbone or self.workdir):
       raise cli.CliError("give --checkpoint, or the old --backbone / --workdir, not both")
-    if models.model_kind(args.checkpoint) == models.WORKDIR:
-      args.workdir = args.checkpoint
+    if not self.checkpoint and bool(self.backbone) == bool(self.workdir):
+      raise cli.CliError("give --backbone (a Hugging Face checkpoint) or --workdir (a slm_jax "
+                         "run), one of them (or --merge)")
+    if sum(1 for given in (self.data, self.task, self.ptb) if given) != 1:
+      raise cli.CliError("give one of --data, --task (with --data_root) or --ptb")
+    if self.task and not self.data_root:
+      raise cli.CliError("--task needs --data_root (the set's Hugging Face download)")
+
+
+def build(options: CacheOptions) -> int:
+  """Builds (or, `--merge`, joins) the span cache of `options`; prints its counts and returns
+  the exit code (1: some records produced no span tree)."""
+  if options.merge:
+    count, rows = merge_shards(options.out)
+    print(f"merged {count} shards into {options.out}: {rows} span trees")
+    return cli.EXIT_OK
+  workdir, backbone_folder = options.workdir, options.backbone
+  if options.checkpoint:  # any model (train.models): a workdir's prompt tokenizer, or the
+    # checkpoint's
+    from slm_jax.train import models  # pylint: disable=g-import-not-at-top
+    if models.model_kind(options.checkpoint) == models.WORKDIR:
+      workdir = options.checkpoint
     else:
-      args.backbone = args.checkpoint
-  if bool(args.backbone) == bool(args.workdir):
-    raise cli.CliError("give --backbone (a Hugging Face checkpoint) or --workdir (a slm_jax run)"
-                       ", one of them (or --merge)")
-  index, count = args.shard
+      backbone_folder = options.checkpoint
+  index, count = options.shard
   bad_lines: list[str] = []
-  records, task_counts = _records(args, index, count, bad_lines)
+  records, task_counts = _records(options, index, count, bad_lines)
   if not records:  # an empty cache with exit 0 would hide it
-    source = args.data or args.ptb or f"--task={args.task} ({args.data_root})"
+    source = options.data or options.ptb or f"--task={options.task} ({options.data_root})"
     shard = f" (shard {index}/{count})" if count > 1 else ""
     raise cli.CliError(f"{source}{shard}: no usable records ({len(bad_lines)} lines refused"
                        + (f": {bad_lines[0]}" if bad_lines else "") + "); nothing to cache")
-  if args.workdir:
+  if workdir:
     from slm_jax.gtca.backbone import workdir_prompt_tokenizer  # pylint: disable=g-import-not-at-top
-    backbone = pathlib.Path(args.workdir)
-    options = args.options or cache_records.default_options(args.task, records)
-    tokenizer = workdir_prompt_tokenizer(backbone, options)
+    backbone = pathlib.Path(workdir)
+    letters = options.options or cache_records.default_options(options.task, records)
+    tokenizer = workdir_prompt_tokenizer(backbone, letters)
   else:
-    backbone = pathlib.Path(args.backbone)
+    backbone = pathlib.Path(backbone_folder)
     tokenizer = TextTokenizer.load(backbone)
-  chat = args.chat_template == "on" or (args.chat_template == "auto"
-                                        and tokenizer.chat_template is not None)
-  fmt = PromptFormat(max_len=_max_len(backbone, args.max_len), chat=chat, bos=args.bos)
-  factory, parser_id = _parser_of(args.parser, records)
+  chat = options.chat_template == "on" or (options.chat_template == "auto"
+                                           and tokenizer.chat_template is not None)
+  fmt = PromptFormat(max_len=_max_len(backbone, options.max_len), chat=chat, bos=options.bos)
+  factory, parser_id = _parser_of(options.parser, records)
   identity = {"tokenizer": tokenizer.identity, **fmt.to_meta(), "parser": parser_id}
-  out = shard_path(args.out, index, count)
+  out = shard_path(options.out, index, count)
   with locks.writer_lock(out.parent, what="GTCA span cache", part=f"{out.name}"), \
        ParseCache(out, identity, writable=True, info={"backbone": str(backbone)}) as cache:
-    report = build_cache(records, tokenizer, cache, fmt, factory, block=max(1, args.block),
+    report = build_cache(records, tokenizer, cache, fmt, factory, block=max(1, options.block),
                          progress=cli.Progress("gtca cache", unit="examples"))
     total = len(cache)
   report.examples += len(bad_lines)
   for message in bad_lines:
     report.error(message)
   if task_counts is not None:
-    print(cache_records.task_summary(args.task, task_counts))
+    print(cache_records.task_summary(options.task, task_counts))
   print(f"{out}: {report.summary()}; {total} span trees in the cache")
   for message in report.messages:
     print(f"  {message}", file=sys.stderr)
@@ -189,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{KEPT_ERRORS}); they will be cache misses", file=sys.stderr)
     return cli.EXIT_INCOMPLETE
   return cli.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+  return build(cli.parse_options(CacheOptions, argv, prog="python -m slm_jax.gtca.cache",
+                                 doc=__doc__.split("\n\n")[0]))
 
 
 if __name__ == "__main__":

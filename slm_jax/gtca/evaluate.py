@@ -24,49 +24,58 @@ from slm_jax.gtca.report import collect, report
 from slm_jax.gtca.runs import evaluate_saved_run
 
 
-def _evaluate_run(args) -> int:
-  """`--run=DIR --task=SET`: score a finished training run on a real set."""
-  if not args.task or not args.data_root or not args.cache:
-    raise cli.CliError("--run needs --task, --data_root (the set's download) and --cache (its "
-                       "parse cache)")
-  log = lambda line: print(line, flush=True)
-  out = evaluate_saved_run(args.run, args.task, args.data_root, args.cache, limit=args.limit,
-                           fit_limit=args.fit_limit, cola=args.cola, force=args.force,
-                           log=log)
-  written = pathlib.Path(args.run) / f"eval_{args.task}.json"
-  log(f"{args.task}: " + ", ".join(f"{k} {v:.3f}" for k, v in out["metrics"].items())
-      + f"; truncated {out['counts']['truncated']} -> {written}")
-  return 0
+@cli.options
+class GtcaEvaluateOptions:
+  """The flags of `python -m slm_jax.gtca.evaluate` (the module docstring)."""
+
+  runs: tuple[str, ...] | None = cli.option(None, help="a folder searched for result.json "
+                                            "files (repeatable), or one file")
+  out: str = cli.option("", help="also write the tables to this Markdown file")
+  run: str | None = cli.option(None, help="instead of --runs: score this finished run on "
+                               "--task")
+  task: str | None = cli.option(None, help="cloth, mmlu, hellaswag, winogrande, cola or blimp")
+  data_root: str | None = cli.option(None, help="the set's Hugging Face download")
+  cache: str | None = cli.option(None, help="the parse cache of the set's prompts for the run's "
+                                 "backbone")
+  limit: int = cli.option(0, help="first N evaluation rows (blimp: N pairs per paradigm; 0: "
+                          "all)")
+  fit_limit: int = cli.option(0, help="CoLA: first N train rows fit the acceptability threshold "
+                              "(0: all)")
+  force: bool = cli.option(False, help="--run: evaluate again although DIR/eval_SET.json exists "
+                           "(the old file is kept as eval_SET.N.json)")
+  cola: str = cli.option("prompt", choices=("prompt", "threshold"), help="CoLA: the prompted 0/1"
+                         " judgment, p(1) vs p(0) after Answer: (the paper's), or the sentence "
+                         "likelihood against a fitted threshold")
+
+  def validate(self) -> None:
+    if bool(self.runs) == bool(self.run):
+      raise cli.CliError("give --runs (tables of finished runs) or --run with --task (score "
+                         "one)")
+    if self.run and (not self.task or not self.data_root or not self.cache):
+      raise cli.CliError("--run needs --task, --data_root (the set's download) and --cache "
+                         "(its parse cache)")
+
+
+def evaluate(options: GtcaEvaluateOptions, log=print) -> None:
+  """`--run`: scores a finished training run on a real set; `--runs`: the result tables
+  (printed, and written to `--out`)."""
+  if options.run:
+    out = evaluate_saved_run(options.run, options.task, options.data_root, options.cache,
+                             limit=options.limit, fit_limit=options.fit_limit,
+                             cola=options.cola, force=options.force, log=log)
+    written = pathlib.Path(options.run) / f"eval_{options.task}.json"
+    log(f"{options.task}: " + ", ".join(f"{k} {v:.3f}" for k, v in out["metrics"].items())
+        + f"; truncated {out['counts']['truncated']} -> {written}")
+    return
+  text = report(collect(list(options.runs)))
+  log(text)
+  if options.out:
+    pathlib.Path(options.out).write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--runs", action="append",
-                      help="a folder searched for result.json files (repeatable), or one file")
-  parser.add_argument("--out", default="", help="also write the tables to this Markdown file")
-  parser.add_argument("--run", help="instead of --runs: score this finished run on --task")
-  parser.add_argument("--task", help="cloth, mmlu, hellaswag, winogrande, cola or blimp")
-  parser.add_argument("--data_root", help="the set's Hugging Face download")
-  parser.add_argument("--cache", help="the parse cache of the set's prompts for the run's backbone")
-  parser.add_argument("--limit", type=int, default=0,
-                      help="first N evaluation rows (blimp: N pairs per paradigm; 0: all)")
-  parser.add_argument("--fit_limit", type=int, default=0,
-                      help="CoLA: first N train rows fit the acceptability threshold (0: all)")
-  parser.add_argument("--force", action="store_true",
-                      help="--run: evaluate again although DIR/eval_SET.json exists (the old "
-                      "file is kept as eval_SET.N.json)")
-  parser.add_argument("--cola", choices=("prompt", "threshold"), default="prompt",
-                      help="CoLA: the prompted 0/1 judgment, p(1) vs p(0) after Answer: (the "
-                      "paper's), or the sentence likelihood against a fitted threshold")
-  args = parser.parse_args(argv)
-  if bool(args.runs) == bool(args.run):
-    raise cli.CliError("give --runs (tables of finished runs) or --run with --task (score one)")
-  if args.run:
-    return _evaluate_run(args)
-  text = report(collect(args.runs))
-  print(text)
-  if args.out:
-    pathlib.Path(args.out).write_text(text)
+  options = cli.parse_options(GtcaEvaluateOptions, argv, doc=__doc__.split("\n\n")[0])
+  evaluate(options, log=lambda line: print(line, flush=True))
   return 0
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -39,45 +39,71 @@ def _files(values: Sequence[str] | None) -> list[str]:
   return [part for value in values or () for part in value.split(",") if part]
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.probe", description=__doc__)
-  source = parser.add_mutually_exclusive_group(required=True)
-  source.add_argument("--checkpoint", help="the model probed: a slm_jax training workdir, a "
-                      "Hugging Face checkpoint folder or a .gguf file")
-  source.add_argument("--workdir", help="the old spelling of --checkpoint=WORKDIR")
-  source.add_argument("--hf", help="the old spelling of --checkpoint=FOLDER")
-  source.add_argument("--gtca", help="a finished python -m slm_jax.gtca.train run: probe its "
-                      "backbone and the run with the branch active (--cache), one plot")
-  parser.add_argument("--cache", help="--gtca: the parse cache of the probed sentences "
-                      "(python -m slm_jax.gtca.cache --ptb=FILES --workdir=BACKBONE --bos)")
-  parser.add_argument("--train", action="append", help="PTB files/folders to train on (repeat or "
-                      "comma-separate)")
-  parser.add_argument("--test", action="append", help="PTB files/folders to evaluate on")
-  parser.add_argument("--split", type=float, help="instead of --train/--test: this fraction of "
-                      "--data's files (sorted) trains, the rest tests")
-  parser.add_argument("--data", help="PTB files for --split (default ../shared/data/ptb_sample)")
-  parser.add_argument("--out", required=True, help=f"folder for {RESULTS_FILE} and {PLOT_FILE}")
-  parser.add_argument("--label", help="the run's name in the plot (default: the model folder's)")
-  parser.add_argument("--rank", type=int, default=64)
-  parser.add_argument("--steps", type=int, default=2000)
-  parser.add_argument("--batch_size", type=int, default=32, help="sentences per probe step")
-  parser.add_argument("--learning_rate", type=float, default=1e-3)
-  parser.add_argument("--forward_batch", type=int, default=16, help="sentences per model forward")
-  parser.add_argument("--max_train", type=int, help="a random subset of this many train sentences")
-  parser.add_argument("--max_test", type=int, help="a random subset of this many test sentences")
-  parser.add_argument("--max_words", type=int, help="skip sentences longer than this")
-  parser.add_argument("--layers", help="comma-separated layers (default all; 0 = embeddings)")
-  parser.add_argument("--seed", type=int, default=0)
-  return parser
+MODEL = cli.Exclusive("model", required=True)
 
 
-def _plot_parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.gtca.probe plot",
-                              description="UUAS by layer of several probe results on one plot.")
-  parser.add_argument("results", nargs="+", help=f"{RESULTS_FILE} files")
-  parser.add_argument("--label", action="append", help="one per result (default: its label)")
-  parser.add_argument("--out", required=True, help="the picture (.png, .pdf, .svg)")
-  return parser
+@cli.options
+class ProbeOptions:
+  """The flags of `python -m slm_jax.gtca.probe` (the module docstring)."""
+
+  checkpoint: str | None = cli.option(
+      None, exclusive=MODEL, help="the model probed: a slm_jax training workdir, a Hugging Face "
+      "checkpoint folder or a .gguf file", renamed_note="which names any model",
+      renamed={"--workdir": "the old spelling of --checkpoint=WORKDIR",
+               "--hf": "the old spelling of --checkpoint=FOLDER"})
+  gtca: str | None = cli.option(None, exclusive=MODEL, help="a finished python -m "
+                                "slm_jax.gtca.train run: probe its backbone and the run with the "
+                                "branch active (--cache), one plot")
+  cache: str | None = cli.option(None, help="--gtca: the parse cache of the probed sentences "
+                                 "(python -m slm_jax.gtca.cache --ptb=FILES --workdir=BACKBONE "
+                                 "--bos)")
+  train: tuple[str, ...] | None = cli.option(None, help="PTB files/folders to train on (repeat "
+                                             "or comma-separate)")
+  test: tuple[str, ...] | None = cli.option(None, help="PTB files/folders to evaluate on")
+  split: float | None = cli.option(None, help="instead of --train/--test: this fraction of "
+                                   "--data's files (sorted) trains, the rest tests")
+  data: str | None = cli.option(None, help="PTB files for --split (default "
+                                "../shared/data/ptb_sample)")
+  out: str = cli.option(help=f"folder for {RESULTS_FILE} and {PLOT_FILE}")
+  label: str | None = cli.option(None, help="the run's name in the plot (default: the model "
+                                 "folder's)")
+  rank: int = cli.option(64)
+  steps: int = cli.option(2000)
+  batch_size: int = cli.option(32, help="sentences per probe step")
+  learning_rate: float = cli.option(1e-3)
+  forward_batch: int = cli.option(16, help="sentences per model forward")
+  max_train: int | None = cli.option(None, help="a random subset of this many train sentences")
+  max_test: int | None = cli.option(None, help="a random subset of this many test sentences")
+  max_words: int | None = cli.option(None, help="skip sentences longer than this")
+  layers: str | None = cli.option(None, help="comma-separated layers (default all; 0 = "
+                                  "embeddings)")
+  seed: int = cli.option(0)
+
+  def validate(self) -> None:
+    if self.rank < 1 or self.steps < 1 or self.batch_size < 1 or self.forward_batch < 1:
+      raise cli.CliError("--rank, --steps, --batch_size and --forward_batch must be >= 1")
+    if self.split is not None:
+      if self.train or self.test:
+        raise cli.CliError("give --split or --train/--test, not both")
+      if not 0 < self.split < 1:
+        raise cli.CliError(f"--split must be in (0, 1), got {self.split}")
+    elif not self.train or not self.test:
+      raise cli.CliError("give --train=FILES and --test=FILES, or --split=FRACTION")
+    if self.gtca and not self.cache:
+      raise cli.CliError("--gtca needs --cache (the span trees of the probed sentences)")
+
+
+@cli.options
+class ProbePlotOptions:
+  """UUAS by layer of several probe results on one plot."""
+
+  results: tuple[str, ...] = cli.option(positional=True, help=f"{RESULTS_FILE} files")
+  label: tuple[str, ...] | None = cli.option(None, help="one per result (default: its label)")
+  out: str = cli.option(help="the picture (.png, .pdf, .svg)")
+
+  def validate(self) -> None:
+    if self.label and len(self.label) != len(self.results):
+      raise cli.CliError(f"{len(self.label)} --label for {len(self.results)} results")
 
 
 def _subset(items: list, limit: int | None, rng: np.random.Generator) -> list:
@@ -86,32 +112,23 @@ def _subset(items: list, limit: int | None, rng: np.random.Generator) -> list:
   return [items[i] for i in sorted(rng.choice(len(items), limit, replace=False))]
 
 
-def _split_files(args) -> tuple[list[str], list[str]]:
-  if args.split is not None:
-    if args.train or args.test:
-      raise cli.CliError("give --split or --train/--test, not both")
-    if not 0 < args.split < 1:
-      raise cli.CliError(f"--split must be in (0, 1), got {args.split}")
-    data = _files([args.data]) if args.data else [str(cli.shared_data("ptb_sample", "--data"))]
-    files = [str(p) for p, _ in inputs.discover(data, inputs.ptb_files(ptb.DEFAULT_PATTERNS))]
-    cut = int(round(args.split * len(files)))
-    if not 0 < cut < len(files):
-      raise cli.CliError(f"--split={args.split} of {len(files)} files under {data} leaves a side "
-                         "empty")
-    return files[:cut], files[cut:]
-  if not args.train or not args.test:
-    raise cli.CliError("give --train=FILES and --test=FILES, or --split=FRACTION")
-  return _files(args.train), _files(args.test)
+def _split_files(options: ProbeOptions) -> tuple[list[str], list[str]]:
+  if options.split is None:
+    return _files(options.train), _files(options.test)
+  data = (_files([options.data]) if options.data
+          else [str(cli.shared_data("ptb_sample", "--data"))])
+  files = [str(p) for p, _ in inputs.discover(data, inputs.ptb_files(ptb.DEFAULT_PATTERNS))]
+  cut = int(round(options.split * len(files)))
+  if not 0 < cut < len(files):
+    raise cli.CliError(f"--split={options.split} of {len(files)} files under {data} leaves a "
+                       "side empty")
+  return files[:cut], files[cut:]
 
 
-def _load(args):
+def _load(path: str):
   """(model, encode_word, bos_id, name) of the probed model (`train.models` says what the path
   is)."""
   from slm_jax.train import models  # pylint: disable=import-outside-toplevel
-  if args.workdir or args.hf:
-    print(f"note: --{'workdir' if args.workdir else 'hf'} is the old spelling of --checkpoint "
-          "(which names any model)", file=sys.stderr, flush=True)
-  path = args.checkpoint or args.workdir or args.hf
   if models.model_kind(path) == models.WORKDIR:
     run = models.open_model(path).run
     return run.model, run.tokenizer.encode_word, run.tokenizer.bos_id, pathlib.Path(path).name
@@ -124,52 +141,54 @@ def _load(args):
           pathlib.Path(path).name)
 
 
-def _main(argv: list[str] | None) -> int:
-  argv = sys.argv[1:] if argv is None else argv
-  if argv and argv[0] == "plot":
-    return _plot_main(argv[1:])
-  args = _parser().parse_args(argv)
-  log = lambda line: print(line, flush=True)
-  if args.rank < 1 or args.steps < 1 or args.batch_size < 1 or args.forward_batch < 1:
-    raise cli.CliError("--rank, --steps, --batch_size and --forward_batch must be >= 1")
-  train_files, test_files = _split_files(args)
-  rng = np.random.default_rng(args.seed)
-  probed = lambda files: sentences_from_trees(read_trees(files), PUNCT_WORDS, args.max_words)
-  train = _subset(probed(train_files), args.max_train, rng)
-  test = _subset(probed(test_files), args.max_test, rng)
+def probe(options: ProbeOptions, log: Callable[[str], None] = print) -> None:
+  """Probes the model (or, `--gtca`, a GTCA run's backbone and branch) of `options`, writes
+  RESULTS_FILE and PLOT_FILE under `options.out`."""
+  train_files, test_files = _split_files(options)
+  rng = np.random.default_rng(options.seed)
+  probed = lambda files: sentences_from_trees(read_trees(files), PUNCT_WORDS, options.max_words)
+  train = _subset(probed(train_files), options.max_train, rng)
+  test = _subset(probed(test_files), options.max_test, rng)
   if not train or not test:
     raise cli.CliError(f"no probed sentences (≥ 2 non-punctuation words) in the "
                        f"{'training' if not train else 'test'} files")
-  layers = (None if args.layers is None
-            else [int(part) for part in args.layers.split(",") if part.strip()])
-  if args.gtca:
-    if not args.cache:
-      raise cli.CliError("--gtca needs --cache (the span trees of the probed sentences)")
+  layers = (None if options.layers is None
+            else [int(part) for part in options.layers.split(",") if part.strip()])
+  settings = dict(layers=layers, rank=options.rank, steps=options.steps,
+                  batch_size=options.batch_size, learning_rate=options.learning_rate,
+                  forward_batch=options.forward_batch, seed=options.seed, log=log)
+  if options.gtca:
     from slm_jax.gtca import probe_gtca  # pylint: disable=import-outside-toplevel
-    probe_gtca.probe_backbone_and_gtca(
-        args.gtca, args.cache, train, test, args.out, log=log, layers=layers, rank=args.rank,
-        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        forward_batch=args.forward_batch, seed=args.seed)
+    probe_gtca.probe_backbone_and_gtca(options.gtca, options.cache, train, test, options.out,
+                                       **settings)
+    return
+  model, encode_word, bos_id, name = _load(options.checkpoint)
+  probe_model(model, encode_word, bos_id, train, test, options.out, label=options.label or name,
+              extra={"model": options.checkpoint, "train_files": len(train_files),
+                     "test_files": len(test_files)}, **settings)
+
+
+def plot_results(options: ProbePlotOptions) -> list[str]:
+  """One plot of the results files; the labels shown."""
+  results = [read_results(path) for path in options.results]
+  labels = list(options.label or [r.get("label") or pathlib.Path(p).parent.name
+                                  for r, p in zip(results, options.results)])
+  plot(list(zip(labels, results)), options.out)
+  return labels
+
+
+def _main(argv: list[str] | None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  if argv and argv[0] == "plot":
+    options = cli.parse_options(ProbePlotOptions, argv[1:],
+                                prog="python -m slm_jax.gtca.probe plot",
+                                doc=ProbePlotOptions.__doc__)
+    labels = plot_results(options)
+    print(f"wrote {options.out}: {', '.join(labels)}")
     return cli.EXIT_OK
-  model, encode_word, bos_id, name = _load(args)
-  probe_model(model, encode_word, bos_id, train, test, args.out, layers=layers,
-              label=args.label or name, rank=args.rank, steps=args.steps,
-              batch_size=args.batch_size, learning_rate=args.learning_rate,
-              forward_batch=args.forward_batch, seed=args.seed, log=log,
-              extra={"model": args.checkpoint or args.workdir or args.hf, "train_files": len(train_files),
-                     "test_files": len(test_files)})
-  return cli.EXIT_OK
-
-
-def _plot_main(argv: list[str]) -> int:
-  args = _plot_parser().parse_args(argv)
-  if args.label and len(args.label) != len(args.results):
-    raise cli.CliError(f"{len(args.label)} --label for {len(args.results)} results")
-  results = [read_results(path) for path in args.results]
-  labels = args.label or [r.get("label") or pathlib.Path(p).parent.name
-                          for r, p in zip(results, args.results)]
-  plot(list(zip(labels, results)), args.out)
-  print(f"wrote {args.out}: {', '.join(labels)}")
+  options = cli.parse_options(ProbeOptions, argv, prog="python -m slm_jax.gtca.probe",
+                              doc=__doc__)
+  probe(options, log=lambda line: print(line, flush=True))
   return cli.EXIT_OK
 
 

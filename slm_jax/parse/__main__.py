@@ -26,33 +26,45 @@ from slm_jax.parse.backends import BACKENDS, BENEPAR_DEFAULT_MODEL, make_backend
 from slm_jax.parse.stage import StageOptions, claim_shard, run_shard, shard_record
 
 
-def _parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.parse", description=__doc__)
-  parser.add_argument("inputs", nargs="*", help="Parquet/JSONL/text files or folders")
-  parser.add_argument("--output", help="output folder (shared by all shards)")
-  cli.add_shard_argument(parser, "work units")
-  parser.add_argument("--backend", default="benepar", choices=sorted([*BACKENDS, "slm"]),
-                      help="benepar (the paper's parser, the parse extra), slm (slm_jax's own "
-                      "parser: works offline, the shipped GUM model by default), passthrough "
-                      "(the inputs hold trees), flat")
-  parser.add_argument("--model", default=None,
-                      help=f"benepar: a model name in NLTK_DATA or a path (default "
-                      f"{BENEPAR_DEFAULT_MODEL}); slm: a parser folder (default: the shipped "
-                      "model)")
-  parser.add_argument("--batch_size", type=int, default=256, help="sentences per parser call")
-  parser.add_argument("--max_words", type=int, default=200,
-                      help="skip (and count) longer sentences")
-  parser.add_argument("--text_field", default="text")
-  parser.add_argument("--id_field", default="id")
-  parser.add_argument("--input_format", default=AUTO, choices=(AUTO, *PARSE_INPUTS.formats))
-  parser.add_argument("--output_format", default="jsonl", choices=("jsonl", "parquet"))
-  parser.add_argument("--cache_dir", default="", help="sentence cache folder (default "
-                      "OUTPUT/cache; put it on local disk)")
-  parser.add_argument("--no_cache", action="store_true")
-  parser.add_argument("--force", action="store_true", help="redo finished units (the cache "
-                      "still applies)")
-  parser.add_argument("--report", metavar="OUTPUT", help="print the merged report of OUTPUT")
-  return parser
+PROG = "python -m slm_jax.parse"
+
+
+@cli.options
+class ParseOptions:
+  """The flags of `python -m slm_jax.parse` (the module docstring)."""
+
+  inputs: tuple[str, ...] = cli.option((), positional=True,
+                                       help="Parquet/JSONL/text files or folders")
+  output: str | None = cli.option(None, help="output folder (shared by all shards)")
+  shard: tuple[int, int] = cli.shard_option("work units")
+  backend: str = cli.option("benepar", choices=sorted([*BACKENDS, "slm"]),
+                            help="benepar (the paper's parser, the parse extra), slm (slm_jax's "
+                            "own parser: works offline, the shipped GUM model by default), "
+                            "passthrough (the inputs hold trees), flat")
+  model: str | None = cli.option(None, help=f"benepar: a model name in NLTK_DATA or a path "
+                                 f"(default {BENEPAR_DEFAULT_MODEL}); slm: a parser folder "
+                                 "(default: the shipped model)")
+  batch_size: int = cli.option(256, help="sentences per parser call")
+  max_words: int = cli.option(200, help="skip (and count) longer sentences")
+  text_field: str = cli.option("text")
+  id_field: str = cli.option("id")
+  input_format: str = cli.option(AUTO, choices=(AUTO, *PARSE_INPUTS.formats))
+  output_format: str = cli.option("jsonl", choices=("jsonl", "parquet"))
+  cache_dir: str = cli.option("", help="sentence cache folder (default OUTPUT/cache; put it on "
+                              "local disk)")
+  no_cache: bool = cli.option(False)
+  force: bool = cli.option(False, help="redo finished units (the cache still applies)")
+  report: str | None = cli.option(None, metavar="OUTPUT",
+                                  help="print the merged report of OUTPUT")
+
+
+def stage_options(options: ParseOptions) -> StageOptions:
+  """The parse flags as the stage reads them (also the Beam pipeline's)."""
+  return StageOptions(text_field=options.text_field, id_field=options.id_field,
+                      input_format=options.input_format, output_format=options.output_format,
+                      max_words=options.max_words, batch_sentences=options.batch_size,
+                      cache_dir=None if options.no_cache else options.cache_dir,
+                      force=options.force)
 
 
 def _report(output: str) -> int:
@@ -72,31 +84,34 @@ def _report(output: str) -> int:
   return cli.EXIT_INCOMPLETE
 
 
-def _main(argv: list[str] | None) -> int:
-  args = _parser().parse_args(argv)
-  if args.report:
-    return _report(args.report)
-  if not args.inputs or not args.output:
+def parse(options: ParseOptions) -> int:
+  """Parses this shard of `options.inputs` into `options.output` (or prints `--report`'s merged
+  counts); the exit code."""
+  if options.report:
+    return _report(options.report)
+  if not options.inputs or not options.output:
     raise cli.CliError("give INPUT… and --output (or --report OUTPUT)")
-  options = StageOptions(text_field=args.text_field, id_field=args.id_field,
-                         input_format=args.input_format, output_format=args.output_format,
-                         max_words=args.max_words, batch_sentences=args.batch_size,
-                         cache_dir=None if args.no_cache else args.cache_dir, force=args.force)
-  if args.backend == "slm":
+  stage = stage_options(options)
+  if options.backend == "slm":
     from slm_jax.parse.slm_backend import SlmBackend  # pylint: disable=g-import-not-at-top
-    backend = SlmBackend(args.model)
+    backend = SlmBackend(options.model)
   else:
-    backend = make_backend(args.backend, model=args.model, batch_size=args.batch_size)
-  if args.backend in ("benepar", "slm"):
+    backend = make_backend(options.backend, model=options.model, batch_size=options.batch_size)
+  if options.backend in ("benepar", "slm"):
     backend.load()  # fail before reading any input when the model is missing
-  index, count = args.shard
-  with locks.writer_lock(args.output, what="parse", part=f"{index}-of-{count}"):
-    claim_shard(args.output, index, count, shard_record(backend, options))
-    result = run_shard(args.inputs, args.output, backend, shard=args.shard, options=options)
+  index, count = options.shard
+  with locks.writer_lock(options.output, what="parse", part=f"{index}-of-{count}"):
+    claim_shard(options.output, index, count, shard_record(backend, stage))
+    result = run_shard(list(options.inputs), options.output, backend, shard=options.shard,
+                       options=stage)
   counts = result.counts
   print(f"{result.directory}: {result.units_done} units parsed, {result.units_resumed} already "
         f"done; {result.seconds:.1f} s\n{counts.summary('parse')}")
   return cli.EXIT_OK
+
+
+def _main(argv: list[str] | None) -> int:
+  return parse(cli.parse_options(ParseOptions, argv, prog=PROG, doc=__doc__))
 
 
 def main(argv: list[str] | None = None) -> int:

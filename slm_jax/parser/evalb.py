@@ -161,20 +161,32 @@ def read_trees(path: str) -> list[Tree]:
   return [tree for document in ptb.read_documents(path, sentences=True) for tree in document]
 
 
+@cli.options
+class EvalbOptions:
+  """The flags of `python -m slm_jax.parser.evalb` (the module docstring)."""
+
+  gold: str = cli.option(positional=True, help="gold PTB trees (a file or folder)")
+  pred: str = cli.option(positional=True, help="predicted PTB trees, one per gold tree, same "
+                         "order")
+  per_label: bool = cli.option(False, help="print the per-label table")
+  json: bool = cli.option(False, help="print the scores as JSON")
+  unlabeled: bool = cli.option(False, help="ignore labels (LABELED 0)")
+
+
+def score_files(options: EvalbOptions) -> Score:
+  """The bracket scores of `options.pred` against `options.gold`."""
+  return score_trees(read_trees(options.gold), read_trees(options.pred),
+                     labeled=not options.unlabeled)
+
+
 def main(argv: Iterable[str] | None = None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.parser.evalb",
-                              description=__doc__.split("\n\n", 1)[0])
-  parser.add_argument("gold", help="gold PTB trees (a file or folder)")
-  parser.add_argument("pred", help="predicted PTB trees, one per gold tree, same order")
-  parser.add_argument("--per_label", action="store_true", help="print the per-label table")
-  parser.add_argument("--json", action="store_true", help="print the scores as JSON")
-  parser.add_argument("--unlabeled", action="store_true", help="ignore labels (LABELED 0)")
-  args = parser.parse_args(argv)
-  score = score_trees(read_trees(args.gold), read_trees(args.pred), labeled=not args.unlabeled)
-  if args.json:
+  options = cli.parse_options(EvalbOptions, argv, prog="python -m slm_jax.parser.evalb",
+                              doc=__doc__.split("\n\n", 1)[0])
+  score = score_files(options)
+  if options.json:
     print(json.dumps(score.to_json(), indent=1))
   else:
-    print(score.table() if args.per_label else score.table().split("\n", 1)[0])
+    print(score.table() if options.per_label else score.table().split("\n", 1)[0])
   return 0
 
 

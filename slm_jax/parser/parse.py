@@ -104,32 +104,44 @@ def parse_stream(parser, lines: Iterator[str], out: TextIO, *, pretokenized: boo
   return counts
 
 
-def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.parser.parse",
-                              description=__doc__.split("\n\n", 1)[0])
-  parser.add_argument("input", help="one sentence per line; - for standard input")
-  parser.add_argument("--model", default=None, help="parser folder (default: the shipped GUM "
-                      "model, slm_jax/parser/data/gum)")
-  parser.add_argument("--pretokenized", action="store_true",
-                      help="lines are space-separated PTB words, kept as they are")
-  parser.add_argument("--samples", type=int, default=0,
-                      help="K: write up to K distinct trees per sentence (proposals format)")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--output", default="-", help="output file (default: standard output)")
-  args = parser.parse_args(argv)
-  if args.samples < 0:
-    raise cli.CliError(f"--samples must be ≥ 0, got {args.samples}")
-  if args.input != "-":
-    open(args.input, encoding="utf-8").close()  # a missing input fails before the model loads
-  model = load_parser(args.model)
-  where = "<stdin>" if args.input == "-" else args.input
-  out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+@cli.options
+class ParserParseOptions:
+  """The flags of `python -m slm_jax.parser.parse` (the module docstring)."""
+
+  input: str = cli.option(positional=True, help="one sentence per line; - for standard input")
+  model: str | None = cli.option(None, help="parser folder (default: the shipped GUM model, "
+                                 "slm_jax/parser/data/gum)")
+  pretokenized: bool = cli.option(False, help="lines are space-separated PTB words, kept as "
+                                  "they are")
+  samples: int = cli.option(0, help="K: write up to K distinct trees per sentence (proposals "
+                            "format)")
+  seed: int = cli.option(0)
+  output: str = cli.option("-", help="output file (default: standard output)")
+
+  def validate(self) -> None:
+    if self.samples < 0:
+      raise cli.CliError(f"--samples must be ≥ 0, got {self.samples}")
+
+
+def parse_file(options: ParserParseOptions) -> dict[str, int]:
+  """Parses `options.input` into `options.output`; the counts (`parse_stream`'s)."""
+  if options.input != "-":
+    open(options.input, encoding="utf-8").close()  # a missing input fails before the model loads
+  model = load_parser(options.model)
+  where = "<stdin>" if options.input == "-" else options.input
+  out = sys.stdout if options.output == "-" else open(options.output, "w", encoding="utf-8")
   try:
-    counts = parse_stream(model, _lines(args.input), out, pretokenized=args.pretokenized,
-                          samples=args.samples, seed=args.seed, where=where)
+    return parse_stream(model, _lines(options.input), out, pretokenized=options.pretokenized,
+                        samples=options.samples, seed=options.seed, where=where)
   finally:
     if out is not sys.stdout:
       out.close()
+
+
+def main(argv=None) -> int:
+  counts = parse_file(cli.parse_options(ParserParseOptions, argv,
+                                        prog="python -m slm_jax.parser.parse",
+                                        doc=__doc__.split("\n\n", 1)[0]))
   extra = ", ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("sentences", "trees"))
   print(f"parsed {counts['sentences']} sentences ({counts['trees']} trees)"
         + (f"; {extra}" if extra else ""), file=sys.stderr)
