@@ -151,13 +151,15 @@ ADAMW_CONSTANTS = ("b1", "b2", "eps", "eps_root", "weight_decay")
 
 def parser_state(model: TrainedParser, cfg: ParserTrainConfig, total_steps: int):
   """(graphdef, rest, `TrainState`) of a parser run: the shared step on one device over the
-  model's `loss_sums`, its RNG streams merged as they are, dropout keyed by (seed, step)."""
+  model's `loss_sums`, its RNG streams merged as they are, dropout keyed by (seed, step), its one
+  micro-batch differentiated directly (`scan_one=False`)."""
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   seed_key = jax.random.key(cfg.seed)
   state = initial_state(graphdef, params, parser_optimizer(cfg), total_steps,
                         batch_rows=1, mesh=sharding.make_mesh(1, 1, jax.devices()[:1]),
                         flag="batch_words", shard=False, rest=rest,
-                        dropout_key=lambda count, index: jax.random.fold_in(seed_key, count))
+                        dropout_key=lambda count, index: jax.random.fold_in(seed_key, count),
+                        scan_one=False)
   return graphdef, rest, state
 
 

@@ -89,14 +89,14 @@ def initial_state(graphdef: Any, params: Any, optimizer: Any, total_steps: int, 
                   trainable: str = "all", flag: str = "train.global_batch",
                   cache_key: Hashable | None = None, place_params: bool = False,
                   shard: bool = True, rest: Any = None,
-                  dropout_key: Callable[[jax.Array, jax.Array], jax.Array] = default_dropout_key
-                  ) -> TrainState:
+                  dropout_key: Callable[[jax.Array, jax.Array], jax.Array] = default_dropout_key,
+                  scan_one: bool = True) -> TrainState:
   """A run's state before its first step (module docstring). `optimizer`: an `optimizer`
   section (`make_optimizer`, its schedule) or an optax transformation (no schedule);
   `place_params`: put the parameters on their shardings first (a loaded run's host arrays);
   `shard=False`: one device, no sharding annotations on the step (GTCA's stages, the parser);
-  `rest`, `dropout_key`: the model's non-parameter state and its dropout randomness
-  (`steps.make_train_step`)."""
+  `rest`, `dropout_key`, `scan_one`: the model's non-parameter state, its dropout randomness and
+  whether one micro-batch is scanned (`steps.make_train_step`)."""
   mesh = mesh if mesh is not None else sharding.make_mesh(-1, 1)
   layout = sharding.check_batch(batch_rows, micro_batches, mesh, flag)
   if isinstance(optimizer, optax.GradientTransformation):
@@ -117,7 +117,7 @@ def initial_state(graphdef: Any, params: Any, optimizer: Any, total_steps: int, 
 
   def build():
     return make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable,
-                           rest=rest, dropout_key=dropout_key)
+                           rest=rest, dropout_key=dropout_key, scan_one=scan_one)
 
   train_step = (compiled_step((cache_key, layout.accumulation, mesh, shard), build)
                 if cache_key is not None else build())

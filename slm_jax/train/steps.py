@@ -50,8 +50,8 @@ def _join(trained: Any, frozen: Any) -> Any:
 def make_train_step(graphdef: Any, tx: optax.GradientTransformation, accumulation: int,
                     shardings: tuple | None = None, trainable: str = "all", *,
                     rest: Any = None,
-                    dropout_key: Callable[[jax.Array, jax.Array], jax.Array] = default_dropout_key
-                    ) -> Callable:
+                    dropout_key: Callable[[jax.Array, jax.Array], jax.Array] = default_dropout_key,
+                    scan_one: bool = True) -> Callable:
   """`step(params, opt_state, batch) -> (params, opt_state, sums)`; batch fields [B, T].
 
   Micro-batch a holds rows a, A + a, 2A + a, … so that, with rows split over devices in
@@ -67,8 +67,11 @@ def make_train_step(graphdef: Any, tx: optax.GradientTransformation, accumulatio
   from `dropout_key(update count, micro-batch index)` (a no-op for models without dropout); the
   update count is the optimizer state's, so a resumed run draws what the uninterrupted one did.
   `rest`: the model's non-parameter state, merged unchanged into every micro-batch's model.
-  One micro-batch (A = 1) is scanned too: XLA compiles a gradient inside a loop differently
-  (a few ulps), and the runs trained so far (the README's held-out perplexity) keep their bits.
+  `scan_one`: one micro-batch (A = 1) is scanned too, as it always was for the decoders: XLA
+  rounds a gradient inside a loop differently (a few ulps), and their runs (the README's held-out
+  perplexity) keep their bits; a decoder step is as fast either way. False: differentiated
+  directly — the chart parser's, whose BiLSTM gradient inside the loop is ~10× slower on CPU
+  (benchmarks/parser_bench.py) and whose steps are then bit for bit those of its own step before.
   """
 
   def step(params, opt_state, batch):
@@ -81,7 +84,11 @@ def make_train_step(graphdef: Any, tx: optax.GradientTransformation, accumulatio
       with dropout_rng(micro_key):
         return _sums(graphdef, _join(trained_params, frozen), micro_batch, rest, micro_key)
 
-    grads, sums = accumulate(loss, trained, batch, count)
+    if accumulation == 1 and not scan_one:
+      (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(trained, batch,
+                                                                dropout_key(count, 0))
+    else:
+      grads, sums = accumulate(loss, trained, batch, count)
     grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
     sums["grad_norm"] = optax.tree.norm(grads)
     full = _join(grads, jax.tree.map(jnp.zeros_like, frozen))  # frozen: no update is applied
