@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
-import optax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from slm_jax.parser import labels as label_lib  # noqa: E402
@@ -35,7 +35,7 @@ from slm_jax.parser.api import load_parser  # noqa: E402
 from slm_jax.parser.config import named_config  # noqa: E402
 from slm_jax.parser.model import Ensemble, PosTagger, TrainedParser  # noqa: E402
 from slm_jax.parser.corpus import gum_split_files, read_sentences  # noqa: E402
-from slm_jax.parser.train import Example, encode_batch, make_step, rows_for  # noqa: E402
+from slm_jax.parser.train import Example, encode_batch, parser_state, rows_for  # noqa: E402
 from slm_jax import tables  # noqa: E402
 from slm_jax.benchtools import best_of  # noqa: E402
 from tests.shared_data import shared_data_dir  # noqa: E402
@@ -90,13 +90,10 @@ def main() -> int:
   cfg = named_config("default")
   scorer = model.model.members[0] if members > 1 else model.model
   pos_tags = 47  # GUM train's 46 tags + "no tag"; every word gets tag 1 (same cost as real tags)
-  net = TrainedParser(scorer, PosTagger(scorer.cfg, pos_tags, nnx.Rngs(0)))
+  net = TrainedParser(scorer, PosTagger(scorer.cfg, pos_tags, nnx.Rngs(0)), cfg.tag_weight)
   net.train()  # dropout on, as in training
-  graphdef, params, rest = nnx.split(net, nnx.Param, ...)
-  tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                   optax.adamw(1.0, weight_decay=cfg.weight_decay))
-  step = make_step(graphdef, tx, cfg.tag_weight)
-  opt_state = tx.init(params)
+  _, _, state = parser_state(net, cfg, 1)
+  step = state.step_fn(hyperparams=lambda step: {"learning_rate": 1e-3})
   examples = [Example(t.leaves(), label_lib.binarize(t, model.labels),
                       np.ones(len(t.leaves()), np.int32)) for t in trees]
   keep = np.ones(len(model.vocab.words), np.float32)
@@ -106,10 +103,9 @@ def main() -> int:
       continue
     batch = encode_batch(examples, N, chosen, rows_for(N, cfg), model.vocab, cfg, keep,
                          np.random.default_rng(0))
-    key = jax.random.key(0)
 
-    def run():
-      out = step(params, rest, opt_state, batch, 1e-3, key)
+    def run():  # a copy of the same state each time: the step donates the state it is given
+      out = step(jax.tree.map(jnp.copy, state.state), batch, 0)
       jax.block_until_ready(out)
 
     run()

@@ -185,15 +185,14 @@ def test_learning_rate_schedules():
     dataclasses.replace(TINY, schedule="linear")
 
 
-def test_the_pos_head_learns_and_is_not_saved():
-  import jax
+def _tiny_parser(tag_weight: float = 1.0):
+  """A tiny `TrainedParser` (with its POS head), two tagged sentences and their batch."""
   import numpy as np
-  import optax
   from flax import nnx
+
   from slm_jax.parser.labels import LabelVocab, binarize
   from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
   from slm_jax.parser.vocab import Vocab
-  from slm_jax.parser.weights import model_arrays
   from slm_jax.trees import Tree
   sentences = [["the", "cat", "sat"], ["a", "dog", "ran"]]
   tags = [np.array([1, 2, 3], np.int32), np.array([1, 2, 3], np.int32)]
@@ -203,20 +202,93 @@ def test_the_pos_head_learns_and_is_not_saved():
               for w, t, g in zip(sentences, gold, tags)]
   rngs = nnx.Rngs(params=0, dropout=0)
   scorer = SpanScorer(TINY.model, len(vocab.words), len(vocab.chars), len(labels), rngs)
-  graphdef, params, rest = nnx.split(TrainedParser(scorer, PosTagger(TINY.model, 4, rngs)),
-                                     nnx.Param, ...)
-  tx = optax.adamw(1.0)
-  opt_state = tx.init(params)
-  step = train.make_step(graphdef, tx, tag_weight=1.0)
+  model = TrainedParser(scorer, PosTagger(TINY.model, 4, rngs), tag_weight)
   batch = train.encode_batch(examples, 8, [0, 1], 2, vocab, TINY, None, np.random.default_rng(0))
+  return model, batch
+
+
+def test_the_pos_head_learns_and_is_not_saved():
+  from flax import nnx
+
+  from slm_jax.parser.weights import model_arrays
+  graphdef, rest, state = train.parser_state(_tiny_parser()[0], TINY, 30)
+  step = state.step_fn(hyperparams=lambda step: {"learning_rate": 0.02})
+  run_state, batch = state.state, _tiny_parser()[1]
   first = None
   for k in range(30):
-    params, opt_state, (_, tag_loss) = step(params, rest, opt_state, batch, 0.02,
-                                            jax.random.key(k))
-    first = float(tag_loss) if first is None else first
-  assert float(tag_loss) < 0.5 * first
-  saved = model_arrays(nnx.merge(graphdef, params, rest).scorer)
+    run_state, out = step(run_state, batch, k)
+    first = float(out["tag_loss"]) if first is None else first
+  assert float(out["tag_loss"]) < 0.5 * first
+  assert out["learning_rate"] == 0.02
+  saved = model_arrays(nnx.merge(graphdef, run_state["params"], rest).scorer)
   assert saved and not any("tagger" in name for name in saved)
+
+
+def test_the_shared_step_is_the_parsers_own_step():
+  """`parser_state`'s step (the shared `make_train_step` over `TrainedParser.loss_sums`, the
+  learning rate injected into optax) against the parser's step before it moved there, written
+  out here as the oracle: clip → AdamW(1.0) → × lr, dropout reseeded with (seed, step). Equal
+  bit for bit after three steps at three learning rates; a learning rate of 0 changes nothing."""
+  import jax
+  import numpy as np
+  import optax
+  from flax import nnx
+  model, batch = _tiny_parser(tag_weight=0.5)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  tx = optax.chain(optax.clip_by_global_norm(TINY.clip_norm),
+                   optax.adamw(1.0, weight_decay=TINY.weight_decay))
+
+  @jax.jit
+  def oracle(params, rest, opt_state, lr, key):
+    net = nnx.merge(graphdef, params, rest)
+    nnx.reseed(net, dropout=key)
+    (_, sums), grads = nnx.value_and_grad(lambda m: m.loss_sums(batch), has_aux=True)(net)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, jax.tree.map(lambda u: lr * u, updates)), opt_state, sums
+
+  _, _, state = train.parser_state(_tiny_parser(tag_weight=0.5)[0], TINY, 3)
+  rates = [0.01, 0.0, 0.003]
+  step = state.step_fn(hyperparams=lambda k: {"learning_rate": rates[k]})
+  run_state, opt_state = state.state, tx.init(params)
+  for k, lr in enumerate(rates):
+    before = [np.asarray(a) for a in jax.tree.leaves(run_state["params"])]
+    params, opt_state, want = oracle(params, rest, opt_state, lr,
+                                     jax.random.fold_in(jax.random.key(TINY.seed), k))
+    run_state, got = step(run_state, batch, k)
+    assert got["learning_rate"] == lr
+    assert float(got["loss_sum"]) == float(want["loss_sum"])
+    after = [np.asarray(a) for a in jax.tree.leaves(run_state["params"])]
+    for a, b in zip(jax.tree.leaves(params), after):
+      np.testing.assert_array_equal(np.asarray(a), b)
+    if lr == 0.0:
+      assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    else:
+      assert not all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_checkpoints_keep_the_layout_of_earlier_parser_runs():
+  """A checkpoint holds (clipping, AdamW) as parser runs always saved it, so a workdir from
+  before the shared step resumes; restoring puts AdamW's update count back into the injected
+  state (the step's dropout key and the next update read it)."""
+  import jax
+  import optax
+  from flax import nnx
+  model, batch = _tiny_parser()
+  _, params, _ = nnx.split(model, nnx.Param, ...)
+  earlier = optax.chain(optax.clip_by_global_norm(TINY.clip_norm),
+                        optax.adamw(1.0, weight_decay=TINY.weight_decay)).init(params)
+  _, _, state = train.parser_state(_tiny_parser()[0], TINY, 3)
+  run_state, _ = state.step_fn(hyperparams=lambda k: {"learning_rate": 0.01})(
+      state.state, batch, 0)
+  saved = train.saved_state(run_state)
+  assert (jax.tree.structure(saved["opt_state"]) == jax.tree.structure(earlier))
+  live = train.live_opt_state(state.state["opt_state"], saved["opt_state"])
+  assert jax.tree.structure(live) == jax.tree.structure(run_state["opt_state"])
+  assert int(optax.tree_utils.tree_get_all_with_path(live, "count")[0][1]) == 1
+  # The restored state steps on (the step donates it: no buffer may appear twice in it).
+  _, out = state.step_fn(hyperparams=lambda k: {"learning_rate": 0.01})(
+      {"params": run_state["params"], "opt_state": live}, batch, 1)
+  assert jax.numpy.isfinite(out["loss_sum"])
 
 
 def test_a_workdir_holding_another_run_is_refused_naming_the_keys(tmp_path):

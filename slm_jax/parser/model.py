@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import nnx
 
+from slm_jax.parser import crf
 from slm_jax.parser.config import ParserModelConfig
 from slm_jax.parser.vocab import PAD
 
@@ -178,6 +180,29 @@ class PosTagger(nnx.Module):
 class TrainedParser(nnx.Module):
   """What training optimizes: the span scorer and, when `tag_weight` > 0, the POS head."""
 
-  def __init__(self, scorer: SpanScorer, tagger: PosTagger | None):
+  def __init__(self, scorer: SpanScorer, tagger: PosTagger | None, tag_weight: float = 1.0):
     self.scorer = scorer
     self.tagger = tagger
+    self.tag_weight = tag_weight
+
+  def loss_sums(self, batch: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """(loss, sums) of a training batch (`parser.train.encode_batch`): the CRF NLL of the gold
+    trees per real word, plus `tag_weight` × the POS cross-entropy per tagged word. The loss is
+    already the batch's mean, so `count` is 1 (the shared train step divides gradients by it);
+    sums: `loss_sum` (the objective), `span_loss`, `tag_loss`."""
+    real_B, lengths_B, tags_BN = batch["real"], batch["lengths"], batch["tags"]
+    words = jnp.maximum(jnp.sum(jnp.where(real_B, lengths_B, 0)), 1)
+    h_BTD = self.scorer.encode(batch["word_ids"], batch["char_ids"], lengths_B)
+    per_sentence_B = crf.nll(self.scorer.span_scores(h_BTD), lengths_B, batch["gold"],
+                             batch["valid"])
+    span_loss = jnp.sum(jnp.where(real_B, per_sentence_B, 0.0)) / words
+    if self.tagger is None:
+      loss, tag_loss = span_loss, jnp.zeros(())
+    else:
+      tagged_BN = tags_BN > 0
+      per_word_BN = optax.softmax_cross_entropy_with_integer_labels(self.tagger(h_BTD), tags_BN)
+      tag_loss = (jnp.sum(jnp.where(tagged_BN, per_word_BN, 0.0))
+                  / jnp.maximum(jnp.sum(tagged_BN), 1))
+      loss = span_loss + self.tag_weight * tag_loss
+    return loss, {"loss_sum": loss, "count": jnp.ones(()), "span_loss": span_loss,
+                  "tag_loss": tag_loss}

@@ -14,12 +14,15 @@ official split (`../shared/data/gum/splits.md`: train / dev / test). Training se
 training data's unary chains) are built from the training trees and saved in the workdir.
 
 Loop: batches of `batch_words` padded words, one shape per length bucket (seeded shuffles per epoch),
-AdamW (optax; warmup, global-norm clipping, then the config's `schedule`: halved when dev F1 stalls,
-or a cosine over `max_epochs`), CRF NLL of the right-binarized gold tree per word, plus (with
-`tag_weight` > 0) a POS-tagging loss on the encoder from the training trees' preterminals (a
-training-only head; the exported parser has no tagger and reads words only). The steps run in the
-one training loop (`slm_jax.train.loop.Loop`: the loss checked at every step, nothing saved after
-a non-finite one). A progress line every `log_every` steps and at each epoch end (step, epoch,
+global-norm clipping and AdamW (`parser_optimizer`: optax, its learning rate an
+`optax.inject_hyperparams` value set before each step by `learning_rate`: warmup, then the config's
+`schedule`: halved when dev F1 stalls, or a cosine over `max_epochs`), CRF NLL of the
+right-binarized gold tree per word, plus (with `tag_weight` > 0) a POS-tagging loss on the encoder
+from the training trees' preterminals (a training-only head; the exported parser has no tagger and
+reads words only) — the model's own `TrainedParser.loss_sums`. The run is built by the one
+`train.state.initial_state` (the shared compiled step; dropout keyed by (seed, step)) and runs in
+`train.state.Trainer` (the one loop, `slm_jax.train.loop.Loop`: the loss checked at every step,
+nothing saved after a non-finite one). A progress line every `log_every` steps and at each epoch end (step, epoch,
 losses, lr, words/s, ETA). Dev labelled F1 (evalb, `slm_jax.parser.evalb`) once per epoch (or
 every `eval_every` steps of an epoch and at its end); the best model is exported (safetensors,
 `weights.save_parser`) to `WORKDIR/best` and, at the end, to `--export`. Checkpoints
@@ -44,7 +47,6 @@ dev and test are scored, and `--export` receives the ensemble with each member's
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -70,8 +72,9 @@ from slm_jax.parser.model import PosTagger, SpanScorer, TrainedParser
 from slm_jax.parser.vocab import Vocab, padded_length
 from slm_jax.parser.weights import save_parser
 from slm_jax import identity
-from slm_jax.train.checkpointing import Checkpointer
-from slm_jax.train.loop import END, TIME, Action, Cadence, Hook, Loop, Persist, Window, rate_text
+from slm_jax.train import sharding
+from slm_jax.train.loop import END, TIME, Action, Cadence, Hook, Persist, Window, rate_text
+from slm_jax.train.state import Trainer, initial_state
 from slm_jax.train.sweep import SweepItem, run_sweep
 
 
@@ -103,8 +106,10 @@ def make_batches(examples: list[Example], cfg: ParserTrainConfig, epoch: int
 
 
 def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int, vocab: Vocab,
-                 cfg: ParserTrainConfig, keep_W: np.ndarray | None, rng: np.random.Generator):
-  """Arrays of one padded batch (rows fixed per bucket so each bucket compiles once)."""
+                 cfg: ParserTrainConfig, keep_W: np.ndarray | None, rng: np.random.Generator
+                 ) -> dict[str, jax.Array]:
+  """Arrays of one padded batch (rows fixed per bucket so each bucket compiles once), as
+  `TrainedParser.loss_sums` reads them."""
   chosen = [examples[k] for k in indices]
   sentences = [e.words for e in chosen] + [["."]] * (rows - len(chosen))
   word_ids_BT, char_ids_BTC, lengths_B = vocab.encode(sentences, N, cfg.model.max_word_chars)
@@ -121,8 +126,9 @@ def encode_batch(examples: list[Example], N: int, indices: list[int], rows: int,
     if example.tags_N is not None:
       tags_BN[b, :len(example.tags_N)] = example.tags_N
   real_B = np.arange(rows) < len(chosen)
-  return tuple(map(jnp.asarray, (word_ids_BT, char_ids_BTC, lengths_B, gold_BP3, valid_BP,
-                                 real_B, tags_BN)))
+  arrays = {"word_ids": word_ids_BT, "char_ids": char_ids_BTC, "lengths": lengths_B,
+            "gold": gold_BP3, "valid": valid_BP, "real": real_B, "tags": tags_BN}
+  return {name: jnp.asarray(array) for name, array in arrays.items()}
 
 
 def rows_for(N: int, cfg: ParserTrainConfig) -> int:
@@ -130,35 +136,31 @@ def rows_for(N: int, cfg: ParserTrainConfig) -> int:
   return max(1, cfg.batch_words // N)
 
 
-def make_step(graphdef, tx, tag_weight: float):
-  """One jitted AdamW step of a `TrainedParser`: CRF NLL per word, plus `tag_weight` × the POS
-  cross-entropy per tagged word; returns (params, opt_state, (CRF loss, tag loss))."""
+def parser_optimizer(cfg: ParserTrainConfig) -> optax.GradientTransformation:
+  """Global-norm clipping, then AdamW whose learning rate is an optimizer-state value
+  (`optax.inject_hyperparams`): `learning_rate` sets it before each step. The other
+  hyperparameters stay Python constants (injected, β1 = 0.9 would be a float32 array and 1 − β1
+  another number than the constant's)."""
+  adamw = optax.inject_hyperparams(optax.adamw, static_args=ADAMW_CONSTANTS)
+  return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
+                     adamw(learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay))
 
-  @jax.jit
-  def step(params, rest, opt_state, batch, lr, key):
-    word_ids, char_ids, lengths, gold, valid, real, tags_BN = batch
-    words = jnp.maximum(jnp.sum(jnp.where(real, lengths, 0)), 1)
-    model = nnx.merge(graphdef, params, rest)
-    nnx.reseed(model, dropout=key)
 
-    def loss_fn(model):
-      h_BTD = model.scorer.encode(word_ids, char_ids, lengths)
-      per_sentence = crf.nll(model.scorer.span_scores(h_BTD), lengths, gold, valid)
-      span_loss = jnp.sum(jnp.where(real, per_sentence, 0.0)) / words
-      if model.tagger is None:
-        return span_loss, (span_loss, jnp.zeros(()))
-      tagged_BN = tags_BN > 0
-      per_word = optax.softmax_cross_entropy_with_integer_labels(model.tagger(h_BTD), tags_BN)
-      tag_loss = (jnp.sum(jnp.where(tagged_BN, per_word, 0.0))
-                  / jnp.maximum(jnp.sum(tagged_BN), 1))
-      return span_loss + tag_weight * tag_loss, (span_loss, tag_loss)
+ADAMW_CONSTANTS = ("b1", "b2", "eps", "eps_root", "weight_decay")
 
-    (_, losses), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    updates = jax.tree.map(lambda u: lr * u, updates)
-    return optax.apply_updates(params, updates), opt_state, losses
 
-  return step
+def parser_state(model: TrainedParser, cfg: ParserTrainConfig, total_steps: int):
+  """(graphdef, rest, `TrainState`) of a parser run: the shared step on one device over the
+  model's `loss_sums`, its RNG streams merged as they are, dropout keyed by (seed, step), its one
+  micro-batch differentiated directly (`scan_one=False`)."""
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  seed_key = jax.random.key(cfg.seed)
+  state = initial_state(graphdef, params, parser_optimizer(cfg), total_steps,
+                        batch_rows=1, mesh=sharding.make_mesh(1, 1, jax.devices()[:1]),
+                        flag="batch_words", shard=False, rest=rest,
+                        dropout_key=lambda count, index: jax.random.fold_in(seed_key, count),
+                        scan_one=False)
+  return graphdef, rest, state
 
 
 def learning_rate(cfg: ParserTrainConfig, meta: dict, steps_per_epoch: int) -> float:
@@ -194,46 +196,61 @@ CONFIG = dataclasses.replace(parser_config.LOADER, aliases={
     "eval_every": "eval_every", "seed": "seed", "members": "members"})
 
 
+@cli.options
+class ParserTrainOptions:
+  """The flags of `python -m slm_jax.parser.train` (the module docstring); the ones that set a
+  config key (`CONFIG.aliases`) are given to the config loader as text (None: not given)."""
+
+  workdir: str = cli.option()
+  config: str = cli.option("default", help="FILE|NAME (see below); default default")
+  train: str = cli.option("", help="PTB files/folders, comma-separated")
+  dev: str = cli.option("")
+  test: str = cli.option("", help="scored once at the end (GUM test by default when training "
+                         "on the GUM split)")
+  split: str = cli.option("gum", help="the default data: 'gum' (the official GUM "
+                          "train/dev/test split)")
+  gum: str | None = cli.option(None, help="GUM folder (default ../shared/data/gum)")
+  encoder: str | None = cli.option(None, help="override the config: bilstm | transformer")
+  max_minutes: str | None = cli.option(None, help="stop (resumable) after this wall time "
+                                       "(default: the config's; 0 = no limit)")
+  max_epochs: str | None = cli.option(None)
+  eval_every: str | None = cli.option(None, help="steps between dev evaluations (default: the "
+                                      "config's; 0 = once per epoch)")
+  export: str | None = cli.option(None, help="folder for the final (best) model")
+  seed: str | None = cli.option(None, help="override the config's seed (initialization, batch "
+                                "order, dropout)")
+  members: str | None = cli.option(None, help="override the config's ensemble size (1 = a "
+                                   "single parser)")
+
+  def validate(self) -> None:
+    if self.split != "gum":
+      raise cli.CliError(f"--split={self.split}: the only named split is 'gum'")
+
+
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog="python -m slm_jax.parser.train",
-                              description=__doc__.split("\n\n", 1)[0])
-  parser.add_argument("--workdir", required=True)
-  CONFIG.add_config_argument(parser, default="default")
-  parser.add_argument("--train", default="", help="PTB files/folders, comma-separated")
-  parser.add_argument("--dev", default="")
-  parser.add_argument("--test", default="", help="scored once at the end (GUM test by default "
-                      "when training on the GUM split)")
-  parser.add_argument("--split", default="gum", help="the default data: 'gum' (the official "
-                      "GUM train/dev/test split)")
-  parser.add_argument("--gum", default=None, help="GUM folder (default ../shared/data/gum)")
-  parser.add_argument("--encoder", default=None, help="override the config: bilstm | transformer")
-  parser.add_argument("--max_minutes", default=None, help="stop (resumable) after this wall "
-                      "time (default: the config's; 0 = no limit)")
-  parser.add_argument("--max_epochs", default=None)
-  parser.add_argument("--eval_every", default=None, help="steps between dev "
-                      "evaluations (default: the config's; 0 = once per epoch)")
-  parser.add_argument("--export", default=None, help="folder for the final (best) model")
-  parser.add_argument("--seed", default=None, help="override the config's seed "
-                      "(initialization, batch order, dropout)")
-  parser.add_argument("--members", default=None, help="override the config's "
-                      "ensemble size (1 = a single parser)")
   overrides, rest = config_files.split_overrides(sys.argv[1:] if argv is None else argv)
-  args = parser.parse_args(rest)
-  if args.split != "gum":
-    raise cli.CliError(f"--split={args.split}: the only named split is 'gum'")
-  cfg = CONFIG.load(args.config, overrides, CONFIG.flag_values(args))
-  with locks.writer_lock(args.workdir, what="parser training"):  # one writer per workdir
+  options = cli.parse_options(ParserTrainOptions, rest, prog="python -m slm_jax.parser.train",
+                              doc=__doc__.split("\n\n", 1)[0], epilog=CONFIG.describe())
+  return train_parser(options, overrides)
+
+
+def train_parser(options: ParserTrainOptions, overrides: list[str] = ()) -> int:
+  """A parser run (or an ensemble's) in `options.workdir`: settings from `--config`, the flags,
+  then `overrides`; the exit code."""
+  cfg = CONFIG.load(options.config, overrides, CONFIG.flag_values(options))
+  workdir = pathlib.Path(options.workdir)
+  with locks.writer_lock(workdir, what="parser training"):  # one writer per workdir
     if cfg.members > 1:
-      return train_ensemble(cfg, pathlib.Path(args.workdir), args)
-    return train(cfg, pathlib.Path(args.workdir), args)
+      return train_ensemble(cfg, workdir, options)
+    return train(cfg, workdir, options)
 
 
-def scoring_sets(args) -> tuple[tuple, tuple]:
+def scoring_sets(options: ParserTrainOptions) -> tuple[tuple, tuple]:
   """(trees, name, missing documents) of the dev set and of the test set: `--test`, or GUM test
   when training on the GUM split, or none (`[]`) when `--train` is given without `--test`."""
-  test_spec = args.test or (None if args.train else "")
-  test = resolve(test_spec, "test", args.gum) if test_spec is not None else ([], "", [])
-  return resolve(args.dev, "dev", args.gum), test
+  test_spec = options.test or (None if options.train else "")
+  test = resolve(test_spec, "test", options.gum) if test_spec is not None else ([], "", [])
+  return resolve(options.dev, "dev", options.gum), test
 
 
 @dataclasses.dataclass
@@ -247,10 +264,11 @@ class ParserData:
   info: dict  # names and counts (summary.json's "data")
 
 
-def load_data(cfg: ParserTrainConfig, args) -> ParserData:
+def load_data(cfg: ParserTrainConfig, options: ParserTrainOptions) -> ParserData:
   """The training trees (longer than `max_train_words`: skipped, counted), dev and test."""
-  train_trees, train_tags, train_name, missing = resolve_tagged(args.train, "train", args.gum)
-  (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(args)
+  train_trees, train_tags, train_name, missing = resolve_tagged(options.train, "train",
+                                                                      options.gum)
+  (dev_trees, dev_name, dev_missing), (test_trees, test_name, _) = scoring_sets(options)
   fits = [len(t.leaves()) <= cfg.max_train_words for t in train_trees]
   kept = [t for t, ok in zip(train_trees, fits) if ok]
   kept_tags = [g for g, ok in zip(train_tags, fits) if ok]
@@ -299,11 +317,11 @@ def _progress(cfg: ParserTrainConfig, steps_per_epoch: int):
     loss = tag = 0.0
     words = 0
     for out in window.outs:
-      loss += float(out["loss"]) * out["words"]
+      loss += float(out["span_loss"]) * out["words"]
       tag += float(out["tag_loss"]) * out["words"]
       words += out["words"]
     epoch, position = divmod(done - 1, steps_per_epoch)
-    record = {"loss": loss / words, "lr": window.outs[-1]["lr"],
+    record = {"loss": loss / words, "lr": float(window.outs[-1]["learning_rate"]),
               "words_per_s": window.per_second(lambda out: out["words"])}
     fields = [f"epoch {epoch} ({position + 1}/{steps_per_epoch})", f"loss {record['loss']:.4f}"]
     if cfg.tag_weight > 0:
@@ -315,10 +333,11 @@ def _progress(cfg: ParserTrainConfig, steps_per_epoch: int):
   return progress
 
 
-def train(cfg: ParserTrainConfig, workdir: pathlib.Path, args, data: ParserData | None = None) -> int:
-  """One parser run in `workdir` (resuming its newest checkpoint) on `data` (read from `args`
+def train(cfg: ParserTrainConfig, workdir: pathlib.Path, options: ParserTrainOptions,
+          data: ParserData | None = None) -> int:
+  """One parser run in `workdir` (resuming its newest checkpoint) on `data` (read from `options`
   when not given); 0 when it ended, `EXIT_INCOMPLETE` when it stopped at `max_minutes`."""
-  data = data or load_data(cfg, args)
+  data = data or load_data(cfg, options)
   record = run_identity(cfg, data)
   check_run(workdir, record)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -355,18 +374,17 @@ def train(cfg: ParserTrainConfig, workdir: pathlib.Path, args, data: ParserData 
   rngs = nnx.Rngs(params=cfg.seed, dropout=cfg.seed)
   scorer = SpanScorer(cfg.model, len(vocab.words), len(vocab.chars), len(labels), rngs)
   tagger = PosTagger(cfg.model, len(tag_names), rngs) if cfg.tag_weight > 0 else None
-  graphdef, params, rest = nnx.split(TrainedParser(scorer, tagger), nnx.Param, ...)
-  tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                   optax.adamw(1.0, weight_decay=cfg.weight_decay))
-  step_fn = make_step(graphdef, tx, cfg.tag_weight)
   steps_per_epoch = len(make_batches(examples, cfg, 0))  # every epoch has the same batches
+  graphdef, rest, run_state = parser_state(TrainedParser(scorer, tagger, cfg.tag_weight), cfg,
+                                           cfg.max_epochs * steps_per_epoch)
   meta = {"step": 0, "epoch": 0, "position": 0, "lr_scale": 1.0, "best_f1": -1.0,
           "best_epoch": -1, "bad_evals": 0, "history": [], "train_seconds": 0.0, "done": False}
 
   def restore(state, restored):
     meta.update(restored.extra)
     nnx.replace_by_pure_dict(state["params"], restored.state["params"])
-    return {"params": state["params"], "opt_state": restored.state["opt_state"]}
+    return {"params": state["params"],
+            "opt_state": live_opt_state(state["opt_state"], restored.state["opt_state"])}
 
   session_start = time.time()
 
@@ -375,53 +393,50 @@ def train(cfg: ParserTrainConfig, workdir: pathlib.Path, args, data: ParserData 
                 train_seconds=base_seconds + time.time() - session_start)
     return json.loads(json.dumps(meta))  # a copy: meta changes while the save is written
 
-  checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=2)
-  loop = Loop(checkpointer, {"params": params, "opt_state": tx.init(params)},
-              cfg.max_epochs * steps_per_epoch,
-              persist=Persist(target=lambda state: {"params": nnx.to_pure_dict(state["params"]),
-                                                    "opt_state": state["opt_state"]},
-                              extra=extra, restore=restore,
-                              describe=lambda step: f"epoch {meta['epoch']}, batch "
-                              f"{meta['position']}"),
-              log=log)
+  trainer = Trainer(run_state.state, cfg.max_epochs * steps_per_epoch, workdir / "checkpoints",
+                    persist=Persist(target=saved_state, extra=extra, restore=restore,
+                                    describe=lambda step: f"epoch {meta['epoch']}, batch "
+                                    f"{meta['position']}"),
+                    log=log)
   try:
-    loop.resume()
+    trainer.resume()
     base_seconds = meta["train_seconds"]
     if meta["done"]:  # stopped early before; a run that reached max_epochs continues
       result = None
     else:
-      result = loop.run(*_steps(cfg, examples, vocab, steps_per_epoch, step_fn, rest, meta),
-                        cadence=Cadence(log_every=cfg.log_every,
-                                        checkpoint_every_s=cfg.checkpoint_every_s,
-                                        epoch_steps=steps_per_epoch,
-                                        max_seconds=60 * cfg.max_minutes),
-                        progress=_progress(cfg, steps_per_epoch),
-                        hooks=[_dev_evaluation(cfg, graphdef, rest, vocab, labels,
-                                               data.dev_trees, workdir, meta, steps_per_epoch,
-                                               lambda: base_seconds + time.time() - session_start,
-                                               log)],
-                        loss_of=lambda out: float(out["loss"]), hint="lower the learning rate")
+      result = trainer.run(
+          run_state.step_fn(hyperparams=lambda step: {"learning_rate": learning_rate(
+              cfg, {"step": step, "lr_scale": meta["lr_scale"]}, steps_per_epoch)},
+                            place=lambda batch: batch[0],
+                            extra=lambda batch, sums: {"words": batch[1]}),
+          _batches(cfg, examples, vocab, steps_per_epoch),
+          cadence=Cadence(log_every=cfg.log_every, checkpoint_every_s=cfg.checkpoint_every_s,
+                          epoch_steps=steps_per_epoch, max_seconds=60 * cfg.max_minutes),
+          progress=_progress(cfg, steps_per_epoch),
+          hooks=[_dev_evaluation(cfg, graphdef, rest, vocab, labels, data.dev_trees, workdir,
+                                 meta, steps_per_epoch,
+                                 lambda: base_seconds + time.time() - session_start, log)],
+          hint="lower the learning rate")
   finally:
-    checkpointer.close()
+    trainer.close()
   if result is None:
     stop_reason = "already stopped early (delete the workdir to train again)"
   elif result.stop == TIME:
     log(f"stopping at the {cfg.max_minutes:g}-minute limit (checkpointed; run again to resume)")
     if meta["best_f1"] >= 0:
-      finish(workdir, args, log, run_summary(info, meta, f"time limit ({cfg.max_minutes:g} "
+      finish(workdir, options.export, log, run_summary(info, meta, f"time limit ({cfg.max_minutes:g} "
              "minutes; resumable)", resumable=True), data.dev_trees, data.test_trees, started)
     return cli.EXIT_INCOMPLETE
   else:
     stop_reason = f"reached {cfg.max_epochs} epochs" if result.stop == END else result.stop
-  return finish(workdir, args, log, run_summary(info, meta, stop_reason), data.dev_trees,
+  return finish(workdir, options.export, log, run_summary(info, meta, stop_reason), data.dev_trees,
                 data.test_trees, started)
 
 
-def _steps(cfg: ParserTrainConfig, examples: list[Example], vocab: Vocab, steps_per_epoch: int,
-           step_fn, rest, meta: dict):
-  """(step function, batch of a step) of the loop: epoch e's batches are `make_batches(…, e)`,
-  word dropout drawn from (seed, epoch, position), the learning rate from the step and the
-  plateau scale, the dropout key from (seed, step)."""
+def _batches(cfg: ParserTrainConfig, examples: list[Example], vocab: Vocab,
+             steps_per_epoch: int):
+  """The loop's batch of a step, (arrays, real words): epoch e's batches are
+  `make_batches(…, e)`, word dropout drawn from (seed, epoch, position)."""
   keep_W = vocab.keep_probabilities(cfg.model.word_dropout)
   epochs: dict[int, list] = {}
 
@@ -435,16 +450,23 @@ def _steps(cfg: ParserTrainConfig, examples: list[Example], vocab: Vocab, steps_
     return (encode_batch(examples, N, indices, rows_for(N, cfg), vocab, cfg, keep_W, rng),
             sum(len(examples[k].words) for k in indices))
 
-  def run_step(state, batch, step):
-    arrays, words = batch
-    lr = learning_rate(cfg, {"step": step, "lr_scale": meta["lr_scale"]}, steps_per_epoch)
-    key = jax.random.fold_in(jax.random.key(cfg.seed), step)
-    params, opt_state, (loss, tag_loss) = step_fn(state["params"], rest, state["opt_state"],
-                                                  arrays, lr, key)
-    return ({"params": params, "opt_state": opt_state},
-            {"loss": loss, "tag_loss": tag_loss, "words": words, "lr": lr})
+  return batch_at
 
-  return run_step, batch_at
+
+def saved_state(state: dict) -> dict:
+  """What a parser checkpoint holds: the parameters as a plain dict and the optimizer state in
+  the layout parser runs have always saved — (clipping, AdamW) — the injected hyperparameters
+  left out (they are set before every step from the step and the saved `lr_scale`)."""
+  clip_state, adamw_state = state["opt_state"]
+  return {"params": nnx.to_pure_dict(state["params"]),
+          "opt_state": (clip_state, adamw_state.inner_state)}
+
+
+def live_opt_state(template, saved):
+  """`saved_state`'s optimizer state back into `parser_optimizer`'s (its update count: AdamW's)."""
+  clip_state, adamw_state = saved
+  count = jnp.array(optax.tree_utils.tree_get(adamw_state, "count"))  # own buffer (donated)
+  return (clip_state, template[1]._replace(count=count, inner_state=adamw_state))
 
 
 def _dev_evaluation(cfg: ParserTrainConfig, graphdef, rest, vocab, labels, dev_trees, workdir, meta,
@@ -499,22 +521,23 @@ def member_finished(folder: pathlib.Path) -> bool:
   return not json.loads(path.read_text(encoding="utf-8")).get("resumable", False)
 
 
-def train_ensemble(cfg: ParserTrainConfig, workdir: pathlib.Path, args) -> int:
+def train_ensemble(cfg: ParserTrainConfig, workdir: pathlib.Path,
+                   options: ParserTrainOptions) -> int:
   """`cfg.members` runs in WORKDIR/memberK (seed + K), then their ensemble (module docstring).
   The members are a `train.sweep`: each member folder's identity.json is checked before the
   first member trains, and a finished member is used as it is only when it matches."""
   workdir.mkdir(parents=True, exist_ok=True)
   log = Log(workdir / "train_log.txt")
   started = time.time()
-  member_args = argparse.Namespace(**{**vars(args), "export": None})
-  data = load_data(cfg, args)
+  member_options = dataclasses.replace(options, export=None)
+  data = load_data(cfg, options)
   configs = [dataclasses.replace(cfg, seed=cfg.seed + k, members=1) for k in range(cfg.members)]
   items = [SweepItem(f"member {k}", workdir / f"member{k}", run_identity(member, data), member)
            for k, member in enumerate(configs)]
 
   def run(item: SweepItem) -> bool | None:
     log(f"{item.name} of {cfg.members}: training in {item.folder} (seed {item.key.seed})")
-    return train(item.key, item.folder, member_args, data) == cli.EXIT_OK or None
+    return train(item.key, item.folder, member_options, data) == cli.EXIT_OK or None
 
   swept = run_sweep(items, run, record=IDENTITY_FILE, marker="summary.json",
                     check=lambda item: check_run(item.folder, item.identity),
@@ -533,7 +556,8 @@ def train_ensemble(cfg: ParserTrainConfig, workdir: pathlib.Path, args) -> int:
              "train_seconds": round(sum(m["train_seconds"] for m in members), 1)}
   extra_files = {f"member{k}_{name}": folder / name for k, folder in enumerate(folders)
                  for name in ("train_log.txt", "summary.json")}
-  return finish(workdir, args, log, summary, dev_trees, test_trees, started, extra_files)
+  return finish(workdir, options.export, log, summary, dev_trees, test_trees, started,
+                extra_files)
 
 
 EMPTY_BIAS_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
@@ -553,7 +577,7 @@ def tune_empty_bias(parser: Parser, dev_trees, log) -> tuple[float, dict[str, fl
   return best, results
 
 
-def finish(workdir, args, log, summary, dev_trees, test_trees, started,
+def finish(workdir, export: str | None, log, summary, dev_trees, test_trees, started,
            extra_files: dict[str, pathlib.Path] | None = None) -> int:
   """Tunes the ∅ bias of WORKDIR/best on dev, scores dev and test, writes summary.json and copies
   the model, summary and log (and `extra_files`, {exported name: path}) to `--export`."""
@@ -573,8 +597,8 @@ def finish(workdir, args, log, summary, dev_trees, test_trees, started,
           f"{score.recall:.2f} exact {score.exact_match:.2f}, {score.sentences} sentences)")
   summary["wall_seconds"] = round(time.time() - started, 1)
   (workdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-  if args.export:
-    export = pathlib.Path(args.export)
+  if export:
+    export = pathlib.Path(export)
     export.mkdir(parents=True, exist_ok=True)
     for f in (workdir / "best").iterdir():
       shutil.copy2(f, export / f.name)

@@ -13,16 +13,18 @@
   mesh) and the compiled step (`steps.make_train_step` on the model's own `loss_sums`, through
   the process's step cache `step_cache.compiled_step` when a key is given).
 - `TrainState.step_fn` is the one wrapper of that step the loop runs:
-  `(state, batch, step) -> (state, step outputs)`.
+  `(state, batch, step) -> (state, step outputs)`; hyperparameters decided while the run goes
+  (the chart parser's plateau learning rate, halved when dev F1 stalls) are set in the
+  optimizer state (`optax.inject_hyperparams`) before the step and reported in its outputs.
 - `Trainer` owns the checkpointer and the loop (`train.loop.Loop`: resume, the per-step loss
   check, progress, checkpoints, hooks) over that state; `resume(restore=…)` takes a caller's own
   restore rule (GTCA's stages read an older checkpoint layout too) instead of setting the loop's
   start by hand.
 
 Pre-training (`train.trainer`), fine-tuning (`downstream.finetune`), GTCA stages
-(`gtca.stages`) and the structural probe (`gtca.structural_probe`) run through it. The chart
-parser (`parser.train`) does not yet: it keeps its own step and `adamw(1.0)` with the learning
-rate of its plateau schedule applied by hand (on the shared loop and checkpointer).
+(`gtca.stages`), the structural probe (`gtca.structural_probe`) and the chart parser
+(`parser.train`: its loss `TrainedParser.loss_sums`, its RNG streams as `rest`, its seeded
+dropout key, its learning rate through `hyperparams`) run through it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pathlib
 from typing import Any, Callable, Hashable, Sequence
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from slm_jax.train import sharding
@@ -39,7 +42,7 @@ from slm_jax.train.checkpointing import Checkpointer
 from slm_jax.train.loop import Cadence, Hook, Loop, LoopResult, Persist, Window, sums_loss
 from slm_jax.train.optimizer import make_optimizer, make_schedule
 from slm_jax.train.step_cache import compiled_step
-from slm_jax.train.steps import make_train_step
+from slm_jax.train.steps import default_dropout_key, make_train_step
 
 
 @dataclasses.dataclass
@@ -56,18 +59,26 @@ class TrainState:
   train_step: Callable  # (params, opt_state, batch) -> (params, opt_state, sums)
 
   def step_fn(self, place: Callable[[Any], Any] | None = None,
-              extra: Callable[[Any, dict], dict] | None = None
+              extra: Callable[[Any, dict], dict] | None = None,
+              hyperparams: Callable[[int], dict[str, float]] | None = None
               ) -> Callable[[dict, Any, int], tuple[dict, dict]]:
     """The loop's step: `train_step` on the state and the batch (`place(batch)`: the batch put
     on the devices first); `extra(batch, sums)` adds host values to the step's outputs (a
-    fine-tuning batch's token count, GTCA's mean loss)."""
+    fine-tuning batch's token count, GTCA's mean loss); `hyperparams(step)` → {name: value}
+    set in the optimizer state (an `optax.inject_hyperparams` transformation's) before the
+    step, and added to its outputs."""
     train_step = self.train_step
 
     def step(state, batch, step):
-      del step
       arrays = place(batch) if place is not None else batch
-      params, opt_state, sums = train_step(state["params"], state["opt_state"], arrays)
+      opt_state, values = state["opt_state"], {}
+      if hyperparams is not None:
+        values = hyperparams(step)
+        opt_state = optax.tree_utils.tree_set(opt_state, **{
+            name: jnp.asarray(value, jnp.float32) for name, value in values.items()})
+      params, opt_state, sums = train_step(state["params"], opt_state, arrays)
       out = {"params": params, "opt_state": opt_state}
+      sums = {**sums, **values}
       return out, ({**sums, **extra(batch, sums)} if extra is not None else sums)
 
     return step
@@ -77,11 +88,15 @@ def initial_state(graphdef: Any, params: Any, optimizer: Any, total_steps: int, 
                   batch_rows: int, micro_batches: int = 1, mesh: Any = None,
                   trainable: str = "all", flag: str = "train.global_batch",
                   cache_key: Hashable | None = None, place_params: bool = False,
-                  shard: bool = True) -> TrainState:
+                  shard: bool = True, rest: Any = None,
+                  dropout_key: Callable[[jax.Array, jax.Array], jax.Array] = default_dropout_key,
+                  scan_one: bool = True) -> TrainState:
   """A run's state before its first step (module docstring). `optimizer`: an `optimizer`
   section (`make_optimizer`, its schedule) or an optax transformation (no schedule);
   `place_params`: put the parameters on their shardings first (a loaded run's host arrays);
-  `shard=False`: one device, no sharding annotations on the step (GTCA's stages)."""
+  `shard=False`: one device, no sharding annotations on the step (GTCA's stages, the parser);
+  `rest`, `dropout_key`, `scan_one`: the model's non-parameter state, its dropout randomness and
+  whether one micro-batch is scanned (`steps.make_train_step`)."""
   mesh = mesh if mesh is not None else sharding.make_mesh(-1, 1)
   layout = sharding.check_batch(batch_rows, micro_batches, mesh, flag)
   if isinstance(optimizer, optax.GradientTransformation):
@@ -101,7 +116,8 @@ def initial_state(graphdef: Any, params: Any, optimizer: Any, total_steps: int, 
     opt_state, step_shardings = tx.init(params), None
 
   def build():
-    return make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable)
+    return make_train_step(graphdef, tx, layout.accumulation, step_shardings, trainable,
+                           rest=rest, dropout_key=dropout_key, scan_one=scan_one)
 
   train_step = (compiled_step((cache_key, layout.accumulation, mesh, shard), build)
                 if cache_key is not None else build())
