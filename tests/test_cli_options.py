@@ -1,6 +1,7 @@
-"""`cli.option` / `cli.parse_options`: a CLI's flags declared as a frozen dataclass, parsed into
-it — types from the annotations, bool flags, choices, aliases and old spellings (with their
-notice), exclusive groups, subcommands, and the one-line errors (exit 2)."""
+"""`slm_jax.cli_options` (as every CLI reads it: `cli.option` / `cli.parse_options`): a CLI's flags
+declared as a frozen dataclass, parsed into it — types from the annotations, bool flags, choices,
+aliases and old spellings (with their notice), exclusive groups, subcommands, and the one-line
+errors (exit 2)."""
 
 from __future__ import annotations
 

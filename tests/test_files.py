@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from slm_jax import cli, files
+from slm_jax import cli, cli_errors, files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEPARATORS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines splits on every one
@@ -125,7 +125,7 @@ def test_a_full_disk_is_one_line_naming_the_file():
 
 
 def test_echoes_of_a_reported_full_disk_print_nothing(monkeypatch, capsys):
-  monkeypatch.setattr(cli, "_FULL_DISK", {"reported": False, "warned": False})
+  monkeypatch.setattr(cli_errors, "_FULL_DISK", {"reported": False, "warned": False})
   monkeypatch.setattr(threading, "excepthook", threading.excepthook)
   monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
 
@@ -155,7 +155,7 @@ def _splitlines_calls(path: pathlib.Path) -> list[int]:
 
 # str.splitlines on text that is not a user's file: error messages and summaries of our own,
 # package data, tool output.
-NOT_USER_TEXT = {"cli.py", "train/checkpointing.py", "explain.py", "data/documents.py",
+NOT_USER_TEXT = {"cli_errors.py", "train/checkpointing.py", "explain.py", "data/documents.py",
                  "data/tfds_corpus.py", "data/pack_iter.py", "tokenizer_bases.py",
                  "kernels/triton_kernels.py",
                  "kernels/mosaic_compile.py"}  # compiler messages, not user text

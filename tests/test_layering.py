@@ -1,7 +1,7 @@
 """Layers import downwards only: a module may import its own layer and the layers below it.
 
-  0 utilities    kinds, trees, sections, config_files, buckets, cli, benchtools, tables, inputs,
-                 locks, identity, files
+  0 utilities    kinds, trees, sections, config_files, buckets, cli (cli_errors, cli_flags,
+                 cli_options), benchtools, tables, inputs, locks, identity, files
                  (no layered imports)
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations, splitting
   2 data         corpus, data
@@ -36,7 +36,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # (module prefix, layer); the longest matching prefix wins.
 LAYERS = (
     ("slm_jax.kinds", 0), ("slm_jax.trees", 0), ("slm_jax.sections", 0), ("slm_jax.buckets", 0),
-    ("slm_jax.cli", 0), ("slm_jax.benchtools", 0), ("slm_jax.tables", 0),
+    ("slm_jax.cli", 0), ("slm_jax.cli_errors", 0), ("slm_jax.cli_flags", 0),
+    ("slm_jax.cli_options", 0), ("slm_jax.benchtools", 0), ("slm_jax.tables", 0),
     ("slm_jax.inputs", 0), ("slm_jax.config_files", 0), ("slm_jax.locks", 0),
     ("slm_jax.identity", 0), ("slm_jax.files", 0),
     ("slm_jax.ptb", 1), ("slm_jax.linearize", 1), ("slm_jax.structure", 1),

@@ -1,6 +1,7 @@
-"""Every CLI still accepts its flags as they were spelled: underscored (the canonical spelling),
-dashed (`--batch-size`, an alias everywhere, also inside argument groups and mutually exclusive
-groups), and the training CLIs' flags that became aliases of config keys.
+"""`slm_jax.cli_flags` (`cli.ArgumentParser`): every CLI still accepts its flags as they were
+spelled: underscored (the canonical spelling), dashed (`--batch-size`, an alias everywhere, also
+inside argument groups and mutually exclusive groups), and the training CLIs' flags that became
+aliases of config keys.
 
 Each command line is parsed the way the CLI parses it (its own `main`), and stopped right after
 argparse returns, so no job runs; the dashed twin of every underscored flag must give the same
