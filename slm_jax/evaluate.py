@@ -135,7 +135,7 @@ def _parser() -> cli.ArgumentParser:
        "workdir is evaluated as --workdir is")
   p.add_argument("--tasks", default=",".join(LOADER.default("tasks")),
                  help="comma-separated: sg, blimp, docppl, mc, xsum, boolq")
-  flag("out", required=True, help="output folder")
+  flag("out", help="output folder (required here or as run.out in the --config file)")
   flag("max_items", type=int,
        help="cap: SG items per suite, BLiMP pairs per paradigm, doc-PPL documents")
   flag("proposals", type=int, help="K proposal trees per sentence")

@@ -37,6 +37,14 @@ def test_a_config_file_loads_and_flags_and_overrides_win(tmp_path):
   assert cli_config.run.out == "elsewhere" and cli_config.run.max_items == 5
 
 
+def test_the_output_folder_may_come_from_the_config_file_alone(tmp_path, capsys):
+  path = _write(tmp_path / "out.py", '{"models": {"workdirs": ["w"]}, "run": {"out": "o"}}')
+  assert evaluate.parse_args([f"--config={path}"]).run.out == "o"
+  with pytest.raises(SystemExit) as stopped:
+    evaluate.parse_args(["--workdir=w"])
+  assert stopped.value.code == 2 and "run.out is required" in capsys.readouterr().err
+
+
 def test_a_wrong_key_is_one_error_naming_it(tmp_path, capsys):
   path = _write(tmp_path / "typo.py", '{"models": {"workdirs": ["w"]}, "run": {"out": "o"}, '
                 '"syntactic": {"beem": 8}}')
