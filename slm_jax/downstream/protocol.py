@@ -10,7 +10,7 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
   reference search them together, `generate_batch` / `pushdown_generate_batch`: the same
   summaries as one at a time).
 
-- **SLM configurations** (`Protocol`): `eval.scorer.Scorer` over the run's own linearization
+- **SLM configurations** (`Protocol`): `inference.scorer.Scorer` over the run's own linearization
   (every task scored) and `generate.generate` for XSum (`beam_generate` for terminal formats,
   word-synchronous search for tree schemes).
 - **The Pushdown reference** (`configuration.reference == "pushdown"`, SPEC §14;
@@ -40,11 +40,11 @@ from slm_jax.downstream.generate import Generation, generate, generated_position
 from slm_jax.downstream.generate_batch import CONCURRENT, word_synchronous_generate_many
 from slm_jax.downstream.pushdown_generate import joint_generate
 from slm_jax.downstream.pushdown_generate_batch import joint_generate_many
-from slm_jax.eval.beam import SENTENCES_PER_BATCH
+from slm_jax.inference.beam import SENTENCES_PER_BATCH
 from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
                                             scoring_configuration)
 from slm_jax.eval.raw_text import RawTextScorer
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.scorer import Scorer
 
 
 class Protocol:

@@ -45,7 +45,7 @@ from flax import nnx
 from slm_jax.buckets import bucket
 from slm_jax.downstream.generate import (BEAM, MAX_TOKENS, Generation, best_first, detokenize,
                                          prompt_arrays, search_done)
-from slm_jax.eval.scorer import LENGTH_BUCKET
+from slm_jax.inference.scorer import LENGTH_BUCKET
 from slm_jax.kinds import BOS_CODE, CNT_CODE, ONT_CODE, TERMINAL_CODE
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.inference import replay

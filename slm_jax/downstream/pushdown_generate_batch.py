@@ -44,7 +44,7 @@ from slm_jax.downstream.generate_batch import CONCURRENT  # articles searched to
 from slm_jax.downstream.pushdown_generate import (ArticleSearch, CompactPrompt, base_pieces,
                                                   cache_slots, check_settings, compact_prompt,
                                                   joint_generate, prefilled, top_pieces)
-from slm_jax.eval.beam import fit_in_memory
+from slm_jax.inference.beam import fit_in_memory
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.model import PushdownLM
 from slm_jax.tokenizer import Tokenizer
@@ -58,7 +58,7 @@ def joint_generate_many(model: PushdownLM, tokenizer: Tokenizer, prompts: Sequen
                         memory_budget: int | None = None) -> list[Generation]:
   """`joint_generate` of every prompt (a `linearize.Sequence`, or ids with `prompt_kinds[i]`),
   `concurrent` articles searched together (module docstring; fewer where their cache,
-  `cache.peak_bytes`, would pass `memory_budget` bytes: `eval.beam.fit_in_memory`); results
+  `cache.peak_bytes`, would pass `memory_budget` bytes: `inference.beam.fit_in_memory`); results
   in the input order."""
   check_settings(beam, max_tokens, min_tokens)
   if concurrent < 1:

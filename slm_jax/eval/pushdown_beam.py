@@ -43,8 +43,8 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from slm_jax.eval.beam import SENTENCES_PER_BATCH, fit_in_memory
-from slm_jax.eval.beam_batch import select_per_slot
+from slm_jax.inference.beam import SENTENCES_PER_BATCH, fit_in_memory
+from slm_jax.inference.beam_batch import select_per_slot
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.pushdown import cache
 from slm_jax.pushdown.inference import (BEAM, BeamScore, cache_width, check_row,

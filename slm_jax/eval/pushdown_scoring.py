@@ -34,10 +34,10 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.configurations import Configuration
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence
-from slm_jax.eval.beam import SENTENCES_PER_BATCH
+from slm_jax.inference.beam import SENTENCES_PER_BATCH
 from slm_jax.eval.pushdown_beam import beam_score_many
 from slm_jax.pushdown.inference import BEAM
 from slm_jax.pushdown.model import terminal_inputs

@@ -26,7 +26,7 @@ from slm_jax.downstream.generate import BEAM as GEN_BEAM
 from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
 from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
 from slm_jax.downstream.generate_batch import CONCURRENT as ARTICLES_PER_BATCH
-from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
+from slm_jax.inference.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
 from slm_jax.sections import Rules, option

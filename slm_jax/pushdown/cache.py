@@ -22,7 +22,7 @@ row at its own position), computed one article's `beam` rows per chunk (`in_chun
 row's numbers are those of its article's search alone (`downstream.pushdown_generate_batch`).
 
 The model's own blocks, norms and head run: the cache is the `attend` hook, as
-`slm_jax.eval.incremental` is for the other configurations (whose masks, not biases, carry the
+`slm_jax.inference.incremental` is for the other configurations (whose masks, not biases, carry the
 structure, so that decoder has no bias input).
 """
 
