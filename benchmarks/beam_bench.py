@@ -78,6 +78,7 @@ from flax import nnx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
 from slm_jax.configurations import get_configuration  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.inference.beam import BeamSearcher  # noqa: E402
@@ -86,9 +87,8 @@ from slm_jax.inference.recompute import RecomputeDecoder  # noqa: E402
 from slm_jax.kinds import TERMINAL_CODE, Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 from slm_jax.model.decoder import param_count  # noqa: E402
-from slm_jax.tokenizer import make_tokenizer  # noqa: E402
-from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
 from slm_jax.structure import row_metadata  # noqa: E402
+from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from beam_profile import SG_WORDS, profile, projection  # noqa: E402  (this script's folder)
 
 

@@ -18,8 +18,8 @@ from slm_jax.corpus.treebank import embedded_corpus
 from slm_jax.data.encode import encode_document
 from slm_jax.inference.beam import BeamSearcher, word_synchronous_beam
 from slm_jax.inference.beam_batch import top_k as _top_k
-from slm_jax.inference.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START,
-                                              Grammar, GrammarState)
+from slm_jax.inference.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START, Grammar,
+                                              GrammarState)
 from slm_jax.inference.scorer import Scorer, logsumexp
 from slm_jax.kinds import PTB_LABELS, Kind
 from slm_jax.model import Decoder, ModelConfig

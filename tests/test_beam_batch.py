@@ -16,12 +16,12 @@ import pytest
 from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
+from slm_jax.eval.proposals import BeamProposals
+from slm_jax.eval.syntaxgym import evaluate_syntaxgym
 from slm_jax.inference.beam import BeamSearcher
 from slm_jax.inference.beam_batch import select_per_slot
 from slm_jax.inference.incremental import IncrementalDecoder, arena_bytes
-from slm_jax.eval.proposals import BeamProposals
 from slm_jax.inference.scorer import Scorer
-from slm_jax.eval.syntaxgym import evaluate_syntaxgym
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer

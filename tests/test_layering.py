@@ -6,9 +6,11 @@
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations, splitting
   2 data         corpus, data
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
-  4 model        model, parser (its own chart model), hf, pushdown (structure and stack: layer
-                 1), parse (the parse stage: readers, backends, stage — it runs a parser)
-  5 inference    inference (teacher-forced scoring, KV-cache decoding, beam search: a model run)
+  4 model        model, parser (its own chart model), hf, parse (the parse stage: readers,
+                 backends, stage — it runs a parser)
+  5 inference    inference (teacher-forced scoring, KV-cache decoding, beam search, generation:
+                 a model run), pushdown (the Pushdown reference: its model, attachment beam,
+                 scorers and generation; structure and stack: layer 1)
   6 train/config train (with run_config), config_builder (its old name), configs
   7 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
   8 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
@@ -47,8 +49,8 @@ LAYERS = (
     ("slm_jax.kernels", 3),
     ("slm_jax.model", 4), ("slm_jax.parser", 4), ("slm_jax.hf", 4),
     ("slm_jax.parse", 4),  # the parse stage runs a parser (benepar, or ours: parse.slm_backend)
-    ("slm_jax.pushdown", 4),  # the Pushdown reference: its model and inference
-    ("slm_jax.inference", 5),  # scoring, KV-cache decoding, beam search: runs a model
+    ("slm_jax.inference", 5),  # scoring, KV-cache decoding, beam search, generation
+    ("slm_jax.pushdown", 5),  # the Pushdown reference: its model and its inference
     ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
     ("slm_jax.train", 6), ("slm_jax.config_builder", 6), ("slm_jax.configs", 6),
     ("slm_jax.gtca", 7), ("slm_jax.eval", 7), ("slm_jax.downstream", 7),

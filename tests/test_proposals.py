@@ -18,8 +18,8 @@ from slm_jax.eval.blimp import sentence_log_probs
 from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, make_sequence,
                                  scoring_linearization, sequence_scores)
 from slm_jax.eval.grammar_posterior import GrammarPosterior, exact_enumeration
-from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
-                                    FlatProposals, NoProposals, ProposalError)
+from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals, FlatProposals,
+                                    NoProposals, ProposalError)
 from slm_jax.inference.scorer import Scorer
 from slm_jax.ptb import parse_trees
 from slm_jax.trees import Tree

@@ -1,5 +1,5 @@
-"""The batched Pushdown attachment beam (`eval.pushdown_beam.beam_score_many`) equals the one-row
-beam (`inference.beam_score`, the oracle) bit for bit: rows of different lengths and sentence
+"""The batched Pushdown attachment beam (`pushdown.beam_batch.beam_score_many`) equals the one-row
+beam (`pushdown.beam.beam_score`, the oracle) bit for bit: rows of different lengths and sentence
 counts, beams narrower than the attachment sequences (pruning matters), rows finishing at
 different steps and refilled from the queue, fewer rows in flight than rows."""
 
@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.eval.pushdown_beam import _Hypotheses, _push, beam_score_many, in_flight
 from slm_jax.pushdown import cache
-from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration
+from slm_jax.pushdown.beam import attachment_sequences, beam_score, exhaustive_score, replay
+from slm_jax.pushdown.beam_batch import _Hypotheses, _push, beam_score_many, in_flight
 from slm_jax.pushdown.cache import CHUNK_ROWS
-from slm_jax.pushdown.inference import (attachment_sequences, beam_score, exhaustive_score,
-                                        replay)
+from slm_jax.pushdown.scoring import PushdownScorer, scoring_configuration
 from slm_jax.tokenizer import make_tokenizer
-from tests.test_pushdown_inference import _row
+from tests.test_pushdown_beam import _row
 from tests.test_pushdown_model import tiny_model
 from tests.test_pushdown_scoring import WORDS
 

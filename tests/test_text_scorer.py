@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from slm_jax.inference.text_scorer import TextScorer  # noqa: E402
 from slm_jax.evaluation.checkpoints import load_checkpoint_run  # noqa: E402
+from slm_jax.inference.text_scorer import TextScorer  # noqa: E402
 from tests.test_raw_text import checkpoint  # noqa: E402,F401  # the tiny Llama fixture
 
 SEQUENCES = [[1], [1, 40], list(range(1, 18)), list(range(30, 55))]  # 17 tokens: a 16-wide row

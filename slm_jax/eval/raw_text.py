@@ -32,8 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from slm_jax.eval.blimp import (BlimpResult, Paradigm, pair_verdicts, score_paradigms,
-                                summarize)
+from slm_jax.eval.blimp import BlimpResult, Paradigm, pair_verdicts, score_paradigms, summarize
 from slm_jax.inference.text_scorer import TextScorer
 from slm_jax.kinds import Kind
 

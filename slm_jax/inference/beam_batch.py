@@ -65,7 +65,7 @@ def segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
 
 class SlotRows:
   """Rows of one decoder shared by slots (the sentences, or articles, in flight): the
-  bookkeeping `BatchedSearch` and `downstream.generate_batch` share. Needs `decoder`, `slots`,
+  bookkeeping `BatchedSearch` and `generate_batch` share. Needs `decoder`, `slots`,
   `owner` [N] (the slot holding each row, -1 free), `score` [N], `hist` / `hist_kind` [N, T],
   and the frontier and pool rows with their slots (`front_rows`, `front_slot`, `pool_rows`,
   `pool_slot`; the pools grouped by slot, each best first)."""

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from slm_jax.configurations import Configuration
 from slm_jax.buckets import bucket, buckets
+from slm_jax.configurations import Configuration
 from slm_jax.inference.incremental import ROW_BUCKET, SLOT_BUCKET, gather_logprobs
 from slm_jax.inference.scorer import check_attention, split_model
 from slm_jax.model.decoder import Decoder

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from slm_jax.kinds import Kind
-from slm_jax.pushdown.inference import (attachment_sequences, beam_score, exhaustive_score,
-                                        joint_log_prob, opens_sentence, sentence_openings)
+from slm_jax.pushdown.beam import (attachment_sequences, beam_score, exhaustive_score,
+                                   joint_log_prob, opens_sentence, sentence_openings)
 from tests.test_pushdown_model import VOCAB, tiny_model
 
 CATALAN = {1: 1, 2: 2, 3: 5, 4: 14}

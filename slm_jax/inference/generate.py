@@ -40,7 +40,7 @@ generates one sentence (the summary's tree, a new root after the prompt) word by
              sentence with the closings of every open constituent reserved (the grammar's
              `min_completion`), so every hypothesis can always still close and end
   ranking    joint log-prob of words, structure and EOS (CNT2 counted where it is a target,
-             as in `inference.beam`); `length_penalty` as above (length = generated tokens)
+             as in `beam`); `length_penalty` as above (length = generated tokens)
   text       the terminals of the best finished hypothesis (brackets dropped), detokenized.
 
 `detokenize` turns generated ids into text: structure, pauses, BOS/EOS dropped; word-level pieces
