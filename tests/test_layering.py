@@ -9,8 +9,8 @@
   4 model        model, parser (its own chart model), hf, parse (the parse stage: readers,
                  backends, stage — it runs a parser)
   5 inference    inference (teacher-forced scoring, KV-cache decoding, beam search, generation:
-                 a model run), pushdown (the Pushdown reference: its model, attachment beam,
-                 scorers and generation; structure and stack: layer 1)
+                 a model run), pushdown (the Pushdown reference: its silver structure, model,
+                 attachment beam, scorers and generation)
   6 train/config train (with run_config), config_builder (its old name), configs
   7 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
   8 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
@@ -51,7 +51,6 @@ LAYERS = (
     ("slm_jax.parse", 4),  # the parse stage runs a parser (benepar, or ours: parse.slm_backend)
     ("slm_jax.inference", 5),  # scoring, KV-cache decoding, beam search, generation
     ("slm_jax.pushdown", 5),  # the Pushdown reference: its model and its inference
-    ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
     ("slm_jax.train", 6), ("slm_jax.config_builder", 6), ("slm_jax.configs", 6),
     ("slm_jax.gtca", 7), ("slm_jax.eval", 7), ("slm_jax.downstream", 7),
     ("slm_jax.evaluation", 7),  # one evaluation run: above eval and downstream
