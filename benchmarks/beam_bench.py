@@ -20,8 +20,8 @@ log-probs, the decoder steps it feeds following; for the loop a `rounds` call). 
 every call removes the overlap of host work with asynchronous device work, so the device share
 is an upper bound (beam_profile.py).
 
-`--loop`: as `--batched`, the batched search with its rounds on the host (`eval.beam_batch`)
-against the same search with each word's rounds in one compiled loop (`eval.beam_loop`); both
+`--loop`: as `--batched`, the batched search with its rounds on the host (`inference.beam_batch`)
+against the same search with each word's rounds in one compiled loop (`inference.beam_loop`); both
 should give the same results bit for bit. `--project SCALE`: then the compiled loop on a model
 of that scale's widths with `--project-layers` layers and on the small model, and the full
 model's projected seconds per word and SyntaxGym device-hours (beam_profile.py).
@@ -34,7 +34,7 @@ rate; prints the words/s each bound allows and its ratio to the one-sentence sea
 same process (a batched search can reach at most that ratio without feeding fewer rows).
 
 `--batched`: `BeamSearcher.search` one sentence after another (its own decoder of `capacity`
-rows, as the evaluator ran it before) against `search_many` (`eval.beam_batch`: the sentences
+rows, as the evaluator ran it before) against `search_many` (`inference.beam_batch`: the sentences
 advanced together, `--sentences-per-batch` at a time), on the same sentences in the same
 process, alternating `--repeats` times; prints words/s of each, their ratio per repeat, the max
 |Δ prefix log-prob| and the count of words whose beam differs (best hypothesis, beam size,
@@ -78,17 +78,17 @@ from flax import nnx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
 from slm_jax.configurations import get_configuration  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
-from slm_jax.eval.beam import BeamSearcher  # noqa: E402
-from slm_jax.eval.incremental import IncrementalDecoder  # noqa: E402
-from slm_jax.eval.recompute import RecomputeDecoder  # noqa: E402
+from slm_jax.inference.beam import BeamSearcher  # noqa: E402
+from slm_jax.inference.incremental import IncrementalDecoder  # noqa: E402
+from slm_jax.inference.recompute import RecomputeDecoder  # noqa: E402
 from slm_jax.kinds import TERMINAL_CODE, Kind  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 from slm_jax.model.decoder import param_count  # noqa: E402
-from slm_jax.tokenizer import make_tokenizer  # noqa: E402
-from slm_jax.benchtools import best_of, parser as make_parser, table  # noqa: E402
 from slm_jax.structure import row_metadata  # noqa: E402
+from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 from beam_profile import SG_WORDS, profile, projection  # noqa: E402  (this script's folder)
 
 

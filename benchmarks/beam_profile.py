@@ -7,7 +7,7 @@ with the compiled word loop timed to completion (`CallTimer`: decoder calls; for
 counted as the host's bookkeeping, per word and per host visit (an expansion round of the host
 searches, a `rounds` call of the loop).
 
-`projection`: the compiled word loop (`eval.beam_loop`) on a model of the named scale's widths
+`projection`: the compiled word loop (`inference.beam_loop`) on a model of the named scale's widths
 (`run_config.build(config, scale)`: d_model, heads, FFN) with `--project-layers` of its layers,
 float32 (the evaluation's dtype), as many sentences in flight as the full model's key/value arena
 allows on this device (`beam.fit_in_memory`), and the same search on the bench's small model
@@ -29,8 +29,8 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.benchtools import table
-from slm_jax.eval.beam import BeamSearcher, fit_in_memory
-from slm_jax.eval.incremental import arena_bytes
+from slm_jax.inference.beam import BeamSearcher, fit_in_memory
+from slm_jax.inference.incremental import arena_bytes
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder
 from slm_jax.model.decoder import param_count

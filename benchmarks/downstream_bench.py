@@ -42,7 +42,7 @@ from slm_jax.benchtools import median_of, parser as make_parser, table  # noqa: 
 from slm_jax.configurations import get_configuration  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.data.encode import encode_document  # noqa: E402
-from slm_jax.downstream.generate import beam_generate, word_synchronous_generate  # noqa: E402
+from slm_jax.inference.generate import beam_generate, word_synchronous_generate  # noqa: E402
 from slm_jax.model import Decoder, ModelConfig  # noqa: E402
 from slm_jax.model.decoder import param_count  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402

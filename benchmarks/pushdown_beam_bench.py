@@ -1,8 +1,8 @@
-"""Pushdown attachment beam throughput: one row at a time (`inference.beam_score`) vs the batched
-beam (`eval.pushdown_beam.beam_score_many`), on the same sentences in the same process; with
-`--generate`, the joint XSum summary search: one article at a time
-(`downstream.pushdown_generate.joint_generate`) vs several together
-(`downstream.pushdown_generate_batch.joint_generate_many`).
+"""Pushdown attachment beam throughput: one row at a time (`pushdown.beam.beam_score`) vs the
+batched beam (`pushdown.beam_batch.beam_score_many`), on the same sentences in the same process;
+with `--generate`, the joint XSum summary search: one article at a time
+(`pushdown.generate.joint_generate`) vs several together
+(`pushdown.generate_batch.joint_generate_many`).
 
   python benchmarks/pushdown_beam_bench.py [--sentences 8] [--sentences-per-batch 8] [--beam 300]
                                            [--repeats 2] [--d-model 64 --layers 2 --heads 2]
@@ -45,15 +45,15 @@ from slm_jax.benchtools import parser as make_parser, table  # noqa: E402
 from slm_jax.configurations import CONFIGURATIONS  # noqa: E402
 from slm_jax.corpus.treebank import embedded_corpus  # noqa: E402
 from slm_jax.data.encode import encode_document  # noqa: E402
-from slm_jax.downstream import pushdown_generate  # noqa: E402
-from slm_jax.downstream.pushdown_generate import joint_generate  # noqa: E402
-from slm_jax.downstream.pushdown_generate_batch import joint_generate_many  # noqa: E402
-from slm_jax.eval.pushdown_beam import beam_score_many  # noqa: E402
-from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration  # noqa: E402
 from slm_jax.model import ModelConfig  # noqa: E402
 from slm_jax.model.decoder import param_count  # noqa: E402
-from slm_jax.pushdown.inference import beam_score  # noqa: E402
+from slm_jax.pushdown import generate as pushdown_generate  # noqa: E402
+from slm_jax.pushdown.beam import beam_score  # noqa: E402
+from slm_jax.pushdown.beam_batch import beam_score_many  # noqa: E402
+from slm_jax.pushdown.generate import joint_generate  # noqa: E402
+from slm_jax.pushdown.generate_batch import joint_generate_many  # noqa: E402
 from slm_jax.pushdown.model import PushdownLM  # noqa: E402
+from slm_jax.pushdown.scoring import PushdownScorer, scoring_configuration  # noqa: E402
 from slm_jax.tokenizer import make_tokenizer  # noqa: E402
 
 

@@ -21,7 +21,7 @@ The library is `slm_jax.evaluation`: this module parses the flags into an
 before anything runs), calls `evaluation.run.evaluate(config)` and prints what was written. Each
 run is loaded with `slm_jax.train.loading.load_run` (its
 config, tokenizer and newest checkpoint; the model built in `--dtype`, float32 by default as the
-paper evaluates) and scored by the scorer `downstream.protocol` gives it (`eval.scorer.Scorer`;
+paper evaluates) and scored by the scorer `downstream.protocol` gives it (`inference.scorer.Scorer`;
 the Pushdown reference's own). Writes `DIR/results.json`, `DIR/tables.md` (paper Tables 4, 6,
 10–11, 13/14 layouts, each with the conventions that produced it) and `DIR/sg_circuits.png`.
 

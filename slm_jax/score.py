@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from slm_jax import cli, files
-from slm_jax.eval.text_scorer import TextScorer
+from slm_jax.inference.text_scorer import TextScorer
 from slm_jax.hf.load import checkpoint_config, load_checkpoint
 from slm_jax.hf.tokenizer_fit import check_tokenizer_fits
 from slm_jax.structure import MAX_ROW_TOKENS

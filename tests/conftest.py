@@ -45,7 +45,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 LONGEST_FIRST = (
     "test_multiprocess.py", "test_notebook.py", "test_evaluate_cli.py", "test_live_eval.py",
-    "test_downstream_generate.py", "test_train.py", "test_parser_crf.py", "test_gtca_evaluate.py",
+    "test_generate.py", "test_train.py", "test_parser_crf.py", "test_gtca_evaluate.py",
     "test_downstream_scoring.py", "test_lora.py", "test_workdir.py", "test_aot.py",
     "test_downstream_finetune.py", "test_beam_pipelines.py", "test_restore_mesh.py",
 )

@@ -16,11 +16,11 @@ from flax import nnx
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.corpus.treebank import embedded_corpus
 from slm_jax.data.encode import encode_document
-from slm_jax.eval.beam import BeamSearcher, word_synchronous_beam
-from slm_jax.eval.beam_batch import top_k as _top_k
-from slm_jax.eval.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START, Grammar,
-                                         GrammarState)
-from slm_jax.eval.scorer import Scorer, logsumexp
+from slm_jax.inference.beam import BeamSearcher, word_synchronous_beam
+from slm_jax.inference.beam_batch import top_k as _top_k
+from slm_jax.inference.grammaticality import (AFTER_CLOSE, AFTER_ONT, AFTER_WORD, START, Grammar,
+                                              GrammarState)
+from slm_jax.inference.scorer import Scorer, logsumexp
 from slm_jax.kinds import PTB_LABELS, Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
@@ -401,7 +401,7 @@ def test_one_slot_bucket_decodes_the_same():
   """`IncrementalDecoder(slot_bucket=…)` ≥ max_len reads every cache slot in one compiled variant
   (live metrics): the same search results as the default buckets."""
   import functools
-  from slm_jax.eval.incremental import IncrementalDecoder
+  from slm_jax.inference.incremental import IncrementalDecoder
   configuration = CONFIGURATIONS["tgtree"]
   scorer = Scorer(model_for(configuration, WORD_TOKENIZER), WORD_TOKENIZER, configuration)
   words = ("cats", "chase", "mice")

@@ -1,7 +1,7 @@
-"""The batched beam search (`eval.beam_batch`) equals the one-sentence search (`BeamSearcher.search`,
-the oracle) bit for bit: the same hypotheses in the same order, the same scores and counters,
-for every tree linearization, with sentences refilled into finished slots, prefixes, word pieces,
-and a decoder whose rows hold fewer sentences than asked."""
+"""The batched beam search (`inference.beam_batch`) equals the one-sentence search
+(`BeamSearcher.search`, the oracle) bit for bit: the same hypotheses in the same order, the same
+scores and counters, for every tree linearization, with sentences refilled into finished slots,
+prefixes, word pieces, and a decoder whose rows hold fewer sentences than asked."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import pytest
 from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.eval.beam import BeamSearcher
-from slm_jax.eval.beam_batch import select_per_slot
-from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
 from slm_jax.eval.proposals import BeamProposals
-from slm_jax.eval.scorer import Scorer
 from slm_jax.eval.syntaxgym import evaluate_syntaxgym
+from slm_jax.inference.beam import BeamSearcher
+from slm_jax.inference.beam_batch import select_per_slot
+from slm_jax.inference.incremental import IncrementalDecoder, arena_bytes
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
@@ -153,7 +153,7 @@ def test_a_memory_budget_bounds_the_sentences_in_flight(caplog):
   four = arena_bytes(model.config, 4 * free.capacity, max_len)
   bounded = BeamSearcher(model, TOKENIZER, CONFIGURATIONS[name], sentences_per_batch=6,
                          memory_budget=(three + four) // 2, decoder_len=max_len, **options)
-  with caplog.at_level(logging.WARNING, logger="slm_jax.eval.beam"):
+  with caplog.at_level(logging.WARNING, logger="slm_jax.inference.beam"):
     assert bounded.in_flight(max_len, 6) == 3
     assert bounded.in_flight(max_len, 6) == 3
   assert len(caplog.records) == 1 and "sentences in flight: 3, not 6" in caplog.text

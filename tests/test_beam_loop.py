@@ -1,7 +1,8 @@
-"""The compiled word loop (`eval.beam_loop`) equals the one-sentence search (`BeamSearcher.search`,
-the oracle) bit for bit — the same hypotheses in the same order, the same float64 scores, the
-same counters — with sentences refilled into finished slots, the EOS step, prefixes, word pieces
-and arena compactions; the host is visited once per word; its float64 top-k is the host's rule."""
+"""The compiled word loop (`inference.beam_loop`) equals the one-sentence search
+(`BeamSearcher.search`, the oracle) bit for bit — the same hypotheses in the same order, the same
+float64 scores, the same counters — with sentences refilled into finished slots, the EOS step,
+prefixes, word pieces and arena compactions; the host is visited once per word; its float64 top-k is
+the host's rule."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import numpy as np
 import pytest
 
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.eval import beam_loop
-from slm_jax.eval.beam import BeamSearcher
-from slm_jax.eval.beam_batch import top_k as host_top_k
-from slm_jax.eval.incremental import IncrementalDecoder
+from slm_jax.inference import beam_loop
+from slm_jax.inference.beam import BeamSearcher
+from slm_jax.inference.beam_batch import top_k as host_top_k
+from slm_jax.inference.incremental import IncrementalDecoder
 from slm_jax.kinds import Kind
 from slm_jax.tokenizer import make_tokenizer
 

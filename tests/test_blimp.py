@@ -164,7 +164,7 @@ def test_real_blimp_with_flat_proposals_runs_every_paradigm():
 
 @pytest.mark.parametrize("name", ["tree", "tg"])  # lin1, lin2 (TG: CNT2 is not scored)
 def test_tree_models_with_beam_proposals(name, tmp_path):
-  from slm_jax.eval.scorer import Scorer
+  from slm_jax.inference.scorer import Scorer
   from tests.test_beam import LABELS, model_for
   write_blimp(tmp_path / "b", {"p_a": [("Cats chase mice.", "Mice cats chase."),
                                         ("Cats meow.", "Meow cats.")]})

@@ -171,7 +171,7 @@ def test_real_scorer_one_proposal_per_sentence_is_the_document_score():
   log-probability: compare with the real Scorer's own `score` of the whole document."""
   from flax import nnx
 
-  from slm_jax.eval import scorer as scorer_module
+  from slm_jax.inference import scorer as scorer_module
   from slm_jax.model.config import ModelConfig
   from slm_jax.model.decoder import Decoder
   docs = embedded_corpus("test", 1, min_sentences=3, max_sentences=3)

@@ -18,12 +18,12 @@ from slm_jax.data.encode import encode_document
 from slm_jax.downstream.encoding import make_tree_source
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.scoring import decide, evaluate_task, summarize
-from slm_jax.eval.scorer import Scorer
+from slm_jax.identity import IdentityError
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import target_mask
 from slm_jax.tokenizer import make_tokenizer
-from slm_jax.identity import IdentityError
 from slm_jax.trees import Tree
 from tests.test_scorer import direct_logprobs
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from slm_jax import evaluate
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.downstream.protocol import protocol
-from slm_jax.eval.beam import SENTENCES_PER_BATCH
 from slm_jax.downstream import report as downstream_report
+from slm_jax.downstream.protocol import protocol
 from slm_jax.eval import report
 from slm_jax.evaluation import protocols, sources, summary
+from slm_jax.inference.beam import SENTENCES_PER_BATCH
 from slm_jax.tokenizer import make_tokenizer
 
 COMMON = ["--workdir=w", "--out=o"]

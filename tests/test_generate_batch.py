@@ -1,5 +1,5 @@
-"""Several articles generated together (downstream.generate_batch) give exactly the summaries of
-one article at a time (downstream.generate.word_synchronous_generate, the oracle): the same ids,
+"""Several articles generated together (inference.generate_batch) give exactly the summaries of
+one article at a time (inference.generate.word_synchronous_generate, the oracle): the same ids,
 text, log-probs bit for bit, ranked scores and counters; prompts of different lengths share the
 decoder; more articles than slots refill the freed slots."""
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.downstream.generate import word_synchronous_generate
-from slm_jax.downstream.generate_batch import word_synchronous_generate_many
 from slm_jax.downstream.protocol import protocol
+from slm_jax.inference.generate import word_synchronous_generate
+from slm_jax.inference.generate_batch import word_synchronous_generate_many
 from slm_jax.trees import Tree
-from tests.test_downstream_generate import ARTICLE, TOKENIZER, cached_model, prompt_for
+from tests.test_generate import ARTICLE, TOKENIZER, cached_model, prompt_for
 
 ARTICLES = [ARTICLE, ARTICLE[:1], ARTICLE[1:],
             [Tree("S", (Tree("NP", ("the", "cat")), Tree("VP", ("will", "go"))))] + ARTICLE,

@@ -20,8 +20,8 @@ pytest.importorskip("gguf")
 import jax.numpy as jnp  # noqa: E402
 
 from slm_jax.hf.load import load_checkpoint  # noqa: E402
-from slm_jax.eval.text_scorer import TextScorer  # noqa: E402
 from slm_jax.hf.tokenizer import CheckpointTokenizer  # noqa: E402
+from slm_jax.inference.text_scorer import TextScorer  # noqa: E402
 
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TOL = 1e-4

@@ -13,10 +13,10 @@ from flax import nnx
 from slm_jax.buckets import bucket
 from slm_jax.configurations import resolve
 from slm_jax.data.encode import encode_document
-from slm_jax.eval import incremental
-from slm_jax.eval.incremental import IncrementalDecoder
-from slm_jax.eval.recompute import RecomputeDecoder
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference import incremental
+from slm_jax.inference.incremental import IncrementalDecoder
+from slm_jax.inference.recompute import RecomputeDecoder
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer

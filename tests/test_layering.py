@@ -6,11 +6,14 @@
   1 structure    ptb, linearize, structure, tokenizer(_bases), configurations, splitting
   2 data         corpus, data
   3 kernels      kernels — and kernels read only kinds, structure and their own planner
-  4 model        model, parser (its own chart model), hf, pushdown (structure and stack: layer
-                 1), parse (the parse stage: readers, backends, stage — it runs a parser)
-  5 train/config train (with run_config), config_builder (its old name), configs
-  6 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
-  7 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
+  4 model        model, parser (its own chart model), hf, parse (the parse stage: readers,
+                 backends, stage — it runs a parser)
+  5 inference    inference (teacher-forced scoring, KV-cache decoding, beam search, generation:
+                 a model run), pushdown (the Pushdown reference: its silver structure, model,
+                 attachment beam, scorers and generation)
+  6 train/config train (with run_config), config_builder (its old name), configs
+  7 eval         eval, gtca, downstream, evaluation (the evaluation run over eval and downstream)
+  8 CLIs         main, prepare, explain, evaluate, score, export, aot, plot, beam_pipelines,
                  parse/__main__, the parser's CLIs, gtca's CLIs (train, evaluate, probe,
                  cache), finetune
 
@@ -47,23 +50,24 @@ LAYERS = (
     ("slm_jax.kernels", 3),
     ("slm_jax.model", 4), ("slm_jax.parser", 4), ("slm_jax.hf", 4),
     ("slm_jax.parse", 4),  # the parse stage runs a parser (benepar, or ours: parse.slm_backend)
-    ("slm_jax.pushdown", 4),  # the Pushdown reference: its model and inference
-    ("slm_jax.pushdown.structure", 1), ("slm_jax.pushdown.stack", 1),  # silver structure
-    ("slm_jax.train", 5), ("slm_jax.config_builder", 5), ("slm_jax.configs", 5),
-    ("slm_jax.gtca", 6), ("slm_jax.eval", 6), ("slm_jax.downstream", 6),
-    ("slm_jax.evaluation", 6),  # one evaluation run: above eval and downstream
-    ("slm_jax.main", 7), ("slm_jax.prepare", 7), ("slm_jax.explain", 7), ("slm_jax.evaluate", 7),
-    ("slm_jax.score", 7), ("slm_jax.aot", 7), ("slm_jax.plot", 7), ("slm_jax.beam_pipelines", 7),
-    ("slm_jax.parse.__main__", 7),
-    ("slm_jax.parser.train", 7), ("slm_jax.parser.parse", 7), ("slm_jax.parser.evalb", 7),
-    ("slm_jax.export", 7), ("slm_jax.tfds_build", 7),
-    ("slm_jax.gtca.train", 7), ("slm_jax.gtca.evaluate", 7), ("slm_jax.gtca.probe", 7),
-    ("slm_jax.gtca.cache", 7),
-    ("slm_jax.finetune", 7),
+    ("slm_jax.inference", 5),  # scoring, KV-cache decoding, beam search, generation
+    ("slm_jax.pushdown", 5),  # the Pushdown reference: its model and its inference
+    ("slm_jax.train", 6), ("slm_jax.config_builder", 6), ("slm_jax.configs", 6),
+    ("slm_jax.gtca", 7), ("slm_jax.eval", 7), ("slm_jax.downstream", 7),
+    ("slm_jax.evaluation", 7),  # one evaluation run: above eval and downstream
+    ("slm_jax.main", 8), ("slm_jax.prepare", 8), ("slm_jax.explain", 8), ("slm_jax.evaluate", 8),
+    ("slm_jax.score", 8), ("slm_jax.aot", 8), ("slm_jax.plot", 8), ("slm_jax.beam_pipelines", 8),
+    ("slm_jax.parse.__main__", 8),
+    ("slm_jax.parser.train", 8), ("slm_jax.parser.parse", 8), ("slm_jax.parser.evalb", 8),
+    ("slm_jax.export", 8), ("slm_jax.tfds_build", 8),
+    ("slm_jax.gtca.train", 8), ("slm_jax.gtca.evaluate", 8), ("slm_jax.gtca.probe", 8),
+    ("slm_jax.gtca.cache", 8),
+    ("slm_jax.finetune", 8),
     ("pallas_kernels", 3),  # where the kernels lived before they moved into the package
 )
 PACKAGES = ("slm_jax", "pallas_kernels")
-NAMES = ("utilities", "structure", "data", "kernels", "model", "train/config", "eval", "CLIs")
+NAMES = ("utilities", "structure", "data", "kernels", "model", "inference", "train/config", "eval",
+         "CLIs")
 # Kernels are compiled alone: besides each other they may read only these.
 KERNEL_READS = ("slm_jax.kinds", "slm_jax.structure", "slm_jax.kernels", "pallas_kernels")
 

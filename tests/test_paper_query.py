@@ -18,7 +18,7 @@ from slm_jax.downstream import paper_query
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.scoring import evaluate_task
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import Kind
 from slm_jax.ptb import parse_trees
 from slm_jax.tokenizer import make_tokenizer

@@ -1,7 +1,7 @@
 """slm_jax/parser imports only the layers below it (kinds, trees, ptb, linearize, cli, tables,
 splitting, the config machinery sections and config_files, the writer lock) and third-party libraries — never the
 model or evaluation stacks, nor the parse stage (which runs the parser: `parse.slm_backend`). The
-one exception is `parser/train.py`, the parser's training CLI (layer 7): it trains on the project's
+one exception is `parser/train.py`, the parser's training CLI (layer 8): it trains on the project's
 one training set-up and loop (`slm_jax.train.state`, `loop`, `sweep`, `identity`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ PARSER = pathlib.Path(__file__).resolve().parents[1] / "slm_jax" / "parser"
 ALLOWED = ("slm_jax.kinds", "slm_jax.trees", "slm_jax.ptb", "slm_jax.linearize", "slm_jax.cli",
            "slm_jax.tables", "slm_jax.splitting", "slm_jax.sections", "slm_jax.config_files",
            "slm_jax.locks", "slm_jax.identity", "slm_jax.parser")
-# The training CLI runs on the one training loop (it sits at layer 7 in tests/test_layering.py).
+# The training CLI runs on the one training loop (it sits at layer 8 in tests/test_layering.py).
 ALLOWED_IN = {"train.py": ("slm_jax.train.loop", "slm_jax.train.sweep",
                            "slm_jax.train.state", "slm_jax.train")}
 

@@ -18,9 +18,9 @@ from slm_jax.eval.blimp import sentence_log_probs
 from slm_jax.eval.docppl import (counted_tokens, distinct_candidates, make_sequence,
                                  scoring_linearization, sequence_scores)
 from slm_jax.eval.grammar_posterior import GrammarPosterior, exact_enumeration
-from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals,
-                                    FlatProposals, NoProposals, ProposalError)
-from slm_jax.eval.scorer import Scorer
+from slm_jax.eval.proposals import (BeamProposals, FallbackProposals, FileProposals, FlatProposals,
+                                    NoProposals, ProposalError)
+from slm_jax.inference.scorer import Scorer
 from slm_jax.ptb import parse_trees
 from slm_jax.trees import Tree
 
@@ -211,7 +211,7 @@ def test_beam_proposals_without_a_completed_tree():
 
 
 def test_beam_proposals_refuse_many_to_one_and_terminal_models():
-  from slm_jax.eval.beam import BeamSearcher
+  from slm_jax.inference.beam import BeamSearcher
   from tests.test_beam import WORD_TOKENIZER, model_for
   for name in ("tree_noont", "tree_compress"):
     configuration = CONFIGURATIONS[name]

@@ -1,149 +1,80 @@
-"""The batched Pushdown attachment beam (`eval.pushdown_beam.beam_score_many`) equals the one-row
-beam (`inference.beam_score`, the oracle) bit for bit: rows of different lengths and sentence
-counts, beams narrower than the attachment sequences (pruning matters), rows finishing at
-different steps and refilled from the queue, fewer rows in flight than rows."""
+"""Pushdown scoring: a wide enough beam equals exhaustive enumeration of attachment sequences."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from slm_jax.configurations import CONFIGURATIONS
-from slm_jax.eval.pushdown_beam import _Hypotheses, _push, beam_score_many, in_flight
-from slm_jax.pushdown import cache
-from slm_jax.eval.pushdown_scoring import PushdownScorer, scoring_configuration
-from slm_jax.pushdown.cache import CHUNK_ROWS
-from slm_jax.pushdown.inference import (attachment_sequences, beam_score, exhaustive_score,
-                                        replay)
-from slm_jax.tokenizer import make_tokenizer
-from tests.test_pushdown_inference import _row
-from tests.test_pushdown_model import tiny_model
-from tests.test_pushdown_scoring import WORDS
+from slm_jax.kinds import Kind
+from slm_jax.pushdown.beam import (attachment_sequences, beam_score, exhaustive_score,
+                                   joint_log_prob, opens_sentence, sentence_openings)
+from tests.test_pushdown_model import VOCAB, tiny_model
 
-# Words per sentence of each row: 1–9 words, one to three sentences, widths 8 and 12 (buckets).
-ROWS = [[3], [1], [2, 2], [6], [4, 1, 2], [2], [5, 3], [1, 1]]
+CATALAN = {1: 1, 2: 2, 3: 5, 4: 14}
+
+
+def _row(sentences: list[int], seed: int = 0):
+  """tokens, kinds, sentence of `<s> w … </s>` with the given words per sentence."""
+  words = sum(sentences)
+  kinds = np.array([Kind.BOS] + [Kind.TERMINAL] * words + [Kind.EOS], np.int8)
+  tokens = np.random.default_rng(seed).integers(1, VOCAB, len(kinds)).astype(np.int32)
+  sentence = np.concatenate([[-1], np.repeat(np.arange(len(sentences)), sentences),
+                             [len(sentences) - 1]])
+  return tokens, kinds, sentence
 
 
 @pytest.fixture(scope="module")
 def model():
-  model = tiny_model(seed=5, n_layers=2)
+  model = tiny_model(seed=3, n_layers=1)
   model.depth_embed[...] = model.depth_embed[...] * 30  # attachments change the word scores
   return model
 
 
-def rows_of(shapes, seed: int = 0):
-  return [_row(sentences, seed=seed + i) for i, sentences in enumerate(shapes)]
+@pytest.mark.parametrize("sentences", [[1], [3], [2, 1], [1, 1, 1], [4, 2, 3]])
+def test_sentence_openings_are_opens_sentence_at_every_token(sentences):
+  _, kinds, sentence = _row(sentences)
+  loop = [opens_sentence(kinds, sentence, t) for t in range(len(kinds))]
+  assert sentence_openings(kinds, sentence).tolist() == loop
+  assert sum(loop) == len(sentences)
 
 
-def assert_same(one, many) -> None:
-  np.testing.assert_array_equal(one.prefix_log_probs, many.prefix_log_probs)
-  assert (one.log_prob, one.best, one.hypotheses) == (many.log_prob, many.best,
-                                                      many.hypotheses)
+def test_attachment_sequences_are_the_binary_forests():
+  """A sentence of n words has Catalan(n) forests (every sequence of shifts and reduces); two
+  sentences multiply, since no word reduces with an earlier sentence."""
+  for n, count in CATALAN.items():
+    assert len(attachment_sequences(*_row([n])[1:])) == count
+  assert len(attachment_sequences(*_row([2, 3])[1:])) == CATALAN[2] * CATALAN[3]
+  for sequence in attachment_sequences(*_row([2, 2])[1:]):
+    assert sequence[3] == 3 and sequence[-1] == 5  # the 2nd sentence's first word, EOS: shift
 
 
-@pytest.mark.parametrize("beam, concurrent", [(3, 3), (7, 8), (1, 2)])
-def test_batched_equals_one_row_at_a_time(model, beam, concurrent):
-  rows = rows_of(ROWS)
-  assert sum(len(attachment_sequences(k, s)) > beam for _, k, s in rows) >= 3  # pruned rows
-  many = beam_score_many(model, rows, beam=beam, concurrent=concurrent)
-  assert len(many) == len(rows)
-  for row, result in zip(rows, many):
-    assert_same(beam_score(model, *row, beam=beam), result)
-  assert len({len(k) for _, k, _ in rows}) > 4  # rows finish at different steps
+@pytest.mark.parametrize("sentences", [[3], pytest.param([4], marks=pytest.mark.slow), [2, 2]])
+def test_a_wide_beam_equals_exhaustive_enumeration(model, sentences):
+  tokens, kinds, sentence = _row(sentences)
+  count = len(attachment_sequences(kinds, sentence))
+  exact = exhaustive_score(model, tokens, kinds, sentence)
+  wide = beam_score(model, tokens, kinds, sentence, beam=count)
+  assert wide.hypotheses == count
+  assert wide.log_prob == pytest.approx(exact, abs=1e-4)
+  assert wide.prefix_log_probs[-1] == pytest.approx(wide.log_prob, abs=1e-6)
+  assert (np.diff(wide.prefix_log_probs) < 0).all()  # every token has a surprisal
+  narrow = beam_score(model, tokens, kinds, sentence, beam=2)
+  assert narrow.log_prob < exact  # a pruned beam sums fewer sequences
+  recomputed = beam_score(model, tokens, kinds, sentence, beam=2, use_cache=False)
+  assert recomputed.best == narrow.best  # the cache decodes what the full forward pass does
+  np.testing.assert_allclose(recomputed.prefix_log_probs, narrow.prefix_log_probs, atol=1e-4)
+  best = joint_log_prob(model, tokens, kinds, sentence, wide.best)
+  assert best == pytest.approx(max(joint_log_prob(model, tokens, kinds, sentence, a)
+                                   for a in attachment_sequences(kinds, sentence)), abs=1e-4)
 
 
-def test_many_rows_a_step_on_a_wider_model():
-  """Steps of several hundred rows (the one-row steps: one chunk) and rows of widths 8, 12 and
-  16 on a model wide enough that XLA:CPU's kernels change with the row count and the slot
-  count: `cache.step`'s fixed chunks and the search by width keep every row's numbers the same
-  bits (either alone fails here)."""
-  wide = tiny_model(seed=6, n_layers=2, d_model=256, n_heads=4)
-  wide.depth_embed[...] = wide.depth_embed[...] * 30
-  rows = rows_of([[7], [6], [5, 3], [4, 4], [3, 3, 2], [8], [12], [6, 5]], seed=11)
-  many = beam_score_many(wide, rows, beam=50, concurrent=6)
-  assert sum(r.hypotheses for r in many) > 4 * CHUNK_ROWS
-  for row, result in zip(rows, many):
-    assert_same(beam_score(wide, *row, beam=50), result)
-
-
-def test_rows_in_flight_fit_the_memory_budget(model, caplog):
-  """The rule: `concurrent` rows' hypotheses' cache, twice (a step writes a new one while the
-  old one lives), within the budget; never fewer than one row; a reduction says why."""
-  one = cache.peak_bytes(model.config, cache.rows_for(7), 16)
-  assert one == 2 * 64 * 16 * (2 * 2 * model.config.n_kv_heads * model.config.head_dim
-                               + model.config.d_model) * 4  # float32, 2 layers, 64-row chunks
-  assert in_flight(model, 7, 16, 8, budget=10 ** 12) == 8
-  assert not caplog.records
-  # b = 50: 1..8 rows in flight hold 64, 128, 192, 256, 256, 384, 384, 512 cache rows
-  fits = in_flight(model, 50, 16, 8, budget=3 * one)
-  assert fits == 3 and "pushdown beam rows of 16 slots in flight: 3, not 8" in caplog.text
-  assert in_flight(model, 50, 16, 8, budget=4 * one) == 5  # 5 rows fit in 4 × 64 rows too
-  assert in_flight(model, 50, 16, 8, budget=1) == 1  # one row even over the budget
-
-
-def test_a_small_memory_budget_changes_no_number(model):
-  rows = rows_of(ROWS)
-  wide = beam_score_many(model, rows, beam=7, concurrent=8)
-  narrow = beam_score_many(model, rows, beam=7, concurrent=8, memory_budget=1)  # one at a time
-  for a, b in zip(wide, narrow):
-    assert_same(a, b)
-
-
-def test_wide_batched_beam_is_exhaustive(model):
-  """A beam as wide as every attachment sequence sums them all, in the batch too."""
-  rows = rows_of([[3], [2, 2], [1]], seed=7)
-  count = max(len(attachment_sequences(k, s)) for _, k, s in rows)
-  for row, result in zip(rows, beam_score_many(model, rows, beam=count, concurrent=2)):
-    assert result.log_prob == pytest.approx(exhaustive_score(model, *row), abs=1e-4)
-    assert result.hypotheses == len(attachment_sequences(*row[1:]))
-
-
-def test_push_equals_the_stack(model):
-  """The array stack of every hypothesis after every attachment sequence of a row is `Stack`'s
-  (depths and open elements), so the options and tapes the batch builds are the oracle's."""
-  tokens, kinds, sentence = _row([2, 3])
-  sequences = attachment_sequences(kinds, sentence)
-  W = 8
-  hyps = _Hypotheses(W)
-  for _ in sequences:
-    hyps.append_start(0)
-  for e in range(1, len(kinds)):
-    option = np.array([a[e] for a in sequences])
-    _push(hyps, np.full(len(sequences), e), option == e, option)
-    for n, attachments in enumerate(sequences):
-      stack = replay(kinds, sentence, attachments[:e + 1], length=W)
-      np.testing.assert_array_equal(hyps.depth[n], stack.depth)
-      assert sorted(np.flatnonzero(hyps.open[n])) == sorted(last for _, last in stack.elements)
-  assert [list(a[:len(kinds)]) for a in hyps.attach] == sequences
-
-
-def test_the_scorer_runs_the_batched_beam():
-  """`PushdownScorer.logprobs` (SG, BLiMP, doc-PPL) is the batched beam: per token the increments
-  of the one-row beam's prefix log-probabilities, bit for bit."""
-  tokenizer = make_tokenizer("word", words=WORDS)
-  model = tiny_model(seed=1, n_layers=1, vocab_size=tokenizer.vocab_size)
-  model.depth_embed[...] = model.depth_embed[...] * 30
-  scorer = PushdownScorer(model, tokenizer, scoring_configuration(CONFIGURATIONS["pushdown"]),
-                          beam=4, sentences_per_batch=2)
-  sentences = [["the", "cat", "sat", "on", "a", "mat"], ["dogs", "bark"],
-               ["the", "dogs", "sat", "."], ["a", "cat"]]
-  sequences = [scorer.terminal_sequence([words]) for words in sentences]
-  sequences.append(scorer.terminal_sequence(sentences[:2]))  # a document of two sentences
-  for sequence, lp in zip(sequences, scorer.logprobs(sequences)):
-    one = beam_score(model, sequence.tokens, sequence.kinds, sequence.sentence, beam=4)
-    np.testing.assert_array_equal(lp, np.diff(one.prefix_log_probs))
-  with pytest.raises(ValueError, match="sentences_per_batch must be"):
-    PushdownScorer(model, tokenizer, scoring_configuration(CONFIGURATIONS["pushdown"]),
-                   sentences_per_batch=0)
-
-
-def test_bad_input_is_named(model):
-  rows = rows_of([[2], [1]])
-  tokens, kinds, sentence = rows[1]
-  with pytest.raises(ValueError, match="row 1: pushdown scoring: a row starts with BOS"):
-    beam_score_many(model, [rows[0], (tokens[1:], kinds[1:], sentence[1:])])
+def test_bad_rows_are_named(model):
+  tokens, kinds, sentence = _row([2])
+  with pytest.raises(ValueError, match="starts with BOS"):
+    beam_score(model, tokens[1:], kinds[1:], sentence[1:])
+  bad = kinds.copy()
+  bad[2] = Kind.ONT
+  with pytest.raises(ValueError, match="token 2 has kind 4"):
+    beam_score(model, tokens, bad, sentence)
   with pytest.raises(ValueError, match="beam must be"):
-    beam_score_many(model, rows, beam=0)
-  with pytest.raises(ValueError, match="concurrent must be"):
-    beam_score_many(model, rows, concurrent=0)
-  assert beam_score_many(model, []) == []
+    beam_score(model, tokens, kinds, sentence, beam=0)

@@ -8,9 +8,9 @@ import pytest
 
 from slm_jax import ptb
 from slm_jax.data.encode import encode_document
-from slm_jax.downstream.pushdown_generate import compact_prompt, joint_generate
 from slm_jax.kinds import EOS_CODE, TERMINAL_CODE
-from slm_jax.pushdown.inference import joint_log_prob
+from slm_jax.pushdown.beam import joint_log_prob
+from slm_jax.pushdown.generate import compact_prompt, joint_generate
 from slm_jax.pushdown.structure import pushdown_rows
 from slm_jax.tokenizer import make_tokenizer
 from tests.test_pushdown_model import tiny_model

@@ -1,6 +1,6 @@
 """Several articles' Pushdown joint summary searches run together
-(`downstream.pushdown_generate_batch.joint_generate_many`) give exactly the summaries of one
-article at a time (`pushdown_generate.joint_generate`, the oracle): the same ids, attachments,
+(`pushdown.generate_batch.joint_generate_many`) give exactly the summaries of one
+article at a time (`pushdown.generate.joint_generate`, the oracle): the same ids, attachments,
 log-prob and ranked scores bit for bit, the same counters; prompts of different lengths (so
 different positions and two cache widths), articles ending at different steps (early stop, EOS,
 the token limit), fewer lanes than articles (refills)."""
@@ -16,8 +16,8 @@ from slm_jax import ptb
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.data.encode import encode_document
 from slm_jax.downstream.protocol import protocol
-from slm_jax.downstream.pushdown_generate import cache_slots, compact_prompt, joint_generate
-from slm_jax.downstream.pushdown_generate_batch import joint_generate_many
+from slm_jax.pushdown.generate import cache_slots, compact_prompt, joint_generate
+from slm_jax.pushdown.generate_batch import joint_generate_many
 from slm_jax.tokenizer import make_tokenizer
 from tests.test_pushdown_model import tiny_model
 

@@ -14,10 +14,9 @@ from slm_jax.data.encode import encode_document
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.prompts import Prompt
 from slm_jax.downstream.scoring import continuation_scores
-from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
-                                           scoring_configuration)
 from slm_jax.kinds import Kind
-from slm_jax.pushdown.inference import exhaustive_score
+from slm_jax.pushdown.beam import exhaustive_score
+from slm_jax.pushdown.scoring import PushdownScorer, PushdownTeacherScorer, scoring_configuration
 from slm_jax.pushdown.stack import oracle_document
 from slm_jax.structure import row_metadata
 from slm_jax.tokenizer import make_tokenizer

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from slm_jax.buckets import bucket, buckets
 from slm_jax.configurations import CONFIGURATIONS, resolve
 from slm_jax.data.encode import encode_document
-from slm_jax.buckets import bucket, buckets
-from slm_jax.eval.scorer import Scorer, batched_rows
+from slm_jax.inference.scorer import Scorer, batched_rows
 from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.structure import row_metadata

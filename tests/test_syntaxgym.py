@@ -16,10 +16,10 @@ from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.eval import sg_aggregate
-from slm_jax.eval.scorer import Scorer
-from slm_jax.kinds import Kind
 from slm_jax.eval.syntaxgym import (SuiteError, evaluate_formula, evaluate_syntaxgym, load_suite,
                                     load_suites, parse_formula, tokenize_region)
+from slm_jax.inference.scorer import Scorer
+from slm_jax.kinds import Kind
 from slm_jax.model import Decoder, ModelConfig
 from slm_jax.tokenizer import make_tokenizer
 from tests.shared_data import require_shared

@@ -1,4 +1,4 @@
-"""`eval.text_scorer.TextScorer`: the model reads all tokens but the last (a sequence of n + 1
+"""`inference.text_scorer.TextScorer`: the model reads all tokens but the last (a sequence of n + 1
 tokens fills a row of width n, e.g. lm-eval's rolling window of `max_length` inputs), and the
 log-probs equal those of the full read (`topk`, which needs every position) and transformers'."""
 
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from slm_jax.eval.text_scorer import TextScorer  # noqa: E402
 from slm_jax.evaluation.checkpoints import load_checkpoint_run  # noqa: E402
+from slm_jax.inference.text_scorer import TextScorer  # noqa: E402
 from tests.test_raw_text import checkpoint  # noqa: E402,F401  # the tiny Llama fixture
 
 SEQUENCES = [[1], [1, 40], list(range(1, 18)), list(range(30, 55))]  # 17 tokens: a 16-wide row

@@ -4,7 +4,7 @@ The suite's programs are tiny and each is compiled once, so on 2 CPU cores most 
 is XLA compiling, not running. Tests therefore compile with LLVM's optimizations off
 (`--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true`): the same HLO,
 the same fusions and results within float rounding, compiled faster (0.73x the time on
-test_incremental + test_downstream_generate, measured back to back). Users' runs never set them.
+test_incremental + test_generate, measured back to back). Users' runs never set them.
 SLM_TEST_FAST_XLA=0 turns them off. The AOT tests drop them (their memory table is XLA's own).
 """
 

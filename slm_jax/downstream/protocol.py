@@ -7,18 +7,18 @@ BLiMP, doc-PPL) and `downstream.run` (MC, BoolQ, XSum) ask it and nothing else. 
 - `scorer(run, batch_size)`: the teacher-forced scorer of the multiple-choice tasks and BoolQ;
 - `generated_positions(…)` / `generate(run, ids, kinds, …)`: the XSum summary search;
   `generate_many(run, prompts, …)` the same for several prompts (tree schemes and the Pushdown
-  reference search them together, `generate_batch` / `pushdown_generate_batch`: the same
+  reference search them together, `inference.generate_batch` / `pushdown.generate_batch`: the same
   summaries as one at a time).
 
-- **SLM configurations** (`Protocol`): `eval.scorer.Scorer` over the run's own linearization
-  (every task scored) and `generate.generate` for XSum (`beam_generate` for terminal formats,
-  word-synchronous search for tree schemes).
+- **SLM configurations** (`Protocol`): `inference.scorer.Scorer` over the run's own linearization
+  (every task scored) and `inference.generate.generate` for XSum (`beam_generate` for terminal
+  formats, word-synchronous search for tree schemes).
 - **The Pushdown reference** (`configuration.reference == "pushdown"`, SPEC §14;
   `PushdownProtocol`): SG, BLiMP and doc-PPL score it as a terminal model
-  (`eval.pushdown_scoring.scoring_configuration`: lin0) through `PushdownScorer`, the attachments
+  (`pushdown.scoring.scoring_configuration`: lin0) through `PushdownScorer`, the attachments
   marginalized by a beam (`--beam`); MC and BoolQ through `PushdownTeacherScorer` — teacher-forced
   on its terminal row with the tree source's spans supplied as its stack tape, terminals and EOS
-  scored, the structure given; XSum through `downstream.pushdown_generate.joint_generate`: summary
+  scored, the structure given; XSum through `pushdown.generate.joint_generate`: summary
   pieces and attachment actions searched jointly (beam 6, ≤ 150 tokens; the summary is terminals
   only, so `max_tokens` is its whole length after the prompt).
 - **A pretrained checkpoint** (`reference == CHECKPOINT`, `evaluate --checkpoint`, SPEC §13;
@@ -36,15 +36,14 @@ import dataclasses
 from typing import Any
 
 from slm_jax.configurations import Configuration
-from slm_jax.downstream.generate import Generation, generate, generated_positions
-from slm_jax.downstream.generate_batch import CONCURRENT, word_synchronous_generate_many
-from slm_jax.downstream.pushdown_generate import joint_generate
-from slm_jax.downstream.pushdown_generate_batch import joint_generate_many
-from slm_jax.eval.beam import SENTENCES_PER_BATCH
-from slm_jax.eval.pushdown_scoring import (PushdownScorer, PushdownTeacherScorer,
-                                            scoring_configuration)
 from slm_jax.eval.raw_text import RawTextScorer
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.beam import SENTENCES_PER_BATCH
+from slm_jax.inference.generate import Generation, generate, generated_positions
+from slm_jax.inference.generate_batch import CONCURRENT, word_synchronous_generate_many
+from slm_jax.inference.scorer import Scorer
+from slm_jax.pushdown.generate import joint_generate
+from slm_jax.pushdown.generate_batch import joint_generate_many
+from slm_jax.pushdown.scoring import PushdownScorer, PushdownTeacherScorer, scoring_configuration
 
 
 class Protocol:
@@ -129,7 +128,7 @@ class PushdownProtocol(Protocol):
   def generate_many(self, run: Any, prompts, *, beam: int, max_tokens: int, max_words: int,
                     max_open: int | None, concurrent: int = CONCURRENT) -> list[Generation]:
     """`generate` of each prompt, the joint searches of `concurrent` articles run together
-    (`pushdown_generate_batch`: the same summaries as one at a time)."""
+    (`pushdown.generate_batch`: the same summaries as one at a time)."""
     del max_words, max_open
     return joint_generate_many(run.model, run.tokenizer, [ids for ids, _ in prompts],
                                prompt_kinds=[kinds for _, kinds in prompts], beam=beam,

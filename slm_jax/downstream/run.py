@@ -7,8 +7,8 @@
   scored by `scoring.evaluate_task` into `<out>/<task>.jsonl` (resumable per task) and summarized
   by `report.mc_summary` into the `downstream.mc` entry `downstream.report` renders.
 - `evaluate_xsum`: every finished seed of a `python -m slm_jax.finetune --task=xsum` output
-  folder generates a summary of each test article (`generate.generate`: beam 6, ≤ 150 tokens;
-  word-synchronous for tree models, ≤ 150 tokens and ≤ 75 words) from the prompt it was
+  folder generates a summary of each test article (`inference.generate.generate`: beam 6, ≤ 150
+  tokens; word-synchronous for tree models, ≤ 150 tokens and ≤ 75 words) from the prompt it was
   fine-tuned on (`finetune_data.xsum_context`; the article's trailing sentences dropped so the
   prompt and 150 summary positions fit the run's sequence length, counted; the empty test
   article skipped and counted, `skipped_empty_articles`, as the paper code does; tree models
@@ -45,12 +45,12 @@ from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
 from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
 from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
-from slm_jax.downstream.generate import BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS
-from slm_jax.downstream.generate_batch import CONCURRENT
 from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge
 from slm_jax.downstream.scoring import check_item_meta, evaluate_task, read_records
+from slm_jax.inference.generate import BEAM, MAX_OPEN, MAX_TOKENS, MAX_WORDS
+from slm_jax.inference.generate_batch import CONCURRENT
 from slm_jax.train.loading import run_identity
 
 

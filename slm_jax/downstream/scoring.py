@@ -3,7 +3,7 @@
 Each option's `Prompt` (`downstream.prompts`) is encoded as one document (`downstream.encoding`:
 context components, then the continuation as the last component, no EOS; a pretrained
 checkpoint's prompt as raw text, `downstream.raw_text_prompts`, SPEC §13) and scored
-teacher-forced by `eval.scorer.Scorer.logprobs` (many options per call, batched and
+teacher-forced by `inference.scorer.Scorer.logprobs` (many options per call, batched and
 length-bucketed). With C = the tokens of the continuation component:
   full   S_full = Σ log p(t) over t ∈ C that are targets of the configuration (SPEC §4: every token,
          except CNT2 under TG-family attention, whose log p is not trained)
@@ -53,7 +53,7 @@ from slm_jax.downstream import paper_format, paper_query
 from slm_jax.downstream.prompts import MACRO_TASKS, NORMALIZED_TASKS, Prompt, build_prompts
 from slm_jax.downstream.raw_text_prompts import RawTextEncoder
 from slm_jax.eval.raw_text import RawTextScorer
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE
 from slm_jax import identity
 

@@ -38,11 +38,11 @@ from flax import nnx
 
 from slm_jax import cli
 from slm_jax.configurations import Configuration
-from slm_jax.eval.beam import BeamSearcher
 from slm_jax.eval.blimp import load_blimp, pair_verdicts, word_tokenize
-from slm_jax.eval.incremental import IncrementalDecoder
-from slm_jax.eval.scorer import Scorer
 from slm_jax.eval.syntaxgym import evaluate_syntaxgym, load_suites, tokenize_region
+from slm_jax.inference.beam import BeamSearcher
+from slm_jax.inference.incremental import IncrementalDecoder
+from slm_jax.inference.scorer import Scorer
 from slm_jax.tokenizer import Tokenizer
 
 LIVE_SUITES = ("number_src", "center_embed", "mvrr", "subordination", "npi_src_any", "cleft")

@@ -14,7 +14,7 @@ Sources:
   sentence are kept once; a sentence listed twice is an error.
 - `GrammarPosterior` (in `grammar_posterior.py`): exact samples from the embedded grammar's
   posterior p(tree | words), by the inside algorithm over the known PCFG.
-- `BeamProposals`: the tree model's own word-synchronous beam search (`slm_jax.eval.beam`): its
+- `BeamProposals`: the tree model's own word-synchronous beam search (`slm_jax.inference.beam`): its
   completed hypotheses, delinearized, best first (for lin1/lin2/lin3 models; depends on the model).
 - `FlatProposals`: the single tree `(S w1 … wn)`; a stand-in where no parser covers the words.
 - `GoldProposals(documents)`: the gold tree of each sentence of an evaluation corpus (K = 1).
@@ -46,7 +46,7 @@ from slm_jax.ptb import parse_trees
 from slm_jax.trees import Tree
 
 if TYPE_CHECKING:
-  from slm_jax.eval.beam import BeamResult, BeamSearcher
+  from slm_jax.inference.beam import BeamResult, BeamSearcher
 
 Words = tuple[str, ...]
 
@@ -305,7 +305,7 @@ class BeamProposals(ProposalSource):
                 **beam_options) -> "BeamProposals":
     """A source over a fresh `BeamSearcher(model, tokenizer, configuration, **beam_options)`."""
     check_beam_proposals(configuration)  # before building anything
-    from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
+    from slm_jax.inference.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
     return cls(BeamSearcher(model, tokenizer, configuration, **beam_options), k=k)
 
   def prefetch(self, sentences: Iterable[Sequence[str]]) -> None:

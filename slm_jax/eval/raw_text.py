@@ -17,7 +17,7 @@ region is counted in `stats["straddling_tokens"]` (it still belongs to one regio
 - `RawTextScorer(model, tokenizer, batch_size)`: `text_log_probs(texts)` → (log p [N] natural,
   scored tokens [N]); `region_log_probs(sentences)` → per sentence log p of each region;
   `prefix_fn` (the `eval.syntaxgym` prefix function over region texts: cumulative region
-  log-probs); `encode(text)` → (ids, offsets). Batched by `eval.text_scorer.TextScorer`.
+  log-probs); `encode(text)` → (ids, offsets). Batched by `inference.text_scorer.TextScorer`.
   For doc-PPL (`eval.raw_docppl`) and the multiple-choice tasks (prompts encoded by
   `downstream.raw_text_prompts.RawTextEncoder`, then scored by `downstream.scoring` as for every
   model) it also scores whole token sequences: `logprobs(sequences)` and `target_mask(kinds)`
@@ -32,9 +32,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from slm_jax.eval.blimp import (BlimpResult, Paradigm, pair_verdicts, score_paradigms,
-                                summarize)
-from slm_jax.eval.text_scorer import TextScorer
+from slm_jax.eval.blimp import BlimpResult, Paradigm, pair_verdicts, score_paradigms, summarize
+from slm_jax.inference.text_scorer import TextScorer
 from slm_jax.kinds import Kind
 
 REGION_SEPARATOR = " "
@@ -83,7 +82,7 @@ class RawTextScorer:
 
   def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:
     """log p of tokens[1:] of each token sequence (`.tokens`, e.g. a `linearize.Sequence` whose
-    first token is the prefix; `eval.scorer.Scorer.logprobs`' contract) [T-1]."""
+    first token is the prefix; `inference.scorer.Scorer.logprobs`' contract) [T-1]."""
     return [s.logprobs for s in self.text_scorer.score([np.asarray(q.tokens) for q in sequences])]
 
   def target_mask(self, kinds_T: np.ndarray) -> np.ndarray:

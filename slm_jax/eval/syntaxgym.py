@@ -281,7 +281,7 @@ def prefix_logprob_fn(scorer, *, tree_scoring: str = "joint", **beam_options) ->
   marginal logsumexp of joint log-probs, `"terminal"` the best beam hypothesis' terminal-token
   log-probs only (the paper's `tree_eval_type=terminal`).
   """
-  from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
+  from slm_jax.inference.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
   if tree_scoring not in TREE_SCORINGS:
     raise ValueError(f"tree_scoring must be one of {TREE_SCORINGS}, got {tree_scoring!r}")
   if not scorer.configuration.scheme.scored_with_structure:
@@ -383,8 +383,8 @@ def evaluate_syntaxgym(scorer_or_beam_fn, suites_dir: str | pathlib.Path, *,
   sentences of a suite together (`BeamSearcher.search_many`; `batched=False` in `beam_options`
   searches one at a time). `split_region`: as `evaluate_suite`'s.
   """
-  from slm_jax.eval.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
-  from slm_jax.eval.scorer import Scorer  # pylint: disable=g-import-not-at-top
+  from slm_jax.inference.beam import BeamSearcher  # pylint: disable=g-import-not-at-top
+  from slm_jax.inference.scorer import Scorer  # pylint: disable=g-import-not-at-top
   suites_dir = pathlib.Path(suites_dir)
   vocabulary = None
   fn = scorer_or_beam_fn

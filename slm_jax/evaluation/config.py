@@ -22,13 +22,13 @@ import pathlib
 
 from slm_jax.config_files import ConfigLoader, config_names
 from slm_jax.downstream.example import MC_TASKS
-from slm_jax.downstream.generate import BEAM as GEN_BEAM
-from slm_jax.downstream.generate import MAX_TOKENS as GEN_MAX_TOKENS
-from slm_jax.downstream.generate import MAX_WORDS as GEN_MAX_WORDS
-from slm_jax.downstream.generate_batch import CONCURRENT as ARTICLES_PER_BATCH
-from slm_jax.eval.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
 from slm_jax.eval.bootstrap import RESAMPLES, SEED
 from slm_jax.eval.docppl import TREE_SCORINGS
+from slm_jax.inference.beam import BEAM, FAST_TRACK, MAX_LEN_FACTOR, MIN_LEN, SENTENCES_PER_BATCH
+from slm_jax.inference.generate import BEAM as GEN_BEAM
+from slm_jax.inference.generate import MAX_TOKENS as GEN_MAX_TOKENS
+from slm_jax.inference.generate import MAX_WORDS as GEN_MAX_WORDS
+from slm_jax.inference.generate_batch import CONCURRENT as ARTICLES_PER_BATCH
 from slm_jax.sections import Rules, option
 from slm_jax.train import models as model_paths
 

@@ -7,7 +7,7 @@
   completion), `chunks` the per-layer chunk layout of their span trees (`spans.chunk_batch`).
 - `train_batch`: the fields `GtcaLM.loss_sums` reads, α included as a float32 [B] row field.
 - `padded_chunks`: the chunk layout of a batch's span trees (the scorers, `gtca.scoring`, batch
-  their rows with `eval.scorer.batched_rows` and add it).
+  their rows with `inference.scorer.batched_rows` and add it).
 - `data_digest`: one sha256 over a set of rows (a stage's identity records what it trained on).
 """
 

@@ -2,7 +2,7 @@
 
 Both run the model's one forward pass (`GtcaLM.logits`: the branch at the given α when the model
 has one, the plain backbone otherwise), jitted once per model graph, over the batches of the one
-scorer loop (`eval.scorer.batched_rows`: rows sorted by length, padded to one fixed width and
+scorer loop (`inference.scorer.batched_rows`: rows sorted by length, padded to one fixed width and
 `batch_size` rows, so one compile per row width); each batch's span-tree chunks
 (`batches.padded_chunks`) and option letters are looked up by the rows' indices.
 
@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.buckets import bucket
-from slm_jax.eval.scorer import batched_rows
+from slm_jax.inference.scorer import batched_rows
 from slm_jax.gtca.batches import EncodedExample, padded_chunks, row_width
 from slm_jax.gtca.spans import SpanTree
 from slm_jax.kinds import Kind
@@ -61,7 +61,7 @@ def letter_scores(scorer: Callable, params, examples: Sequence[EncodedExample], 
                   n_layers: int, k: int, batch_size: int = 32, width: int | None = None,
                   pad_id: int = 0) -> np.ndarray:
   """float64 [Q, O] letter log-likelihoods of every example (NaN beyond its options), batched by
-  `eval.scorer.batched_rows` at one row width and `batch_size` rows (one compile); a set of
+  `inference.scorer.batched_rows` at one row width and `batch_size` rows (one compile); a set of
   fewer examples gets the row bucket that holds them (`bucket(len, 1)`: 16 long HellaSwag rows
   are not padded to 32)."""
   if not examples:
@@ -107,7 +107,7 @@ def sentence_scores(scorer: Callable, params, rows: Sequence[tuple[np.ndarray, S
                     alpha: float, *, n_layers: int, k: int, batch_size: int = 32,
                     width: int | None = None, pad_id: int = 0) -> np.ndarray:
   """float64 [N] summed log-likelihoods of (ids_T, span tree over all of ids_T) rows, batched by
-  `eval.scorer.batched_rows` at one row width and `batch_size` rows."""
+  `inference.scorer.batched_rows` at one row width and `batch_size` rows."""
   if not rows:
     return np.zeros(0)
 

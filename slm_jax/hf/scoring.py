@@ -5,8 +5,9 @@
 - `logits(model, ids_BT)`: float32 logits of equal-length rows, one jitted forward pass (what the
   parity tests compare against transformers).
 
-Batched per-token scoring of texts (`python -m slm_jax.score`) is `eval.text_scorer.TextScorer`,
-on the one batching loop of every scorer (`eval.scorer.BatchScorer`).
+Batched per-token scoring of texts (`python -m slm_jax.score`) is
+`inference.text_scorer.TextScorer`, on the one batching loop of every scorer
+(`inference.scorer.BatchScorer`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ differentiate with respect to the input embeddings, and GTCA reads hidden states
 The per-layer hooks of `hidden`/`__call__`:
 - `attend(layer, q_BTHK, k_BSGK, v_BSGK, meta, attention) → o_BTHK`, the kernel seam with the layer
   index in front. When given, every block's self-attention calls it with its own q/k/v instead of
-  the model's attention function: a KV cache (`slm_jax.eval.incremental`) stores the new
+  the model's attention function: a KV cache (`slm_jax.inference.incremental`) stores the new
   keys/values and attends over its cache this way, so decoding runs the model's own blocks and
   head; a block feature added here is decoded for free.
 - `side(layer, x_BTD) → delta_BTD`: a side branch (GTCA's gated tree cross-attention, SPEC §10)

@@ -5,24 +5,24 @@ decoder is causal), so they stay valid while later attachments change the stack:
 every layer's keys and values and the final hidden states (the attachment head's keys read
 them), and only the stack-tape bias of the new query is computed from the hypothesis's current
 tape row. `step` feeds token t of every row (RoPE position t; or each row its own t, when
-the batched beam `eval.pushdown_beam` holds several rows' hypotheses), writes its keys/values
+the batched beam `beam_batch` holds several rows' hypotheses), writes its keys/values
 into slot t, attends over slots ≤ t with the bias of `tape_NS` (the depths after token t), and
 returns the log-probability of the next token and the attachment logits of that token — what one
-step of the attachment beam (`inference.beam_score`) needs, equal to the recomputed forward pass
-(`inference` tests it). It computes `CHUNK_ROWS` rows at a time, so a row's numbers are the same
+step of the attachment beam (`beam.beam_score`) needs, equal to the recomputed forward pass
+(`beam` tests it). It computes `CHUNK_ROWS` rows at a time, so a row's numbers are the same
 bits however many rows a step holds (the one-row and the batched beam agree bit for bit); the
 chunk loop is `in_chunks`, the one such loop.
-The joint summary search (`downstream.pushdown_generate`) uses its two halves: `feed` (the same
+The joint summary search (`generate`) uses its two halves: `feed` (the same
 step, returning the full next-token log-softmax [N, V] and the new hidden state) and
 `attachments` (the attachment logits of K candidate next tokens per row at once), after
 `prefill` has written a whole teacher-forced prompt row into the cache. `select` reorders the
 rows for the hypotheses kept (a gather; pruning copies rows, never recomputes them).
 `feed_chunks` / `attachments_chunks` are the two halves over several articles' rows at once (each
 row at its own position), computed one article's `beam` rows per chunk (`in_chunks`), so each
-row's numbers are those of its article's search alone (`downstream.pushdown_generate_batch`).
+row's numbers are those of its article's search alone (`generate_batch`).
 
 The model's own blocks, norms and head run: the cache is the `attend` hook, as
-`slm_jax.eval.incremental` is for the other configurations (whose masks, not biases, carry the
+`slm_jax.inference.incremental` is for the other configurations (whose masks, not biases, carry the
 structure, so that decoder has no bias input).
 """
 

@@ -21,7 +21,7 @@ each piece is a leaf in its word's place) and returns everything in *compact* co
 row's BOS, terminal and EOS tokens moved to the front in order (the Pushdown model sees no
 bracket tokens), empty slots after them (PAD, segment 0). Vectorized over leading batch axes;
 `xp=jax.numpy` runs it inside `jax.jit` (scatters, cumulative max/min, no Python loops), numpy on
-the host. The per-token loop oracle is `slm_jax.pushdown.stack.oracle_document`.
+the host. The per-token loop oracle is `stack.oracle_document`.
 """
 
 from __future__ import annotations

@@ -40,10 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from slm_jax.eval.beam_batch import record_word, sentence_queue
-from slm_jax.eval.beam_result import BeamResult
-from slm_jax.eval.grammaticality import START, GrammarState
-from slm_jax.eval.incremental import DecoderCache, step_fed
+from slm_jax.inference.beam_batch import record_word, sentence_queue
+from slm_jax.inference.beam_result import BeamResult
+from slm_jax.inference.grammaticality import START, GrammarState
+from slm_jax.inference.incremental import DecoderCache, step_fed
 from slm_jax.kinds import Kind
 
 

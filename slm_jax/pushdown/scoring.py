@@ -3,8 +3,8 @@
 SG, BLiMP and doc-PPL score a Pushdown run as a terminal model (`scoring_configuration`: its
 sentences are written in lin0, every token after BOS is a target) through `PushdownScorer`, a
 `Scorer` whose `logprobs` are the increments of the attachment beam's prefix log-probabilities
-(SPEC §14: beam 300; `pushdown_beam.beam_score_many`: `sentences_per_batch` sequences advanced
-together, equal bit for bit to `inference.beam_score` one at a time): token t gets
+(SPEC §14: beam 300; `beam_batch.beam_score_many`: `sentences_per_batch` sequences advanced
+together, equal bit for bit to `beam.beam_score` one at a time): token t gets
 log p̃(x≤t) − log p̃(x<t), so a region's surprisal, a sentence's log-probability (their sum) and
 a document's follow the evaluators' own terminal-model code. The sentences of a document are the
 sentences of its sequence (`Sequence.sentence`): no word reduces with an earlier sentence.
@@ -34,12 +34,12 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.configurations import Configuration
-from slm_jax.eval.scorer import Scorer
+from slm_jax.inference.beam import SENTENCES_PER_BATCH
+from slm_jax.inference.scorer import Scorer
 from slm_jax.kinds import EOS_CODE, TERMINAL_CODE
 from slm_jax.linearize import Sequence
-from slm_jax.eval.beam import SENTENCES_PER_BATCH
-from slm_jax.eval.pushdown_beam import beam_score_many
-from slm_jax.pushdown.inference import BEAM
+from slm_jax.pushdown.beam import BEAM
+from slm_jax.pushdown.beam_batch import beam_score_many
 from slm_jax.pushdown.model import terminal_inputs
 
 

@@ -1,5 +1,5 @@
 """Feeding the chosen expansions' tokens into the KV cache: the one loop the word-synchronous
-searches share (`eval.beam` one sentence, `eval.beam_batch` many, `downstream.generate` summaries).
+searches share (`beam` one sentence, `beam_batch` many, `generate` summaries).
 
 An expansion (`Grammar.expand` / `expand_rows`) is up to K tokens per new hypothesis row: its
 first token was scored when it was chosen; tokens 1… are scored on the way (`scored[:, k]`) from

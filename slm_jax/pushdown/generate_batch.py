@@ -1,6 +1,6 @@
 """The Pushdown joint summary search of several articles at once (issue #35 item 3).
 
-`downstream.pushdown_generate.joint_generate` (the oracle) searches one article: `beam` cache
+`generate.joint_generate` (the oracle) searches one article: `beam` cache
 rows, one `top_pieces`, one `cache.attachments` and one `select` + `cache.feed` per step.
 `joint_generate_many` runs the same search for `concurrent` articles in one key/value cache:
 
@@ -39,13 +39,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from slm_jax.downstream.generate import BEAM, MAX_TOKENS, Generation, prompt_arrays
-from slm_jax.downstream.generate_batch import CONCURRENT  # articles searched together
-from slm_jax.downstream.pushdown_generate import (ArticleSearch, CompactPrompt, base_pieces,
-                                                  cache_slots, check_settings, compact_prompt,
-                                                  joint_generate, prefilled, top_pieces)
-from slm_jax.eval.beam import fit_in_memory
+from slm_jax.inference.beam import fit_in_memory
+from slm_jax.inference.generate import BEAM, MAX_TOKENS, Generation, prompt_arrays
+from slm_jax.inference.generate_batch import CONCURRENT  # articles searched together
 from slm_jax.pushdown import cache
+from slm_jax.pushdown.generate import (ArticleSearch, CompactPrompt, base_pieces, cache_slots,
+                                       check_settings, compact_prompt, joint_generate, prefilled,
+                                       top_pieces)
 from slm_jax.pushdown.model import PushdownLM
 from slm_jax.tokenizer import Tokenizer
 
@@ -58,7 +58,7 @@ def joint_generate_many(model: PushdownLM, tokenizer: Tokenizer, prompts: Sequen
                         memory_budget: int | None = None) -> list[Generation]:
   """`joint_generate` of every prompt (a `linearize.Sequence`, or ids with `prompt_kinds[i]`),
   `concurrent` articles searched together (module docstring; fewer where their cache,
-  `cache.peak_bytes`, would pass `memory_budget` bytes: `eval.beam.fit_in_memory`); results
+  `cache.peak_bytes`, would pass `memory_budget` bytes: `inference.beam.fit_in_memory`); results
   in the input order."""
   check_settings(beam, max_tokens, min_tokens)
   if concurrent < 1:

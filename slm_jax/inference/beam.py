@@ -53,13 +53,13 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
-from slm_jax.eval.beam_batch import BatchedSearch, select_per_slot
-from slm_jax.eval.beam_feed import feed_expansions
-from slm_jax.eval.beam_loop import LoopSearch, WordLoop
-from slm_jax.eval.beam_result import BeamResult, Completed
-from slm_jax.eval.grammaticality import Grammar, GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
-from slm_jax.eval.scorer import LENGTH_BUCKET, Scorer, logsumexp
+from slm_jax.inference.beam_batch import BatchedSearch, select_per_slot
+from slm_jax.inference.beam_feed import feed_expansions
+from slm_jax.inference.beam_loop import LoopSearch, WordLoop
+from slm_jax.inference.beam_result import BeamResult, Completed
+from slm_jax.inference.grammaticality import Grammar, GrammarState
+from slm_jax.inference.incremental import IncrementalDecoder, arena_bytes
+from slm_jax.inference.scorer import LENGTH_BUCKET, Scorer, logsumexp
 from slm_jax.kinds import Kind
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer
@@ -312,7 +312,7 @@ class BeamSearcher:
   def search_many(self, sentences: SequenceT[SequenceT[str]], *, complete: bool = True,
                   prefixes=None, batched: bool | None = None) -> list[BeamResult]:
     """`search` of every sentence (results in the input order). batched=True (the default,
-    `self.batched`): the batched search (`slm_jax.eval.beam_batch`: `sentences_per_batch`
+    `self.batched`): the batched search (`beam_batch`: `sentences_per_batch`
     sentences advanced together, the same results bit for bit); False: one `search` after
     another (the oracle). `prefixes[i]` = (ids, kinds) before sentence i (default BOS)."""
     out: list[BeamResult | None] = [None] * len(sentences)
@@ -335,7 +335,7 @@ class BeamSearcher:
                       concurrent=self.sentences_per_batch)
 
   def word_loop(self, decoder, slots: int, widest: int) -> WordLoop:
-    """The compiled word loop (`eval.beam_loop`) for `slots` sentences in `decoder`, words of up
+    """The compiled word loop (`beam_loop`) for `slots` sentences in `decoder`, words of up
     to `widest` pieces (bucketed): one kept, so later searches reuse its compiled functions."""
     widest = bucket(widest, 1)
     loop = self._word_loop

@@ -27,8 +27,8 @@ above the row's own length (`chunk_layout`): one loop per width inside one compi
 picks its kernels by shape (on CPU below 64 rows, on a GPU's TF32 matmuls at any row count), so
 a row computed among rows of other lengths, or in a call of another row count, could round
 differently; in a chunk of its own width it gets the same bits whatever else a step feeds, and a
-search that batches many sentences into one step (`eval.beam_batch`) or runs its rounds in one
-compiled loop (`eval.beam_loop`) equals the one-sentence search bit for bit
+search that batches many sentences into one step (`beam_batch`) or runs its rounds in one
+compiled loop (`beam_loop`) equals the one-sentence search bit for bit
 (tests/test_incremental.py, tests/test_beam_batch.py, tests/test_beam_loop.py check it).
 
 The model runs its own forward pass (`Decoder.__call__`: embedding, blocks, final norm, head);
@@ -62,7 +62,7 @@ from flax import nnx
 
 from slm_jax.buckets import bucket, buckets
 from slm_jax.configurations import Configuration
-from slm_jax.eval.scorer import check_attention, split_model
+from slm_jax.inference.scorer import check_attention, split_model
 from slm_jax.kinds import CNT2_CODE as _CNT2, ONT_CODE as _ONT, is_closing
 from slm_jax.model.attention import attention_core, xla_attention
 from slm_jax.model.decoder import Decoder
@@ -271,7 +271,7 @@ def step_fed(model, groups: tuple, widths: tuple, cache: DecoderCache, logprobs_
   """Feeds fed_3R (rows, token ids, kinds; row index N = padding) as `_step_chunk` calls of
   `chunk` rows each (`chunk_layout`); the live rows take arena slots [base, base + live) in
   layout order. Traceable: `step_rows`' jitted call and the compiled word loop
-  (`eval.beam_loop`) share it. → (cache, logprobs_NV)."""
+  (`beam_loop`) share it. → (cache, logprobs_NV)."""
   N = cache.length.shape[0]
   rows_R = fed_3R[0]
   lengths_R = cache.length[jnp.minimum(rows_R, N - 1)]

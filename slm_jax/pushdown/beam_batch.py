@@ -1,14 +1,14 @@
 """The Pushdown attachment beam of many rows at once (issue #35): `beam_score_many`.
 
-`inference.beam_score` (the one-row search, kept as the oracle) advances one row's hypotheses per
+`beam.beam_score` (the one-row search, kept as the oracle) advances one row's hypotheses per
 cache step and keeps each hypothesis as a `Stack`. Here `concurrent` rows (sentences or documents)
-are in flight together in one key/value cache (`pushdown.cache`):
+are in flight together in one key/value cache (`cache`):
 
   rows       every hypothesis of every row in flight is a cache row, grouped by the row it
              belongs to (in queue order), each group best first; row counts are whole chunks
              of the cache step (`cache.rows_for`)
   widths     rows are searched one width bucket at a time, longest first, each with the
-             cache slots `beam_score` gives it (`inference.cache_width`): XLA:CPU's
+             cache slots `beam_score` gives it (`beam.cache_width`): XLA:CPU's
              attention over 12 slots and over 16 differs in the last bits
   a step     one `cache.step` per round over all hypothesis rows, each at its own row's query
              position t (the step takes a position per row)
@@ -33,7 +33,7 @@ are in flight together in one key/value cache (`pushdown.cache`):
 The results equal `beam_score`'s bit for bit: the same per-token prefix log-probabilities, the
 same best attachments and final beam size (float64 reductions in the same order; the cache
 computes each row the same way whatever else a step feeds, in chunks of a fixed row count).
-tests/test_pushdown_beam.py compares the two; benchmarks/pushdown_beam_bench.py measures them.
+tests/test_pushdown_beam_batch.py compares the two; benchmarks/pushdown_beam_bench.py measures them.
 """
 
 from __future__ import annotations
@@ -43,12 +43,11 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from slm_jax.eval.beam import SENTENCES_PER_BATCH, fit_in_memory
-from slm_jax.eval.beam_batch import select_per_slot
+from slm_jax.inference.beam import SENTENCES_PER_BATCH, fit_in_memory
+from slm_jax.inference.beam_batch import select_per_slot
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.pushdown import cache
-from slm_jax.pushdown.inference import (BEAM, BeamScore, cache_width, check_row,
-                                        sentence_openings)
+from slm_jax.pushdown.beam import BEAM, BeamScore, cache_width, check_row, sentence_openings
 from slm_jax.pushdown.model import PushdownLM
 
 

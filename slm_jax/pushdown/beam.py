@@ -24,10 +24,10 @@ hypothesis's current tape row) and reorders the cache for the kept hypotheses (`
 `use_cache=False` runs the full forward pass over every prefix instead (the reference the cache
 is tested against). Widths are padded to `slm_jax.buckets` sizes (`cache_width`) and rows to
 whole chunks of the cache step (`cache.rows_for`) so steps reuse compilations and a row's
-numbers do not depend on the row count. `eval.pushdown_beam.beam_score_many` runs this search
-for many rows at once (bit for bit the same results; this one-row search is its oracle). `slm_jax.eval.incremental`'s
-arena decoder is not used: its hook has masks, not a per-query bias, and its reselection copies
-arena paths the Pushdown stack does not need.
+numbers do not depend on the row count. `beam_batch.beam_score_many` runs this search
+for many rows at once (bit for bit the same results; this one-row search is its oracle).
+`slm_jax.inference.incremental`'s arena decoder is not used: its hook has masks, not a per-query
+bias, and its reselection copies arena paths the Pushdown stack does not need.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ log-probs after every position ([T, k] values and ids). The model reads tokens[:
 token is only a target; all T tokens when `topk` asks for the positions after the last one), so
 a sequence of n + 1 tokens costs n positions: lm-eval's rolling windows of `max_length` inputs
 (`eval.raw_docppl`) fill a row of that width. Each sequence is one causal segment of its own row
-(kind TERMINAL, segment 1, positions from 0), batched by `eval.scorer.BatchScorer` (rows padded,
+(kind TERMINAL, segment 1, positions from 0), batched by `scorer.BatchScorer` (rows padded,
 segment 0 and id 0, to a length bucket), so results do not depend on batching.
 This is what `python -m slm_jax.score` runs and what the parity tests compare against
 transformers.
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from slm_jax.eval.scorer import BatchScorer
+from slm_jax.inference.scorer import BatchScorer
 from slm_jax.kinds import Kind
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import row_metadata

@@ -1,6 +1,6 @@
 """Batched word-synchronous beam search: the beams of many sentences advanced together (issue #35).
 
-`BeamSearcher.search` (the one-sentence search, `slm_jax.eval.beam`) feeds one sentence's
+`BeamSearcher.search` (the one-sentence search, `beam`) feeds one sentence's
 hypotheses per decoder step and does its bookkeeping per sentence. `BatchedSearch` runs the same
 search (SPEC §9: fast track ∪ sub-beam, depth-first continuation, the length cap with reserved
 closings; module docstring of `beam`) for `concurrent` sentences at once in one decoder of
@@ -18,7 +18,7 @@ closings; module docstring of `beam`) for `concurrent` sentences at once in one 
              candidate, and the pool merge per slot (a stable sort by (slot, score))
   results    per sentence exactly those of `BeamSearcher.search`: the same hypotheses in the
              same order, the same scores bit for bit (the decoder computes every row the same
-             way whatever else a step feeds, `slm_jax.eval.incremental`), the same counters
+             way whatever else a step feeds, `incremental`), the same counters
              (`steps`: the steps the sentence took part in)
 
 Rows are the decoder's; which row holds a hypothesis does not change its numbers. The
@@ -33,10 +33,10 @@ from typing import Iterator, Sequence as SequenceT
 
 import numpy as np
 
-from slm_jax.eval.beam_feed import feed_expansions
-from slm_jax.eval.beam_result import BeamResult
-from slm_jax.eval.grammaticality import GrammarState
-from slm_jax.eval.scorer import logsumexp
+from slm_jax.inference.beam_feed import feed_expansions
+from slm_jax.inference.beam_result import BeamResult
+from slm_jax.inference.grammaticality import GrammarState
+from slm_jax.inference.scorer import logsumexp
 from slm_jax.kinds import Kind
 
 
@@ -65,7 +65,7 @@ def segment_ranks(slot_sorted: np.ndarray) -> np.ndarray:
 
 class SlotRows:
   """Rows of one decoder shared by slots (the sentences, or articles, in flight): the
-  bookkeeping `BatchedSearch` and `downstream.generate_batch` share. Needs `decoder`, `slots`,
+  bookkeeping `BatchedSearch` and `generate_batch` share. Needs `decoder`, `slots`,
   `owner` [N] (the slot holding each row, -1 free), `score` [N], `hist` / `hist_kind` [N, T],
   and the frontier and pool rows with their slots (`front_rows`, `front_slot`, `pool_rows`,
   `pool_slot`; the pools grouped by slot, each best first)."""

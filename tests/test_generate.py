@@ -17,8 +17,8 @@ from flax import nnx
 
 from slm_jax.configurations import CONFIGURATIONS
 from slm_jax.data.encode import encode_document
-from slm_jax.downstream.generate import (beam_generate, detokenize, generate, piece_classes,
-                                         word_synchronous_generate)
+from slm_jax.inference.generate import (beam_generate, detokenize, generate, piece_classes,
+                                        word_synchronous_generate)
 from slm_jax.kinds import Kind
 from slm_jax.linearize import delinearize
 from slm_jax.model import Decoder, ModelConfig

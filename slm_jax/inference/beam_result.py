@@ -1,4 +1,4 @@
-"""What a word-synchronous beam search returns (`slm_jax.eval.beam`, `slm_jax.eval.beam_batch`):
+"""What a word-synchronous beam search returns (`beam`, `beam_batch`):
 the per-sentence `BeamResult` and the completed hypotheses it lists (`Completed`). Its own module
 so the one-sentence and the batched searches both build it without importing each other."""
 

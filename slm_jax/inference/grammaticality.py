@@ -73,7 +73,7 @@ class GrammarState:
       getattr(self, f.name)[rows] = getattr(other, f.name)
 
 
-# A pytree, so the compiled word loop (`eval.beam_loop`) carries it on the device.
+# A pytree, so the compiled word loop (`beam_loop`) carries it on the device.
 jax.tree_util.register_dataclass(GrammarState, data_fields=[f.name for f in dataclasses.fields(
     GrammarState)], meta_fields=[])
 
@@ -129,7 +129,7 @@ class Grammar:
 
   # ---- candidates
   # Every rule below is written once for numpy (`xp=np`, the host searches) and jax.numpy
-  # (`xp=jnp`, the compiled word loop `eval.beam_loop`, traced with 64-bit integers): whole-array
+  # (`xp=jnp`, the compiled word loop `beam_loop`, traced with 64-bit integers): whole-array
   # expressions, no in-place writes.
 
   def slot_token_ids(self, state: GrammarState, word_first, xp=np):

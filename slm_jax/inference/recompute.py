@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from slm_jax.configurations import Configuration
 from slm_jax.buckets import bucket, buckets
-from slm_jax.eval.incremental import ROW_BUCKET, SLOT_BUCKET, gather_logprobs
-from slm_jax.eval.scorer import check_attention, split_model
+from slm_jax.configurations import Configuration
+from slm_jax.inference.incremental import ROW_BUCKET, SLOT_BUCKET, gather_logprobs
+from slm_jax.inference.scorer import check_attention, split_model
 from slm_jax.model.decoder import Decoder
 from slm_jax.structure import row_metadata
 

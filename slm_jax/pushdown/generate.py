@@ -4,11 +4,11 @@ The prompt (article + instruction, written in lin1 with the trees the tree sourc
 `downstream.run` builds it) is teacher-forced: its compact terminal row (BOS, terminals) and
 silver stack tape come from `structure.pushdown_rows` / `stack_tape`, and one `cache.prefill`
 writes it into the key/value cache. Its stack is the replay of its silver attachments
-(`inference.replay`). The summary is one new sentence after it (`Stack.start_sentence()`: its
+(`beam.replay`). The summary is one new sentence after it (`Stack.start_sentence()`: its
 first word and EOS always shift).
 
 Each step, every live hypothesis (a piece sequence, an attachment sequence, its `Stack`) takes its
-`beam` best allowed next pieces (base pieces and EOS, as `downstream.generate.beam_generate`
+`beam` best allowed next pieces (base pieces and EOS, as `inference.generate.beam_generate`
 allows them; EOS only after `min_tokens`), and every (piece, attachment ∈ stack options ∪
 {shift}) pair is scored by
 
@@ -28,7 +28,7 @@ stack-tape row) and scores the attachments of all rows' candidate pieces in one 
 full forward pass over every row instead (the reference the cache is tested against).
 
 The per-article rule on the host (candidates, pruning, finished hypotheses, early stop,
-counters, the result) is `ArticleSearch`; `downstream.pushdown_generate_batch` runs it for
+counters, the result) is `ArticleSearch`; `generate_batch` runs it for
 several articles sharing one cache (bit for bit this search, its oracle).
 """
 
@@ -43,12 +43,12 @@ import numpy as np
 from flax import nnx
 
 from slm_jax.buckets import bucket
-from slm_jax.downstream.generate import (BEAM, MAX_TOKENS, Generation, best_first, detokenize,
-                                         prompt_arrays, search_done)
-from slm_jax.eval.scorer import LENGTH_BUCKET
+from slm_jax.inference.generate import (BEAM, MAX_TOKENS, Generation, best_first, detokenize,
+                                        prompt_arrays, search_done)
+from slm_jax.inference.scorer import LENGTH_BUCKET
 from slm_jax.kinds import BOS_CODE, CNT_CODE, ONT_CODE, TERMINAL_CODE
 from slm_jax.pushdown import cache
-from slm_jax.pushdown.inference import replay
+from slm_jax.pushdown.beam import replay
 from slm_jax.pushdown.model import PushdownLM
 from slm_jax.pushdown.stack import Stack
 from slm_jax.pushdown.structure import pushdown_rows, stack_tape

@@ -1,11 +1,11 @@
 """Word-synchronous generation of several summaries at once (issue #35 item 3).
 
-`downstream.generate.word_synchronous_generate` generates one article's summary; each of its
+`generate.word_synchronous_generate` generates one article's summary; each of its
 decoder steps feeds at most 2·beam + fast_track rows (18 at SPEC §11's beam 6), so a step costs
 about what a step of 64 rows does and the per-round host work dominates.
 `word_synchronous_generate_many` runs the same search for `concurrent` articles together in one
 `IncrementalDecoder` of `concurrent` × (2·beam + fast_track) rows, the way
-`eval.beam_batch.BatchedSearch` runs sentences:
+`beam_batch.BatchedSearch` runs sentences:
 
   slots    each article in flight holds a slot: its own prompt (`start_rows`), word step, pool,
            frontier, finished hypotheses and counters; a finished article's rows are released
@@ -21,10 +21,10 @@ about what a step of 64 rows does and the per-round host work dominates.
   results  per article exactly those of the one-article search: the same best hypothesis, text,
            log-prob bit for bit, ranked scores and counters (`steps`: the decoder steps the
            article took part in) — the decoder computes every row the same way whatever else a
-           step feeds (`eval.incremental`); tests/test_generate_batch.py compares the two.
+           step feeds (`incremental`); tests/test_generate_batch.py compares the two.
 
 Fewer articles are in flight where their decoder's key/value arena (`incremental.arena_bytes`)
-would pass the searches' memory budget (`eval.beam.fit_in_memory`, logged).
+would pass the searches' memory budget (`beam.fit_in_memory`, logged).
 
 `recompute=True` (the `RecomputeDecoder` baseline has no per-row prompts) runs the articles one
 after another.
@@ -39,15 +39,14 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
-from slm_jax.downstream.generate import (BEAM, MAX_OPEN, MAX_WORDS, Generation, piece_classes,
-                                         prompt_arrays,
-                                         tree_candidates, tree_generation, tree_search_setup,
-                                         word_synchronous_generate)
-from slm_jax.eval.beam import fit_in_memory
-from slm_jax.eval.beam_batch import SlotRows, select_per_slot
-from slm_jax.eval.grammaticality import GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder, arena_bytes
-from slm_jax.eval.scorer import LENGTH_BUCKET
+from slm_jax.inference.beam import fit_in_memory
+from slm_jax.inference.beam_batch import SlotRows, select_per_slot
+from slm_jax.inference.generate import (BEAM, MAX_OPEN, MAX_WORDS, Generation, piece_classes,
+                                        prompt_arrays, tree_candidates, tree_generation,
+                                        tree_search_setup, word_synchronous_generate)
+from slm_jax.inference.grammaticality import GrammarState
+from slm_jax.inference.incremental import IncrementalDecoder, arena_bytes
+from slm_jax.inference.scorer import LENGTH_BUCKET
 from slm_jax.kinds import TERMINAL_CODE
 from slm_jax.model.decoder import Decoder
 from slm_jax.tokenizer import Tokenizer

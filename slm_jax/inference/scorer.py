@@ -15,7 +15,7 @@
 Each sequence is one segment of its own row (`row_metadata`, segment 1, positions from 0); rows
 are padded (segment 0) to a length bucket (`slm_jax.buckets`) and batched, so results do not
 depend on batching. That batching is `batched_rows` (`BatchScorer.batched`), the one loop of every scorer:
-`Scorer`, the Pushdown scorers (`eval.pushdown_scoring`), `eval.text_scorer.TextScorer`
+`Scorer`, the Pushdown scorers (`pushdown.scoring`), `text_scorer.TextScorer`
 (plain token ids, e.g. a Hugging Face checkpoint's text) and GTCA's letter and sentence scores
 (`gtca.scoring`: one fixed row width, each row's span tree and letters found by its index).
 All natural logarithms.

@@ -40,7 +40,7 @@ generates one sentence (the summary's tree, a new root after the prompt) word by
              sentence with the closings of every open constituent reserved (the grammar's
              `min_completion`), so every hypothesis can always still close and end
   ranking    joint log-prob of words, structure and EOS (CNT2 counted where it is a target,
-             as in `eval.beam`); `length_penalty` as above (length = generated tokens)
+             as in `beam`); `length_penalty` as above (length = generated tokens)
   text       the terminals of the best finished hypothesis (brackets dropped), detokenized.
 
 `detokenize` turns generated ids into text: structure, pauses, BOS/EOS dropped; word-level pieces
@@ -61,12 +61,12 @@ import numpy as np
 
 from slm_jax.buckets import bucket
 from slm_jax.configurations import Configuration
-from slm_jax.eval.beam import MAX_LEN_FACTOR, MIN_LEN, BeamSearcher
-from slm_jax.eval.beam_feed import feed_expansions
-from slm_jax.eval.grammaticality import AFTER_WORD, Grammar, GrammarState
-from slm_jax.eval.incremental import IncrementalDecoder
-from slm_jax.eval.recompute import RecomputeDecoder
-from slm_jax.eval.scorer import LENGTH_BUCKET
+from slm_jax.inference.beam import MAX_LEN_FACTOR, MIN_LEN, BeamSearcher
+from slm_jax.inference.beam_feed import feed_expansions
+from slm_jax.inference.grammaticality import AFTER_WORD, Grammar, GrammarState
+from slm_jax.inference.incremental import IncrementalDecoder
+from slm_jax.inference.recompute import RecomputeDecoder
+from slm_jax.inference.scorer import LENGTH_BUCKET
 from slm_jax.kinds import PAUSE_CODE, TERMINAL_CODE, Kind
 from slm_jax.linearize import linearize
 from slm_jax.model.decoder import Decoder
@@ -310,7 +310,7 @@ def word_synchronous_generate(model: Decoder, tokenizer: Tokenizer,
     positions = w + 1
     pool, frontier = np.zeros(0, np.int64), beam_rows
     while len(frontier):
-      if len(pool) >= beam:  # depth-first continuation, as in eval.beam
+      if len(pool) >= beam:  # depth-first continuation, as in inference.beam
         frontier = frontier[score[frontier] > score[pool[beam - 1]]]
         if not len(frontier):
           break
