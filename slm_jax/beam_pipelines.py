@@ -31,7 +31,7 @@ from slm_jax.parse import __main__ as parse_cli
 
 
 @cli.options
-class PipelineOptions:
+class BeamStageOptions:
   """The flags both stages add to their shard CLI's."""
 
   num_shards: int = cli.option(64, help="shards of the stage (a few per worker: the engine "
@@ -41,12 +41,12 @@ class PipelineOptions:
 
 
 @cli.options
-class BeamParseOptions(PipelineOptions, parse_cli.ParseOptions):
+class BeamParseOptions(BeamStageOptions, parse_cli.ParseOptions):
   """`parse`: every flag of `python -m slm_jax.parse`, run as one pipeline."""
 
 
 @cli.options
-class BeamPrepareOptions(PipelineOptions, prepare_cli.PrepareOptions):
+class BeamPrepareOptions(BeamStageOptions, prepare_cli.PrepareOptions):
   """`prepare`: every flag of `python -m slm_jax.prepare`, run as one pipeline."""
 
   redo: bool = cli.option(False, help="prepare shards that already have a manifest again")
