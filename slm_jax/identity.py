@@ -20,7 +20,7 @@ digest at the cost of reading headers, never whole multi-GB files; a mismatch is
 redone by the caller, never reused.
 
 Users: `train.workdir.check_workdir` (a training workdir's config.json), the fine-tuning seed
-folders (`downstream.finetune`: finetune.json), the parser's workdirs (`parser.train`:
+folders (`finetune.trainer`: finetune.json), the parser's workdirs (`parser.train`:
 identity.json), the parse shards (`parse.stage.claim_shard`, for the shard CLI and the Beam
 pipeline alike), GTCA runs and stages, the evaluation's item files, and `train.sweep` (a
 finished item is reused only when its record matches). Layer 0 (json and `cli` only), so every

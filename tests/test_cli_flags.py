@@ -52,7 +52,7 @@ def dashed(argv: list[str]) -> list[str]:
 
 # module, command line (every flag spelled as documented), values the namespace must hold
 COMMANDS = [
-    ("slm_jax.finetune", ["--task=xsum", "--workdir=run", "--out=o", "--data_dir=d",
+    ("slm_jax.finetune.__main__", ["--task=xsum", "--workdir=run", "--out=o", "--data_dir=d",
                           "--seeds=42,7", "--epochs=2", "--lr=3e-3", "--batch_size=4",
                           "--max_len=256", "--warmup_steps=0", "--limit=8", "--micro_batches=2",
                           "--tree_source=flat", "--log_every=1", "--checkpoint_every=9",

@@ -13,7 +13,7 @@ import pytest
 from tests.downstream_fixtures import write_fixtures
 from tests.test_train import small_config
 from slm_jax import evaluate
-from slm_jax import finetune as finetune_cli
+from slm_jax.finetune import __main__ as finetune_cli
 from slm_jax.downstream.example import MC_TASKS
 from slm_jax.train import trainer
 

@@ -16,9 +16,9 @@ from flax import nnx
 
 from tests.test_train import ROOT, small_config
 from slm_jax import cli
-from slm_jax import finetune as finetune_cli
+from slm_jax.finetune import __main__ as finetune_cli
 from slm_jax.configurations import get_configuration
-from slm_jax.downstream import finetune
+from slm_jax.finetune import trainer as finetune
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.finetune_data import (FinetuneBatches, encode_rows, task_row,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from slm_jax import cli
-from slm_jax import finetune as finetune_cli
-from slm_jax.downstream.finetune_settings import LOADER, TASK_DEFAULTS, FinetuneSettings
+from slm_jax.finetune import __main__ as finetune_cli
+from slm_jax.finetune.settings import LOADER, TASK_DEFAULTS, FinetuneSettings
 
 
 def settings(tmp_path, *argv):

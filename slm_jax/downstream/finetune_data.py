@@ -48,6 +48,10 @@ from slm_jax.downstream.prompts import continuation, item_context
 from slm_jax.kinds import Kind
 
 FINETUNE_TASKS = ("xsum", "boolq")
+# The files of a fine-tuned seed folder (`finetune.trainer` writes them, `downstream.run` and
+# `evaluation.inputs` read them): its settings record, and the summary of a finished seed.
+SETTINGS_FILE = "finetune.json"
+SUMMARY_FILE = "summary.json"
 XSUM_INSTRUCTION = "Summarize the article in one sentence."
 LENGTH_BUCKET_LEAST = 64
 

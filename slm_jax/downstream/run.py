@@ -43,8 +43,8 @@ from slm_jax.downstream import olmes_regime, olmo_data, paper_format
 from slm_jax.downstream import tasks as tasks_lib
 from slm_jax.downstream.encoding import TextEncoder, TreeSource
 from slm_jax.downstream.example import MC_TASKS, TaskExample
-from slm_jax.downstream.finetune import SETTINGS_FILE, SUMMARY_FILE
-from slm_jax.downstream.finetune_data import truncation_keep, xsum_context
+from slm_jax.downstream.finetune_data import (SETTINGS_FILE, SUMMARY_FILE, truncation_keep,
+                                              xsum_context)
 from slm_jax.downstream.protocol import protocol
 from slm_jax.downstream.report import mc_summary
 from slm_jax.downstream.rouge import rouge

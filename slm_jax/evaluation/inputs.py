@@ -126,7 +126,7 @@ def finetune_source_problems(task: str, folder: str, workdirs: Sequence[str],
   """The `--{task}_finetuned` folders follow the `--workdir` order: every seed's
   `finetune.json` must name the `index`-th workdir as its source run (a fine-tune of another
   run, or a swapped order, would put another model's numbers in this run's row)."""
-  from slm_jax.downstream.finetune import SETTINGS_FILE  # pylint: disable=g-import-not-at-top
+  from slm_jax.downstream.finetune_data import SETTINGS_FILE  # pylint: disable=g-import-not-at-top
   from slm_jax import identity  # pylint: disable=g-import-not-at-top
   want = pathlib.Path(workdirs[index]).resolve()
   others = {pathlib.Path(w).resolve(): n for n, w in enumerate(workdirs)}

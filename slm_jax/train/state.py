@@ -21,7 +21,7 @@
   restore rule (GTCA's stages read an older checkpoint layout too) instead of setting the loop's
   start by hand.
 
-Pre-training (`train.trainer`), fine-tuning (`downstream.finetune`), GTCA stages
+Pre-training (`train.trainer`), fine-tuning (`finetune.trainer`), GTCA stages
 (`gtca.stages`), the structural probe (`gtca.structural_probe`) and the chart parser
 (`parser.train`: its loss `TrainedParser.loss_sums`, its RNG streams as `rest`, its seeded
 dropout key, its learning rate through `hyperparams`) run through it.

@@ -1,2 +1,2 @@
 """Packaged fine-tuning configs (`python -m slm_jax.finetune --config=NAME`); the keys are
-`slm_jax.downstream.finetune_settings.FinetuneSettings`'s fields."""
+`slm_jax.finetune.settings.FinetuneSettings`'s fields."""

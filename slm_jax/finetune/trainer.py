@@ -46,8 +46,9 @@ from flax import nnx
 
 from slm_jax import cli, files, identity
 from slm_jax.downstream.encoding import TextEncoder, make_tree_source
-from slm_jax.downstream.finetune_data import FinetuneBatches, FinetuneRow, RowStats
-from slm_jax.downstream.finetune_settings import FinetuneSettings  # a config section, own module
+from slm_jax.downstream.finetune_data import (SETTINGS_FILE, SUMMARY_FILE, FinetuneBatches,
+                                              FinetuneRow, RowStats)
+from slm_jax.finetune.settings import FinetuneSettings  # a config section, own module
 from slm_jax.train import sharding
 from slm_jax.train.loading import LoadedRun, run_identity
 from slm_jax.train.loop import Cadence, Persist, Window, rate_text
@@ -57,8 +58,6 @@ from slm_jax.train.sweep import SweepItem, run_sweep
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, check_workdir
 
 SEEDS = (42, 2026, 6198, 13171, 31723)
-SETTINGS_FILE = "finetune.json"
-SUMMARY_FILE = "summary.json"
 
 
 class FinetuneMismatchError(cli.CliError):
