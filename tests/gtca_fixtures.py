@@ -136,7 +136,7 @@ def tiny_workdir(folder: pathlib.Path, words, monkeypatch) -> pathlib.Path:
   tokenizer.save(workdir)
   model = Decoder(ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1,
                               n_heads=2, mlp_ratio=2, attention_impl="xla"), rngs=nnx.Rngs(0))
-  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer)  # noqa
+  fake = lambda path, *a, **k: types.SimpleNamespace(model=model, tokenizer=tokenizer, step=0)  # noqa
   for module in (train, backbone, loading):
     monkeypatch.setattr(module, "load_run", fake)
   return workdir

@@ -86,6 +86,7 @@ def test_search_rules_that_prune_differ_from_a_wide_beam_and_still_agree():
   assert all(r.pruned > 0 for r in results if len(r.words) > 2)
 
 
+@pytest.mark.slow  # ~60 s: the searched space; its fixed-input twin above stays in the default run
 @hypothesis.settings(max_examples=12, deadline=None,
                      suppress_health_check=[hypothesis.HealthCheck.too_slow])
 @hypothesis.given(st.lists(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=5), min_size=1,

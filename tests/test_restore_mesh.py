@@ -32,7 +32,7 @@ _CHILD = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     import jax
     import numpy as np
-    from slm_jax.train import checkpointing, sharding, trainer
+    from slm_jax.train import checkpointing, sharding, state, trainer
     from tests.test_train import small_config
 
     def digest(params):
@@ -52,7 +52,7 @@ _CHILD = textwrap.dedent("""
         seen["restored_q_shard"] = list(q.addressable_shards[0].data.shape)
       return restored
     checkpointing.Checkpointer.restore_latest = spying_restore
-    make = trainer.make_train_step
+    make = state.make_train_step  # the one set-up builds every trainer's step
     def spying_make(*args, **kwargs):  # the parameters after the third update
       step = make(*args, **kwargs)
       calls = []
@@ -63,7 +63,7 @@ _CHILD = textwrap.dedent("""
           seen["after_3"] = digest(out[0])
         return out
       return spy
-    trainer.make_train_step = spying_make
+    state.make_train_step = spying_make
     cfg = small_config("tgtree", steps=6, **{{"mesh.fsdp": fsdp, **{overrides!r}}})
     trainer.train(cfg, workdir)
     print("SEEN " + json.dumps(seen))

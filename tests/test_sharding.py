@@ -51,7 +51,7 @@ _CHILD = textwrap.dedent("""
     import json, pathlib, sys
     sys.path.insert(0, {root!r})
     import jax
-    from slm_jax.train import sharding, trainer
+    from slm_jax.train import sharding, state, trainer
     from tests.test_train import small_config
     workdir, fsdp, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     overrides = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {{}}
@@ -59,7 +59,7 @@ _CHILD = textwrap.dedent("""
                        "train.checkpoint_every": 3, "optimizer.grad_accum_steps": 2,
                        "eval.batch_size": 6, **overrides}})
     seen = {{}}
-    make = trainer.make_train_step
+    make = state.make_train_step  # the one set-up builds every trainer's step
     def spying_make(*args, **kwargs):  # records where the trainer really put params and batches
       step = make(*args, **kwargs)
       def spy(params, opt_state, batch):
@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent("""
           seen["batch"] = list(batch["tokens"].addressable_shards[0].data.shape)
         return step(params, opt_state, batch)
       return spy
-    trainer.make_train_step = spying_make
+    state.make_train_step = spying_make
     summary = trainer.train(cfg, workdir)
     print("EVAL", repr(summary.eval_loss), repr(summary.eval_terminal_ppl))
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
