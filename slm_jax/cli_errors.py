@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from typing import Callable, Sequence
 
 EXIT_OK = 0
@@ -160,7 +161,11 @@ def run(main: Callable[[list[str] | None], int | None], argv: Sequence[str] | No
       print(describe_error(error), flush=True)
     else:
       line = describe_error(error)
-      _FULL_DISK["reported"] = _FULL_DISK["reported"] or NO_SPACE in line
+      if NO_SPACE in line and not _FULL_DISK["reported"]:
+        _FULL_DISK["reported"] = True
+        # The failed save's unfinished async writes, collected at exit, are its echoes too.
+        warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                                category=RuntimeWarning)
       print(f"error: {line}", file=sys.stderr, flush=True)
     return code
 
@@ -172,8 +177,8 @@ def _quiet_full_disk_echoes() -> None:
   """A full disk is said once (issue #47): writers that fail again in a background thread
   (TensorBoard's flush) print one `warning:` line for the first, nothing after; and once the
   command's own error line said "No space left on device", its echoes at exit — an OSError of
-  an `atexit` flush ("Exception ignored in atexit callback" and its traceback) or of a writer
-  thread whose queue was closed — print nothing."""
+  an `atexit` flush ("Exception ignored in atexit callback" and its traceback), of a writer
+  thread whose queue was closed, or an async write coroutine never awaited — print nothing."""
   if getattr(sys.unraisablehook, "full_disk_quiet", False):
     return
   unraisable, thread_hook = sys.unraisablehook, threading.excepthook

@@ -11,6 +11,7 @@ import pathlib
 import sys
 import threading
 import types
+import warnings
 
 import pytest
 
@@ -145,6 +146,26 @@ def test_echoes_of_a_reported_full_disk_print_nothing(monkeypatch, capsys):
   assert capsys.readouterr().err.splitlines() == [
       "warning: No space left on device: /w/events (a background write, thread writer)",
       "error: No space left on device: /w/metrics.jsonl"]
+
+
+def test_unawaited_writes_of_a_reported_full_disk_print_nothing(monkeypatch):
+  """An Orbax save that failed on a full disk can leave its async write coroutines unawaited;
+  collected at exit they warned "coroutine … was never awaited" after the one error line."""
+  monkeypatch.setattr(cli_errors, "_FULL_DISK", {"reported": False, "warned": False})
+  monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+  monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+
+  def main(_):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/w/checkpoints/2/_METADATA")
+
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    warnings.warn("coroutine 'write' was never awaited", RuntimeWarning)  # before: shown
+    assert cli.run(main, []) == cli.EXIT_USAGE
+    warnings.warn("coroutine 'write_fragment' was never awaited", RuntimeWarning)
+    warnings.warn("another warning", RuntimeWarning)
+  assert [str(w.message) for w in caught] == ["coroutine 'write' was never awaited",
+                                              "another warning"]
 
 
 def _splitlines_calls(path: pathlib.Path) -> list[int]:
