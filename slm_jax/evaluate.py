@@ -117,6 +117,12 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     return super()._get_help_string(action)
 
 
+def _batching_help(outputs: str, memory: str) -> str:
+  """The help of a batching flag: what it does not change, and its memory cap."""
+  return (f": a speed and memory setting, the {outputs} do not depend on it; fewer are taken "
+          f"where their {memory} would pass half of the device's memory (logged)")
+
+
 def _parser() -> cli.ArgumentParser:
   """The flags, each an alias of an `EvaluationConfig` key (`FLAGS`), its default the key's."""
   p = cli.ArgumentParser(prog="python -m slm_jax.evaluate", description=__doc__.split("\n")[0],
@@ -169,9 +175,7 @@ def _parser() -> cli.ArgumentParser:
   flag("min_len", type=int, help="smallest length cap")
   flag("sentences_per_batch", type=int,
        help="sentences a batched beam search (SG, beam proposals, the Pushdown "
-       "attachment beam) advances together: a speed and memory setting, the results "
-       "do not depend on it; fewer are taken where their key/value arena would pass "
-       "half of the device's memory (logged)")
+       "attachment beam) advances together" + _batching_help("results", "key/value arena"))
   flag("beam_score_cnt2", type=cli.boolean,
        help="score CNT2 inside the beam where it is a target (TGTree; false: the "
        "paper's code, which never scores it)")
@@ -201,9 +205,7 @@ def _parser() -> cli.ArgumentParser:
   flag("gen_max_words", type=int, help="XSum summary words (tree models, word-synchronous)")
   flag("articles_per_batch", type=int,
        help="XSum articles whose summary searches run together (tree models and the "
-       "Pushdown reference): a speed and memory setting, the summaries do not depend "
-       "on it; fewer are taken where their cache would pass half of the device's "
-       "memory (logged)")
+       "Pushdown reference)" + _batching_help("summaries", "cache"))
   flag("dtype", choices=("float32", "bfloat16"),
        help="compute dtype of the evaluated model (paper: FP32)")
   flag("batch_size", type=int, help="scorer batch size")

@@ -34,7 +34,7 @@ from slm_jax.train.loop import (Cadence, Hook, Loop, NonFiniteLossError,  # noqa
 from slm_jax.train.metrics_io import MetricsWriter
 from slm_jax.train.params import backbone_check, build_params, fingerprints
 from slm_jax.train.state import Trainer, initial_state
-from slm_jax.train.steps import make_eval_step, make_train_step  # noqa: F401  (re-exported)
+from slm_jax.train.steps import make_eval_step
 from slm_jax.train.workdir import CHECKPOINTS, CONFIG_FILE, NothingToDo, check_workdir
 
 _LOG = logging.getLogger(__name__)
